@@ -1,0 +1,130 @@
+"""``pcqr answer``: answer a stream of classification queries privately, into a public log.
+
+With ``--state DIR`` holding a session (from ``pcqr train`` or an earlier
+answer), continues it: same models, same budget. With ``--private`` and a new
+``--state``, trains first (the one-shot form ``pcqr run`` uses).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from jobs.common import cluster_option, emit_summary, json_option, note, privacy_options, progress
+from jobs.train import plan_training, session_summary, train_session
+from pipeline.cluster import load_cluster_config, open_client
+from pipeline.data import Dataset, open_dataset
+from pipeline.errors import PcqrError
+from pipeline.evaluation import load_truth
+from pipeline.log import batch_files
+from pipeline.noise import noise_source
+from pipeline.query_release import QUERY_ID, release_answers, validate_queries
+from pipeline.state import (
+    Session,
+    check_private_location,
+    has_session,
+    load_models,
+    load_session,
+    save_models,
+    save_session,
+)
+
+
+def open_queries(uri: str, session_features: list[str], id_column: str) -> Dataset:
+    """The query dataset's metadata; its columns must include the session's features."""
+    probe = open_dataset(uri, "queries", features=None, id_column=None)
+    missing = [f for f in session_features if f not in probe.schema.names]
+    if missing:
+        raise PcqrError(
+            f"{probe.files[0]}: query columns do not match the private features: missing "
+            f"{', '.join(missing)} (private features: {', '.join(session_features)})"
+        )
+    has_ids = id_column in probe.schema.names
+    return open_dataset(uri, "queries", features=session_features, id_column=id_column if has_ids else None)
+
+
+def check_log_dir(log_dir: str | None, session: Session) -> str:
+    """The log directory this run appends to; it must continue this session's log."""
+    if log_dir is None:
+        if session.log_dir is None:
+            raise PcqrError("--log is required: the public directory for the answered-query log")
+        return session.log_dir
+    if session.log_dir is not None and os.path.abspath(log_dir) != os.path.abspath(session.log_dir):
+        raise PcqrError(f"--log {log_dir}: this session writes its log to {session.log_dir}")
+    existing = batch_files(log_dir)
+    if len(existing) != session.next_batch:
+        raise PcqrError(
+            f"--log {log_dir}: holds {len(existing)} batch files but the session has written "
+            f"{session.next_batch}; use an empty directory for a new session"
+        )
+    return log_dir
+
+
+@click.command("answer")
+@click.option("--state", required=True, type=click.Path(file_okay=False), help="Private state directory of the session.")
+@click.option("--queries", required=True, help="Query dataset (Parquet): the private features, plus query_id.")
+@click.option("--log", "log_dir", default=None, type=click.Path(file_okay=False), help="Public directory of the answered-query log.")
+@click.option("--private", default=None, help="Private labelled dataset: train a new session in --state first.")
+@click.option("--id-column", default=QUERY_ID, show_default=True, help="Query id column (row position if absent).")
+@click.option("--batch-size", type=int, default=100_000, show_default=True, help="Queries per batch (one log file each).")
+@click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
+@click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+@privacy_options
+@cluster_option
+@json_option
+def command(**options: Any) -> None:
+    """Answer queries with the session's k models through the sparse-vector coordinator."""
+    state = options["state"]
+    if options["batch_size"] < 1:
+        raise PcqrError(f"--batch-size must be at least 1, got {options['batch_size']}")
+    check_private_location(state, [options["log_dir"]])
+    new_session = not has_session(state)
+    if new_session and options["private"] is None:
+        raise PcqrError(f"--state {state}: no session here (run 'pcqr train' first, or pass --private)")
+    plan = plan_training(options) if new_session else None
+    session = None if new_session else load_session(state)
+    features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
+    queries = open_queries(options["queries"], features, options["id_column"])
+    truth = load_truth(options["truth"]) if options["truth"] else None
+    load_cluster_config(options["cluster"])
+    with open_client(options["cluster"], echo=note) as client:
+        if plan is not None:
+            session, ensemble = train_session(client, plan)
+            noise = plan.noise
+        else:
+            assert session is not None
+            ensemble = load_models(state)
+            noise = noise_source(session.seed, session.seed is not None, session.noise_state)
+        log_dir = check_log_dir(options["log_dir"], session)
+        validate_queries(client, queries, queries.parts(options["batch_size"]))
+        if plan is not None:
+            save_models(state, ensemble)
+        session.log_dir = log_dir
+        save_session(state, session)
+        with progress(queries.rows, "answering queries") as bar:
+            counts = release_answers(
+                client, session, state, ensemble, queries, options["batch_size"], noise,
+                fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update,
+            )
+    if counts.halted:
+        note(
+            f"privacy budget spent: {session.params.cutoff} abstentions reached the cutoff T; "
+            "every later query of this session is refused"
+        )
+    summary: dict[str, Any] = {
+        "answered": counts.answered,
+        "abstained": counts.abstained,
+        "refused": counts.refused,
+        "budget_used": session.sparse_vector.bottoms,
+        "budget_spent": counts.halted,
+        "batches": counts.batches,
+        "log": log_dir,
+        "state": state,
+        "session_totals": session.totals,
+        **session_summary(session),
+    }
+    if truth is not None:
+        summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
+        summary["evaluated"] = counts.evaluated
+    emit_summary(summary, options["as_json"])

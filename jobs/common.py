@@ -1,0 +1,99 @@
+"""Options and output shared by every job command."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cluster_option(func: F) -> F:
+    """``--cluster PATH``: the cluster.yaml to use (default ./cluster.yaml, else built-in local)."""
+    return click.option(
+        "--cluster",
+        "cluster",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="cluster.yaml choosing the Dask backend (default: ./cluster.yaml if present, "
+        "else a local cluster on 127.0.0.1).",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    """``--json``: print the summary as one JSON object on the last line."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the summary as one JSON object (last line)."
+    )(func)
+
+
+def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
+    """Print a job summary: human-readable lines, or one JSON object as the last line."""
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True, default=str))
+        return
+    width = max((len(k) for k in summary), default=0)
+    for key, value in summary.items():
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        click.echo(f"{key:<{width}}  {value}")
+
+
+def note(message: str) -> None:
+    """A progress or status line for the user, on stderr so stdout stays machine-readable."""
+    click.echo(message, err=True)
+
+
+def progress_enabled() -> bool:
+    """Progress bars only on a terminal."""
+    return sys.stderr.isatty()
+
+
+def privacy_options(func: F) -> F:
+    """The parameters of A_SubSamp (Algorithm 5) and how its noise is drawn."""
+    options = [
+        click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps of the whole session."),
+        click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1)."),
+        click.option("--cutoff", "cutoff", type=int, default=50, show_default=True, help="T: abstentions allowed before the session halts."),
+        click.option("--queries-max", type=int, default=10_000, show_default=True, help="m: the most queries the session will answer."),
+        click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (enters k)."),
+        click.option("--profile", type=click.Choice(["paper"]), default="paper", show_default=True, help="How lambda, k and w are computed: 'paper' = Algorithm 5 exactly."),
+        click.option("--subsamples", type=int, default=None, help="Override k (accuracy only, not privacy)."),
+        click.option("--threshold", type=float, default=None, help="Override w (accuracy only, not privacy)."),
+        click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path."),
+        click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
+        click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data."),
+        click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label)."),
+        click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed)."),
+        click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def split_features(features: str | None) -> list[str] | None:
+    """``--features a,b,c`` to a list (None when not given)."""
+    if not features:
+        return None
+    return [f.strip() for f in features.split(",") if f.strip()]
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, steps: int) -> None:
+        return None
+
+
+def progress(length: int, label: str) -> Any:
+    """A click progress bar on stderr when it is a terminal; a silent stand-in otherwise."""
+    if not progress_enabled():
+        return _NoBar()
+    return click.progressbar(length=length, label=label, file=sys.stderr)

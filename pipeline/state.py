@@ -1,0 +1,158 @@
+"""The private state directory of a session (``--state DIR``).
+
+Everything here is private and never goes under the public output::
+
+    DIR/models.pkl     the k trained subsample models (an Ensemble), written once
+    DIR/session.json   parameters, the log it writes to, and the sparse-vector
+                       state (c, the current threshold noise), rewritten
+                       atomically after every batch
+
+A later ``pcqr answer --state DIR`` continues the same session: same models,
+same parameters, same budget.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import __version__
+from pipeline.atomic import write_atomic
+from pipeline.errors import PcqrError
+from pipeline.privacy import SubSampParameters
+from pipeline.sparse_vector import SparseVectorState
+from pipeline.votes import Ensemble
+
+SESSION_FILE = "session.json"
+MODELS_FILE = "models.pkl"
+
+
+@dataclass
+class Session:
+    """A session's parameters and mutable state, as stored in session.json."""
+
+    params: SubSampParameters
+    learner: dict[str, Any]
+    features: list[str]
+    private_uri: str
+    private_rows: int
+    seed: int | None
+    sparse_vector: SparseVectorState
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    log_dir: str | None = None
+    next_batch: int = 0
+    last_hash: str = ""
+    noise_state: Any = None
+    totals: dict[str, int] = field(default_factory=lambda: {"answered": 0, "abstained": 0, "refused": 0})
+
+    @property
+    def private(self) -> bool:
+        return self.seed is None
+
+    def provenance(self) -> dict[str, Any]:
+        """The public description of this session, for the log's metadata."""
+        return {
+            "package": "pcqr",
+            "version": __version__,
+            "session_id": self.session_id,
+            "mechanism": "A_SubSamp (BTT18; Algorithms 5-6 of Nandi-Bassily)",
+            "parameters": self.params.to_dict(),
+            "epsilon": self.params.epsilon,
+            "delta": self.params.delta,
+            "cutoff": self.params.cutoff,
+            "subsamples": self.params.subsamples,
+            "threshold": self.params.threshold,
+            "learner": self.learner,
+            "features": self.features,
+            "private_rows": self.private_rows,
+            "seeded": not self.private,
+            "privacy": "private" if self.private else "NOT PRIVATE: seeded noise (--insecure-seed)",
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "session_id": self.session_id,
+            "params": self.params.to_dict(),
+            "learner": self.learner,
+            "features": self.features,
+            "private_uri": self.private_uri,
+            "private_rows": self.private_rows,
+            "seed": self.seed,
+            "sparse_vector": self.sparse_vector.to_dict(),
+            "log_dir": self.log_dir,
+            "next_batch": self.next_batch,
+            "last_hash": self.last_hash,
+            "noise_state": self.noise_state,
+            "totals": self.totals,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Session:
+        return cls(
+            params=SubSampParameters.from_dict(data["params"]),
+            learner=data["learner"],
+            features=list(data["features"]),
+            private_uri=data["private_uri"],
+            private_rows=int(data["private_rows"]),
+            seed=data["seed"],
+            sparse_vector=SparseVectorState.from_dict(data["sparse_vector"]),
+            session_id=data["session_id"],
+            log_dir=data["log_dir"],
+            next_batch=int(data["next_batch"]),
+            last_hash=data["last_hash"],
+            noise_state=data["noise_state"],
+            totals=dict(data["totals"]),
+        )
+
+
+def has_session(state_dir: str) -> bool:
+    return os.path.exists(os.path.join(state_dir, SESSION_FILE))
+
+
+def save_session(state_dir: str, session: Session) -> None:
+    write_atomic(os.path.join(state_dir, SESSION_FILE), json.dumps(session.to_dict(), indent=1).encode())
+
+
+def load_session(state_dir: str) -> Session:
+    path = os.path.join(state_dir, SESSION_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return Session.from_dict(json.load(handle))
+    except FileNotFoundError:
+        raise PcqrError(f"--state {state_dir}: no session here (run 'pcqr train' first, or pass --private)") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PcqrError(f"{path}: corrupt session file ({exc})") from None
+
+
+def save_models(state_dir: str, ensemble: Ensemble) -> None:
+    write_atomic(os.path.join(state_dir, MODELS_FILE), pickle.dumps(ensemble, protocol=5))
+
+
+def load_models(state_dir: str) -> Ensemble:
+    path = os.path.join(state_dir, MODELS_FILE)
+    try:
+        with open(path, "rb") as handle:
+            ensemble = pickle.load(handle)
+    except FileNotFoundError:
+        raise PcqrError(f"--state {state_dir}: no trained models ({MODELS_FILE} missing)") from None
+    if not isinstance(ensemble, Ensemble):
+        raise PcqrError(f"{path}: not a pcqr model file")
+    return ensemble
+
+
+def check_private_location(state_dir: str, public_dirs: list[str | None]) -> None:
+    """Refuse a state directory inside a public output directory, or the reverse."""
+    state = os.path.abspath(state_dir)
+    for public in public_dirs:
+        if public is None:
+            continue
+        out = os.path.abspath(public)
+        if os.path.commonpath([state, out]) in (state, out):
+            raise PcqrError(
+                f"--state {state_dir} and the public output {public} overlap: "
+                "the private models must not live under public output"
+            )
