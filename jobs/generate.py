@@ -1,0 +1,67 @@
+"""``pcqr generate``: write a synthetic private set, queries and their true labels.
+
+The logic lives in :mod:`pipeline.synthetic`; this module only parses options,
+opens the cluster, shows progress and prints the summary.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import click
+
+from jobs.common import cluster_option, emit_summary, json_option, note, progress_enabled
+from pipeline.cluster import open_client
+from pipeline.synthetic import (
+    CONCEPTS, DEFAULT_NOISE, DEFAULT_ROWS_PER_FILE, KINDS, check_out, make_spec, plan_parts,
+    write_dataset,
+)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[int], None]]:
+    """A click progress bar on stderr when it is a terminal, else a no-op."""
+    if not progress_enabled():
+        yield lambda _: None
+        return
+    with click.progressbar(length=total, label="writing files", file=sys.stderr) as bar:
+        yield bar.update
+
+
+@click.command("generate")
+@click.option("--kind", type=click.Choice(KINDS), default="realizable", show_default=True,
+              help="realizable: labels follow the hidden concept; agnostic: with label noise.")
+@click.option("--rows", type=int, default=200_000, show_default=True, help="Rows of private (training) data.")
+@click.option("--features", type=int, default=5, show_default=True, help="Feature columns x0..x{D-1}.")
+@click.option("--queries", type=int, default=10_000, show_default=True, help="Query rows (with their true labels).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the data and the hidden concept; same seed, same bytes.")
+@click.option("--noise", type=float, default=None,
+              help=f"Label-flip rate in [0, 0.5) (agnostic only; default {DEFAULT_NOISE}).")
+@click.option("--concept", "concept_kind", type=click.Choice(CONCEPTS), default="threshold",
+              show_default=True, help="threshold: 1 iff x0 > t; halfspace: 1 iff <w, x> > b.")
+@click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
+              help="Rows per parquet file (one Dask task each).")
+@click.option("--out", type=click.Path(file_okay=False), required=True,
+              help="Output directory: private/, queries/ and truth/ go under it.")
+@click.option("--overwrite", is_flag=True, help="Replace the files of an earlier run under --out.")
+@cluster_option
+@json_option
+def command(kind: str, rows: int, features: int, queries: int, seed: int, noise: float | None,
+            concept_kind: str, rows_per_file: int, out: str, overwrite: bool,
+            cluster: str | None, as_json: bool) -> None:
+    """Write synthetic classification data: DIR/private, DIR/queries, DIR/truth (parquet).
+
+    Features are i.i.d. standard normal; the hidden concept comes from --seed and
+    is recorded (public for synthetic data) under the key pcqr.concept of the
+    private files' parquet schema metadata.
+    """
+    spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file)
+    check_out(out, overwrite)
+    started = time.perf_counter()
+    with open_client(cluster, echo=note) as client, _progress(len(plan_parts(spec, out))) as done:
+        summary = write_dataset(spec, out, client, overwrite=overwrite, on_done=done)
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    emit_summary(summary, as_json)
