@@ -1,0 +1,51 @@
+"""Shared fixtures: small datasets written to tmp, and an in-process Dask cluster."""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client, LocalCluster
+
+# A false-failure rate fixed for every statistical test in the suite.
+P_FAIL = 1e-6
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[Client]:
+    """One small in-process cluster for tests that call pipeline functions directly."""
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        with Client(cluster) as c:
+            yield c
+
+
+@pytest.fixture
+def thread_cluster_yaml(tmp_path) -> str:
+    """A cluster.yaml for CLI tests: a local cluster of threads (fast to start)."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "pcqr:\n  cluster:\n    backend: local\n    local:\n      n-workers: 1\n"
+        "      threads-per-worker: 2\n      processes: false\n"
+    )
+    return str(path)
+
+
+def write_parquet(path: str, columns: dict[str, object], row_group_size: int | None = None) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
+    return path
+
+
+def threshold_data(rows: int, features: int = 3, seed: int = 0, noise: float = 0.0) -> dict[str, np.ndarray]:
+    """Labels 1 iff x0 > 0.1, optionally flipped with probability noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, features))
+    y = (X[:, 0] > 0.1).astype(np.int8)
+    if noise:
+        y ^= (rng.random(rows) < noise).astype(np.int8)
+    columns: dict[str, np.ndarray] = {f"x{j}": X[:, j] for j in range(features)}
+    columns["label"] = y
+    return columns

@@ -1,0 +1,77 @@
+"""Algorithm 5's parameters and the composition that certifies the session's (eps, delta)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline.errors import PcqrError
+from pipeline.privacy import SubSampParameters, sparse_vector_guarantee
+
+
+def test_paper_profile_formulas() -> None:
+    eps, delta, T, m, beta = 4.0, 1e-6, 50, 10_000, 0.05
+    p = SubSampParameters.paper(eps, delta, T, m, beta)
+    lam = math.sqrt(32 * T * math.log(2 / delta)) / eps
+    assert p.lam == pytest.approx(lam)
+    assert p.subsamples == math.ceil(34 * math.sqrt(2) * lam * math.log(4 * m * T / min(delta, beta / 2)))
+    assert p.threshold == pytest.approx(2 * lam * math.log(2 * m / delta))
+    assert (p.subsamples_source, p.threshold_source) == ("paper", "paper")
+    assert p.threshold_noise_scale == pytest.approx(2 * lam)  # Lap(lambda) on gap/2
+    assert p.query_noise_scale == pytest.approx(4 * lam)  # Lap(2 lambda) on gap/2
+
+
+def test_overrides_change_k_and_w_but_not_lambda() -> None:
+    a = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05)
+    b = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05, subsamples=2000, threshold=150)
+    assert b.lam == a.lam and b.guarantee() == a.guarantee()
+    assert (b.subsamples, b.threshold) == (2000, 150)
+    assert (b.subsamples_source, b.threshold_source) == ("override", "override")
+
+
+@pytest.mark.parametrize(
+    "eps,delta,T",
+    [(0.1, 1e-9, 1), (1.0, 1e-6, 50), (4.0, 1e-6, 50), (2.0, 1e-3, 1000), (0.5, 1e-5, 10_000), (8.0, 0.1, 1)],
+)
+def test_composed_guarantee_is_within_budget(eps: float, delta: float, T: int) -> None:
+    p = SubSampParameters.paper(eps, delta, T, 10**6, 0.05)
+    got_eps, got_delta = p.guarantee()
+    assert got_eps <= eps * (1 + 1e-12) and got_delta <= delta
+    # the advanced-composition term is exactly eps/2 with the paper's lambda
+    eps0 = 2 / p.lam
+    assert math.sqrt(2 * T * math.log(2 / delta)) * eps0 == pytest.approx(eps / 2)
+
+
+def test_composition_takes_the_better_bound() -> None:
+    eps, d = sparse_vector_guarantee(lam=10.0, cutoff=1, delta=1e-6)
+    assert (eps, d) == (pytest.approx(0.2), 0.0)  # basic: one instance of 2/lambda
+    eps, d = sparse_vector_guarantee(lam=1000.0, cutoff=10_000, delta=1e-6)
+    assert eps < 10_000 * 2 / 1000 and d == 5e-7  # advanced wins for many instances
+
+
+def test_parameters_the_proof_cannot_certify_are_refused() -> None:
+    with pytest.raises(PcqrError, match="--epsilon"):
+        SubSampParameters.paper(60.0, 0.5, 30, 100, 0.1)
+
+
+@pytest.mark.parametrize(
+    "kwargs,option",
+    [
+        ({"epsilon": 0.0}, "--epsilon"),
+        ({"epsilon": -1.0}, "--epsilon"),
+        ({"epsilon": float("nan")}, "--epsilon"),
+        ({"delta": 0.0}, "--delta"),
+        ({"delta": 1.0}, "--delta"),
+        ({"cutoff": 0}, "--cutoff"),
+        ({"queries_max": 0}, "--queries-max"),
+        ({"beta": 1.5}, "--beta"),
+        ({"subsamples": 0}, "--subsamples"),
+        ({"threshold": -1.0}, "--threshold"),
+    ],
+)
+def test_impossible_parameters_name_the_option(kwargs: dict, option: str) -> None:
+    args = {"epsilon": 1.0, "delta": 1e-6, "cutoff": 10, "queries_max": 100, "beta": 0.05}
+    overrides = {k: v for k, v in kwargs.items() if k in ("subsamples", "threshold")}
+    args.update({k: v for k, v in kwargs.items() if k not in overrides})
+    with pytest.raises(PcqrError, match=option):
+        SubSampParameters.paper(**args, **overrides)
