@@ -27,8 +27,8 @@ def thread_cluster_yaml(tmp_path) -> str:
     """A cluster.yaml for CLI tests: a local cluster of threads (fast to start)."""
     path = tmp_path / "cluster.yaml"
     path.write_text(
-        "pcqr:\n  cluster:\n    backend: local\n    local:\n      n-workers: 1\n"
-        "      threads-per-worker: 2\n      processes: false\n"
+        "pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
+        "    threads-per-worker: 2\n    processes: false\n"
     )
     return str(path)
 
