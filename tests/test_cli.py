@@ -1,0 +1,189 @@
+"""The pcqr command: bad input is one line and a non-zero exit, with no log and no budget spent;
+train + answer continue one session; a YAML spec runs the same job."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.cli import main
+from pipeline.log import PROVENANCE_KEY
+from tests.conftest import threshold_data, write_parquet
+
+PARAMS = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "20", "--queries-max", "100000",
+          "--subsamples", "50", "--threshold", "10"]
+
+
+@pytest.fixture
+def data(tmp_path):
+    """Private rows (threshold on x0), 2000 queries with ids, and their truth."""
+    private = threshold_data(20_000, seed=1)
+    write_parquet(str(tmp_path / "private/part-0.parquet"), private, row_group_size=5000)
+    q = threshold_data(2000, seed=2)
+    queries = {"query_id": np.arange(2000), **{k: v for k, v in q.items() if k != "label"}}
+    write_parquet(str(tmp_path / "queries/part-0.parquet"), queries, row_group_size=700)
+    write_parquet(str(tmp_path / "truth/part-0.parquet"), {"query_id": np.arange(2000), "label": q["label"]})
+    return tmp_path
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def answer_args(data, cluster: str, *extra: str) -> list[str]:
+    return ["answer", "--private", str(data / "private"), "--queries", str(data / "queries"),
+            "--state", str(data / "state"), "--log", str(data / "log"), "--cluster", cluster,
+            "--json", *PARAMS, *extra]
+
+
+def assert_refused_cleanly(code: int, err: str, data, *needles: str) -> None:
+    assert code != 0
+    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    assert len(lines) == 1 and lines[0].startswith("pcqr: error: "), err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert not (data / "log").exists() or os.listdir(data / "log") == []
+    assert not (data / "state" / "session.json").exists()  # no session: no budget spent
+
+
+def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_yaml) -> None:
+    code, out, err = run(capsys, *answer_args(data, thread_cluster_yaml, "--truth", str(data / "truth"),
+                                             "--batch-size", "1000"))
+    assert code == 0, err
+    first = last_json(out)
+    for key in ("answered", "abstained", "refused", "budget_used", "cutoff", "epsilon", "delta",
+                "subsamples", "threshold", "accuracy"):
+        assert key in first
+    assert first["answered"] + first["abstained"] + first["refused"] == 2000
+    assert first["subsamples"] == 50 and first["threshold"] == 10 and first["privacy"] == "private"
+    assert first["accuracy"] > 0.95
+    assert len(os.listdir(data / "log")) == 3  # three row groups of <= 700 queries, batch size 1000
+    # continue: same state, no training, the log grows and the budget carries over
+    code, out, err = run(capsys, "answer", "--state", str(data / "state"), "--queries",
+                         str(data / "queries"), "--cluster", thread_cluster_yaml, "--json")
+    assert code == 0, err
+    second = last_json(out)
+    assert second["budget_used"] >= first["budget_used"]
+    assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
+    files = sorted(os.listdir(data / "log"))
+    assert len(files) == 4  # one more batch: the default batch size holds all 2000
+    log = pq.read_table(str(data / "log"))
+    assert log.num_rows == 4000 and set(log.column("status").to_pylist()) <= {"answered", "abstained", "refused"}
+    assert not any(name.endswith(".pkl") for name in os.listdir(data / "log"))
+
+
+def test_train_then_answer_and_seeded_runs(data, capsys, thread_cluster_yaml) -> None:
+    seeded = ["--seed", "3", "--insecure-seed"]
+    code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state",
+                         str(data / "st"), "--cluster", thread_cluster_yaml, "--json", *PARAMS, *seeded)
+    assert code == 0, err
+    assert last_json(out)["models"] == 50 and last_json(out)["privacy"].startswith("NOT PRIVATE")
+    code, out, err = run(capsys, "answer", "--state", str(data / "st"), "--queries", str(data / "queries"),
+                         "--log", str(data / "log1"), "--cluster", thread_cluster_yaml, "--json")
+    assert code == 0, err
+    provenance = json.loads(pq.read_schema(str(data / "log1" / "batch-00000000.parquet")).metadata[PROVENANCE_KEY])
+    assert provenance["seeded"] is True and "NOT PRIVATE" in provenance["privacy"]
+    # the one-shot form with the same seed gives the same answers
+    code, out, err = run(capsys, "answer", "--private", str(data / "private"), "--state", str(data / "st2"),
+                         "--queries", str(data / "queries"), "--log", str(data / "log2"),
+                         "--cluster", thread_cluster_yaml, *PARAMS, *seeded)
+    assert code == 0, err
+    a = pq.read_table(str(data / "log1")).column("answer").to_pylist()
+    b = pq.read_table(str(data / "log2")).column("answer").to_pylist()
+    assert a == b
+
+
+def test_spec_runs_the_same_job(data, capsys, thread_cluster_yaml, tmp_path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        f"job: answer\nprivate: {data / 'private'}\nqueries: {data / 'queries'}\nstate: {data / 'state'}\n"
+        f"log: {data / 'log'}\nepsilon: 4\ndelta: 1.0e-6\ncutoff: 20\nqueries_max: 100000\n"
+        f"subsamples: 50\nthreshold: 10\ncluster: {thread_cluster_yaml}\n"
+    )
+    code, out, err = run(capsys, "run", str(spec), "--json")
+    assert code == 0, err
+    assert last_json(out)["answered"] > 0
+    spec.write_text("job: answer\nno_such_option: 1\n")
+    code, out, err = run(capsys, "run", str(spec))
+    assert code != 0 and "unknown key 'no_such_option'" in err
+    spec.write_text("job: fly\n")
+    code, out, err = run(capsys, "run", str(spec))
+    assert code != 0 and "key 'job' must be one of" in err
+
+
+def test_example_spec_is_valid() -> None:
+    from jobs.answer import command
+    from jobs.run import load_spec, spec_arguments
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = load_spec(os.path.join(here, "jobs", "examples", "answer.yaml"))
+    assert spec.pop("job") == "answer"
+    assert "--epsilon" in spec_arguments(spec, command, "answer.yaml")
+
+
+def _rewrite(data, name: str, columns: dict) -> None:
+    path = data / name / "part-0.parquet"
+    os.remove(path)
+    write_parquet(str(path), columns)
+
+
+@pytest.mark.parametrize(
+    "case,needles",
+    [
+        ("missing_label", ["part-0.parquet", "no column 'label'"]),
+        ("label_2", ["part-0.parquet", "label column 'label' has values outside"]),
+        ("nan_feature", ["part-0.parquet", "feature column 'x1'", "NaN"]),
+        ("inf_feature", ["part-0.parquet", "feature column 'x0'", "infinite"]),
+        ("empty", ["no rows"]),
+        ("query_columns", ["query columns do not match", "x2"]),
+        ("nan_query", ["queries", "feature column 'x0'"]),
+        ("epsilon_zero", ["--epsilon"]),
+        ("epsilon_negative", ["--epsilon"]),
+        ("delta_one", ["--delta"]),
+        ("k_too_large", ["--subsamples", "needs at least 50000 private rows"]),
+        ("unknown_backend", ["pcqr.cluster.backend", "unknown backend"]),
+        ("seed_without_flag", ["--insecure-seed"]),
+    ],
+)
+def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys, thread_cluster_yaml, tmp_path) -> None:
+    cluster, extra = thread_cluster_yaml, []
+    private = threshold_data(20_000, seed=1)
+    if case == "missing_label":
+        private.pop("label")
+        _rewrite(data, "private", private)
+    elif case == "label_2":
+        private["label"][17] = 2
+        _rewrite(data, "private", private)
+    elif case in ("nan_feature", "inf_feature"):
+        private["x1" if case == "nan_feature" else "x0"][5] = np.nan if case == "nan_feature" else np.inf
+        _rewrite(data, "private", private)
+    elif case == "empty":
+        _rewrite(data, "private", threshold_data(0))
+    elif case == "query_columns":
+        _rewrite(data, "queries", {"query_id": np.arange(3), "x0": np.zeros(3), "x1": np.zeros(3)})
+    elif case == "nan_query":
+        q = {"query_id": np.arange(3), "x0": np.array([0.0, np.nan, 1.0]), "x1": np.zeros(3), "x2": np.zeros(3)}
+        _rewrite(data, "queries", q)
+    elif case == "unknown_backend":
+        cluster = str(tmp_path / "bad-cluster.yaml")
+        with open(cluster, "w") as handle:
+            handle.write("pcqr:\n  cluster:\n    backend: moon\n")
+    args = answer_args(data, cluster)
+    replace = {"epsilon_zero": ("--epsilon", "0"), "epsilon_negative": ("--epsilon", "-1"),
+               "delta_one": ("--delta", "1"), "k_too_large": ("--subsamples", "50000")}
+    if case in replace:
+        option, value = replace[case]
+        args[args.index(option, args.index("--json")) + 1] = value
+    if case == "seed_without_flag":
+        extra = ["--seed", "1"]
+    code, out, err = run(capsys, *args, *extra)
+    assert_refused_cleanly(code, err, data, *needles)
