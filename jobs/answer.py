@@ -44,19 +44,21 @@ def open_queries(uri: str, session_features: list[str], id_column: str) -> Datas
     return open_dataset(uri, "queries", features=session_features, id_column=id_column if has_ids else None)
 
 
-def check_log_dir(log_dir: str | None, session: Session) -> str:
-    """The log directory this run appends to; it must continue this session's log."""
+def check_log_dir(log_dir: str | None, session: Session | None) -> str:
+    """The log directory this run appends to: a new session's must be empty, an old one's its own."""
+    stored = session.log_dir if session is not None else None
+    written = session.next_batch if session is not None else 0
     if log_dir is None:
-        if session.log_dir is None:
+        if stored is None:
             raise PcqrError("--log is required: the public directory for the answered-query log")
-        return session.log_dir
-    if session.log_dir is not None and os.path.abspath(log_dir) != os.path.abspath(session.log_dir):
-        raise PcqrError(f"--log {log_dir}: this session writes its log to {session.log_dir}")
+        return stored
+    if stored is not None and os.path.abspath(log_dir) != os.path.abspath(stored):
+        raise PcqrError(f"--log {log_dir}: this session writes its log to {stored}")
     existing = batch_files(log_dir)
-    if len(existing) != session.next_batch:
+    if len(existing) != written:
         raise PcqrError(
             f"--log {log_dir}: holds {len(existing)} batch files but the session has written "
-            f"{session.next_batch}; use an empty directory for a new session"
+            f"{written}; use an empty directory for a new session"
         )
     return log_dir
 
@@ -84,6 +86,9 @@ def command(**options: Any) -> None:
         raise PcqrError(f"--state {state}: no session here (run 'pcqr train' first, or pass --private)")
     plan = plan_training(options) if new_session else None
     session = None if new_session else load_session(state)
+    if session is not None and options["private"] is not None:
+        note(f"continuing the session in {state}: --private and the training options are not used")
+    log_dir = check_log_dir(options["log_dir"], session)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     queries = open_queries(options["queries"], features, options["id_column"])
     truth = load_truth(options["truth"]) if options["truth"] else None
@@ -96,7 +101,6 @@ def command(**options: Any) -> None:
             assert session is not None
             ensemble = load_models(state)
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
-        log_dir = check_log_dir(options["log_dir"], session)
         validate_queries(client, queries, queries.parts(options["batch_size"]))
         if plan is not None:
             save_models(state, ensemble)
