@@ -48,29 +48,44 @@ class NoiseSource(Protocol):
 
 
 class SecureNoise:
-    """Cryptographically secure noise: OpenDP for discrete Laplace, os.urandom for words."""
+    """Cryptographically secure noise: OpenDP for discrete Laplace, os.urandom for words.
+
+    Discrete Laplace values are drawn from OpenDP in vectors of ``POOL`` and
+    handed out one by one (an OpenDP call costs ~50 us, a pooled draw ~6 us).
+    Drawing ahead is sound: the draws are independent of the data and of each
+    other; the pool lives only in this process's memory, and draws lost with
+    the process are simply never used.
+    """
 
     private = True
+    POOL = 256
 
     def __init__(self) -> None:
         self._samplers: dict[float, Any] = {}
+        self._pools: dict[float, list[int]] = {}
 
     def uniform_words(self, size: int) -> np.ndarray:
         return np.frombuffer(os.urandom(4 * size), dtype=np.uint32)
 
     def discrete_laplace(self, scale: float) -> int:
+        pool = self._pools.setdefault(scale, [])
+        if not pool:
+            pool.extend(int(z) for z in self._sampler(scale)([0] * self.POOL))
+        return pool.pop()
+
+    def _sampler(self, scale: float) -> Any:
         sampler = self._samplers.get(scale)
         if sampler is None:
             import opendp.prelude as dp
 
             dp.enable_features("contrib")
             # On an integer domain OpenDP's Laplace mechanism adds exact discrete
-            # Laplace noise: P(z) proportional to exp(-|z| / scale).
+            # Laplace noise, P(z) proportional to exp(-|z| / scale), to each entry.
             sampler = dp.m.make_laplace(
-                dp.atom_domain(T=int), dp.absolute_distance(T=int), scale=float(scale)
+                dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=float(scale)
             )
             self._samplers[scale] = sampler
-        return int(sampler(0))
+        return sampler
 
     def generator_seed(self) -> int:
         return secrets.randbits(128)

@@ -60,6 +60,12 @@ def vote_batch(
     return table, ensemble.count_ones(X)
 
 
+def refused_batch(part: Part, features: Sequence[str], id_column: str | None) -> tuple[pa.Table, np.ndarray]:
+    """Worker: a query batch of a halted session: no votes are needed, every query is refused."""
+    table = query_table(part, features, id_column)
+    return table, np.zeros(table.num_rows, dtype=np.int32)
+
+
 @dataclass
 class ReleaseCounts:
     answered: int = 0
@@ -109,7 +115,11 @@ def release_answers(
     id_column = queries.id_column or QUERY_ID
 
     def submit(i: int) -> None:
-        pending.append(client.submit(vote_batch, parts[i], queries.features, queries.id_column, shared, pure=False))
+        if coordinator.halted:  # refused whatever the votes: do not compute them
+            task = client.submit(refused_batch, parts[i], queries.features, queries.id_column, pure=False)
+        else:
+            task = client.submit(vote_batch, parts[i], queries.features, queries.id_column, shared, pure=False)
+        pending.append(task)
 
     for i in range(min(window, len(parts))):
         submit(i)

@@ -50,7 +50,7 @@ ANSWERED, ABSTAINED, REFUSED = 0, 1, 2
 STATUS_NAMES = ("answered", "abstained", "refused")
 
 _FIRST_STRETCH = 65536
-_MIN_STRETCH = 1024
+_MIN_STRETCH = 64
 
 
 @dataclass
