@@ -146,6 +146,7 @@ def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
 
 _WORDS = 4  # probabilities are held as 128-bit fixed point, four 32-bit words
 _SCALE_BITS = 32 * _WORDS
+_DECIMAL_DIGITS = 60  # about 200 bits
 
 
 class DiscreteLaplaceTail:
@@ -157,11 +158,13 @@ class DiscreteLaplaceTail:
         P(Z >= a) = q^a / (1 + q)              for a >= 1
         P(Z >= a) = 1 - q^(1-a) / (1 + q)      for a <= 0
 
-    These are computed once per scale in 200-bit decimal arithmetic and stored
-    as 128-bit fixed-point numbers ``F(a) = floor(P(Z >= a) * 2^128)``. A draw
-    compares a uniform 128-bit number U with F(a) lazily, 32 bits at a time
-    (a second word is drawn only when the first words tie, with probability
-    2^-32), and returns ``U < F(a)``.
+    These are computed in 200-bit decimal arithmetic (each entry on its own, so
+    no error accumulates) and kept as 128-bit fixed-point numbers
+    ``F(a) = floor(P(Z >= a) * 2^128)``, lazily: only for the window of ``a``
+    values the draws have needed so far (the coordinator needs about k + 1 of
+    them per threshold). A draw compares a uniform 128-bit number U with F(a)
+    lazily, 32 bits at a time (a second word is drawn only when the first
+    words tie, with probability 2^-32), and returns ``U < F(a)``.
 
     Error bound: each returned bit is 1 with probability exactly F(a) / 2^128,
     which differs from the true tail P(Z >= a) by at most 2^-128 + 10^-50 <
@@ -169,7 +172,7 @@ class DiscreteLaplaceTail:
     m * 3e-39 of exact discrete-Laplace noise, which adds at most
     (1 + e^eps) * m * 3e-39 to delta (stated in docs/privacy.md).
 
-    Beyond |a| >= J (where q^J / (1 + q) < 2^-130) the table saturates at 0 and
+    Beyond |a| > J (where q^J / (1 + q) < 2^-130) the values saturate at 0 and
     1 - 2^-128, within the same bound.
     """
 
@@ -177,50 +180,72 @@ class DiscreteLaplaceTail:
         if not scale > 0:
             raise ValueError(f"scale must be positive, got {scale}")
         self.scale = float(scale)
-        self.span, self._words = self._table(self.scale)
-
-    @staticmethod
-    def _table(scale: float) -> tuple[int, list[np.ndarray]]:
         with localcontext() as ctx:
-            ctx.prec = 60
-            q = (Decimal(-1) / Decimal(repr(scale))).exp()
-            one_plus_q = 1 + q
-            cutoff = Decimal(2) ** -(_SCALE_BITS + 2)
-            tails = []  # tails[j-1] = q^j / (1+q), j = 1..J
-            r = q / one_plus_q
-            while r >= cutoff:
-                tails.append(r)
-                r *= q
-            span = len(tails) + 1
-            top = 2**_SCALE_BITS - 1
-            full = Decimal(2) ** _SCALE_BITS
-            # index i <-> a = i - span, a in [-span, span]
-            fixed = []
-            for a in range(-span, span + 1):
-                if a >= 1:
-                    p = tails[a - 1] if a <= len(tails) else Decimal(0)
-                else:
-                    p = 1 - (tails[-a] if -a < len(tails) else Decimal(0))
-                fixed.append(min(int(p * full), top))
-        words = [
-            np.array([(f >> (32 * (_WORDS - 1 - w))) & 0xFFFFFFFF for f in fixed], dtype=np.uint32)
-            for w in range(_WORDS)
-        ]
-        return span, words
+            ctx.prec = _DECIMAL_DIGITS
+            self._q = (Decimal(-1) / Decimal(repr(self.scale))).exp()
+        # q^J / (1 + q) <= q^J = exp(-J / scale) < 2^-(bits + 2)
+        self.span = math.ceil(self.scale * (_SCALE_BITS + 2) * math.log(2)) + 1
+        self._lo = 0  # the window holds F(a) for a in [_lo, _lo + len)
+        self._words = [np.zeros(0, dtype=np.uint32) for _ in range(_WORDS)]
+
+    def _fixed(self, a: int) -> int:
+        """F(a) = floor(P(Z >= a) * 2^128), saturated."""
+        top = 2**_SCALE_BITS - 1
+        if a > self.span:
+            return 0
+        if a < -self.span:
+            return top
+        with localcontext() as ctx:
+            ctx.prec = _DECIMAL_DIGITS
+            if a >= 1:
+                p = self._q**a / (1 + self._q)
+            else:
+                p = 1 - self._q ** (1 - a) / (1 + self._q)
+            return min(int(p * (Decimal(2) ** _SCALE_BITS)), top)
+
+    def _entries(self, lo: int, hi: int) -> list[np.ndarray]:
+        fixed = [self._fixed(a) for a in range(lo, hi)]
+        shifts = [32 * (_WORDS - 1 - w) for w in range(_WORDS)]
+        return [np.array([(f >> s) & 0xFFFFFFFF for f in fixed], dtype=np.uint32) for s in shifts]
+
+    def _ensure(self, lo: int, hi: int) -> None:
+        """Extend the window to cover a in [lo, hi]."""
+        size = self._words[0].size
+        if size == 0:
+            self._lo, self._words = lo, self._entries(lo, hi + 1)
+            return
+        end = self._lo + size
+        if lo < self._lo:
+            before = self._entries(lo, self._lo)
+            self._words = [np.concatenate((b, w)) for b, w in zip(before, self._words)]
+            self._lo = lo
+        if hi >= end:
+            after = self._entries(end, hi + 1)
+            self._words = [np.concatenate((w, x)) for w, x in zip(self._words, after)]
+
+    def words(self, a: int) -> list[int]:
+        """The four 32-bit words of F(a), most significant first."""
+        a = min(max(a, -self.span - 1), self.span + 1)  # saturated beyond
+        self._ensure(a, a)
+        return [int(w[a - self._lo]) for w in self._words]
 
     def probability(self, a: int) -> float:
         """The stored P(Z >= a) as a float (for tests and reports)."""
-        i = int(np.clip(a + self.span, 0, 2 * self.span))
         value = 0
-        for w in range(_WORDS):
-            value = (value << 32) | int(self._words[w][i])
+        for word in self.words(a):
+            value = (value << 32) | word
         return value / 2.0**_SCALE_BITS
 
     def draw_at_least(self, a: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Independent bits ``Z_i >= a_i`` for each integer a_i (bool array)."""
-        index = np.asarray(a, dtype=np.int64) + self.span
-        np.maximum(index, 0, out=index)
-        np.minimum(index, 2 * self.span, out=index)
+        a = np.asarray(a, dtype=np.int64)
+        if a.size == 0:
+            return np.zeros(0, dtype=bool)
+        edge = self.span + 1  # values are saturated beyond +-edge
+        lo = min(max(int(a.min()), -edge), edge)
+        hi = min(max(int(a.max()), -edge), edge)
+        self._ensure(lo, hi)
+        index = np.clip(a, lo, hi) - self._lo
         u = noise.uniform_words(index.shape[0])
         p = self._words[0][index]
         result = u < p

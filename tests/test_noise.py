@@ -96,8 +96,7 @@ class _ScriptedWords:
 
 def test_lazy_comparison_breaks_ties_with_later_words() -> None:
     tail = DiscreteLaplaceTail(3.0)
-    index = 2 + tail.span
-    words = [int(w[index]) for w in tail._words]
+    words = tail.words(2)
     a = np.array([2, 2, 2, 2])
     below, tie, above = words[0] - 1, words[0], min(words[0] + 1, 2**32 - 1)
     source = _ScriptedWords([
