@@ -123,12 +123,9 @@ def release_answers(
 
     for i in range(min(window, len(parts))):
         submit(i)
-    for i in range(len(parts)):
-        table, ones = pending.pop(0).result()
-        if i + window < len(parts):
-            submit(i + window)
+    def release(table: pa.Table, ones: np.ndarray) -> None:
+        """One log batch: test, save the private state, then append the public file."""
         status, label = coordinator.process(ones, ensemble.size)
-        del ones
         log = batch_table(
             table, id_column, list(queries.features), status, label, session.next_batch, fallback_label
         )
@@ -144,6 +141,14 @@ def release_answers(
             counts.evaluated += int(np.count_nonzero(answered))
         if on_batch is not None:
             on_batch(len(status))
+
+    for i in range(len(parts)):
+        table, ones = pending.pop(0).result()
+        if i + window < len(parts):
+            submit(i + window)
+        # a task reads whole row groups; log batches are --batch-size queries
+        for start in range(0, table.num_rows, batch_rows):
+            release(table.slice(start, batch_rows), ones[start : start + batch_rows])
     counts.halted = coordinator.halted
     return counts
 

@@ -57,7 +57,7 @@ def assert_refused_cleanly(code: int, err: str, data, *needles: str) -> None:
 
 def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_yaml) -> None:
     code, out, err = run(capsys, *answer_args(data, thread_cluster_yaml, "--truth", str(data / "truth"),
-                                             "--batch-size", "1000"))
+                                             "--batch-size", "300"))
     assert code == 0, err
     first = last_json(out)
     for key in ("answered", "abstained", "refused", "budget_used", "cutoff", "epsilon", "delta",
@@ -66,7 +66,9 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert first["answered"] + first["abstained"] + first["refused"] == 2000
     assert first["subsamples"] == 50 and first["threshold"] == 10 and first["privacy"] == "private"
     assert first["accuracy"] > 0.95
-    assert len(os.listdir(data / "log")) == 3  # three row groups of <= 700 queries, batch size 1000
+    # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
+    sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
+    assert sizes == [300, 300, 100, 300, 300, 100, 300, 300]
     # continue: same state, no training, the log grows and the budget carries over
     code, out, err = run(capsys, "answer", "--state", str(data / "state"), "--queries",
                          str(data / "queries"), "--cluster", thread_cluster_yaml, "--json")
@@ -75,7 +77,7 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert second["budget_used"] >= first["budget_used"]
     assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
     files = sorted(os.listdir(data / "log"))
-    assert len(files) == 4  # one more batch: the default batch size holds all 2000
+    assert len(files) == 9  # one more batch: the default batch size holds all 2000
     log = pq.read_table(str(data / "log"))
     assert log.num_rows == 4000 and set(log.column("status").to_pylist()) <= {"answered", "abstained", "refused"}
     assert not any(name.endswith(".pkl") for name in os.listdir(data / "log"))
