@@ -13,7 +13,7 @@ How it runs on the cluster, without the driver touching a row:
    its rows go to each subsample (sequential multivariate hypergeometric
    draws: together exactly a uniformly random equal-size assignment).
 2. One task per part reads its rows, checks the values, shuffles its
-   assignment, and splits its rows into B blocks of consecutive subsamples.
+   assignment, and splits its rows into B blocks of consecutive subsamples (B = worker threads).
 3. One task per block gathers its pieces from every part and trains the
    models of its subsamples.
 """
@@ -107,7 +107,7 @@ def train_models(
     seeds = np.random.SeedSequence(seed).spawn(len(parts) + 1)
     counts = assignment_counts([p.rows for p in parts], k, np.random.default_rng(seeds[-1]))
     threads = max(1, sum(client.nthreads().values()))
-    blocks = min(k, 4 * threads)
+    blocks = min(k, threads)  # one training task per worker thread: fewest transfers
     block_edges = np.linspace(0, k, blocks + 1).round().astype(np.int64)
     splits = [
         client.submit(

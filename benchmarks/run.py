@@ -1,0 +1,746 @@
+#!/usr/bin/env python
+"""pcqr benchmarks: measure, write the figures as JSON, print a short table.
+
+    python benchmarks/run.py [--only NAME ...] [--quick] --out benchmarks/results.json
+
+Benchmarks (see benchmarks/README.md for what each figure means):
+
+* ``coordinator``       the SparseVector coordinator alone, on one core
+* ``end_to_end``        ``pcqr answer`` Parquet -> Parquet log on a local 2-worker cluster
+* ``training_speedup``  train_models with 1 and with 2 workers
+* ``driver_memory``     peak RSS of the ``pcqr answer`` driver for two query counts
+
+Nothing here asserts a speed: every figure is measured and written, next to
+the aim it is compared with. Each benchmark works in its own temporary
+directory under /tmp (removed at the end, also on failure) and closes every
+Dask cluster it starts (the ``pcqr`` subprocesses close their own).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ("coordinator", "end_to_end", "training_speedup", "driver_memory")
+CLUSTER_YAML = "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worker: 1}}\n"
+SUBPROCESS_TIMEOUT = 3600
+
+# Runs one `pcqr ...` command in a fresh Python process (the same entry point as the
+# `pcqr` script: jobs.cli.main), times pieces of it by wrapping functions at run time
+# (no project file is changed), and writes, after the command returns, its own peak
+# RSS (RUSAGE_SELF: this process only) and the largest peak RSS among its terminated,
+# waited-for descendants (RUSAGE_CHILDREN: the Dask worker processes) to a JSON file.
+CHILD_CODE = r"""
+import json, resource, sys, time
+out, argv = sys.argv[1], sys.argv[2:]
+timings, inside = {}, []
+
+def timed(owner, name, key, only_inside=False):
+    original = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        if only_inside and not inside:
+            return original(*args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            entry = timings.setdefault(key, {"seconds": 0.0, "calls": 0})
+            entry["seconds"] += time.perf_counter() - started
+            entry["calls"] += 1
+    setattr(owner, name, wrapper)
+
+import distributed
+import jobs.answer
+import pipeline.noise as noise
+import pipeline.query_release as qr
+import pipeline.sparse_vector as sv
+release = jobs.answer.release_answers
+def release_answers(*args, **kwargs):
+    inside.append(True)
+    try:
+        return release(*args, **kwargs)
+    finally:
+        inside.pop()
+jobs.answer.release_answers = release_answers
+timed(jobs.answer, "release_answers", "release_answers")
+timed(jobs.answer, "validate_queries", "validate_queries")
+timed(jobs.answer, "load_models", "load_models")
+def vmhwm_kb():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return None
+marks = {}
+process = sv.SparseVector.process
+def process_marking(self, *args, **kwargs):
+    if "before_loop_kb" not in marks:  # first batch: the coordinator and its tables exist
+        marks["before_loop_kb"] = max(vmhwm_kb() or 0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        try:  # reset this process's peak-RSS mark (Linux >= 4.0): from here on, the loop's peak
+            with open("/proc/self/clear_refs", "w") as refs:
+                refs.write("5")
+            marks["reset"] = True
+        except OSError:
+            marks["reset"] = False
+    return process(self, *args, **kwargs)
+sv.SparseVector.process = process_marking
+timed(sv.SparseVector, "process", "coordinator")
+timed(noise.DiscreteLaplaceTail, "__init__", "tail_table_build")
+timed(distributed.Future, "result", "wait_for_votes", only_inside=True)
+timed(distributed.Client, "scatter", "scatter_models", only_inside=True)
+for name in ("batch_table", "encode_batch", "append_batch", "save_session"):
+    timed(qr, name, name)
+from jobs.cli import main
+started = time.perf_counter()
+rc = main(argv)
+seconds = time.perf_counter() - started
+# VmHWM, not ru_maxrss, for the loop: the kernel also folds the peak into ru_maxrss
+# whenever a thread exits, and clear_refs does not reset that copy.
+loop_kb = vmhwm_kb() if marks.get("reset") else None
+report = {
+    "rc": rc,
+    "peak_before_loop_kb": marks.get("before_loop_kb"),
+    "peak_during_loop_kb": loop_kb,
+    "main_seconds": seconds,
+    "timings": timings,
+    "maxrss_self_kb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, loop_kb or 0,
+                          marks.get("before_loop_kb") or 0),
+    "maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+}
+with open(out, "w") as handle:
+    json.dump(report, handle)
+sys.exit(rc)
+"""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def temp_dir(name: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"pcqr-bench-{name}-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_cluster_yaml(work: Path) -> Path:
+    path = work / "cluster.yaml"
+    path.write_text(CLUSTER_YAML, encoding="utf-8")
+    return path
+
+
+def run_command(argv: list[str], work: Path, label: str) -> tuple[float, str]:
+    """Run a command in ``work`` (stdout/stderr to files); returns (wall seconds, stdout)."""
+    out, err = work / f"{label}.stdout", work / f"{label}.stderr"
+    started = time.perf_counter()
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(argv, cwd=work, stdout=o, stderr=e)
+        try:
+            rc = proc.wait(timeout=SUBPROCESS_TIMEOUT)
+        except BaseException:
+            proc.terminate()  # the child's own cluster shuts down with it
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    seconds = time.perf_counter() - started
+    if rc != 0:
+        tail = err.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{label}: {' '.join(argv)} exited {rc}:\n{tail}")
+    return seconds, out.read_text(errors="replace")
+
+
+def last_json(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON summary in output: {stdout[-500:]}")
+
+
+def pcqr(work: Path, label: str, *args: str) -> tuple[float, dict[str, Any]]:
+    """``pcqr ARGS --json`` as a subprocess; (wall seconds, its JSON summary)."""
+    seconds, stdout = run_command([sys.executable, "-m", "jobs.cli", *args, "--json"], work, label)
+    return seconds, last_json(stdout)
+
+
+def pcqr_instrumented(work: Path, label: str, *args: str) -> tuple[float, dict[str, Any], dict[str, Any]]:
+    """Like :func:`pcqr` but through CHILD_CODE: also in-process timings and peak RSS."""
+    report_file = work / f"{label}.report.json"
+    argv = [sys.executable, "-c", CHILD_CODE, str(report_file), *args, "--json"]
+    seconds, stdout = run_command(argv, work, label)
+    return seconds, last_json(stdout), json.loads(report_file.read_text())
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def rate(count: float, seconds: float) -> float | None:
+    return count / seconds if seconds > 0 else None
+
+
+def machine_info() -> dict[str, Any]:
+    import dask
+    import distributed
+    import numpy
+    import pyarrow
+    import sklearn
+
+    try:
+        import opendp
+
+        opendp_version = getattr(opendp, "__version__", None)
+        if opendp_version is None:
+            from importlib.metadata import version
+
+            opendp_version = version("opendp")
+    except Exception:  # pragma: no cover - informational only
+        opendp_version = None
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_total = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_total = round(int(line.split()[1]) / 1024)
+    except OSError:
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model,
+        "memory_mb": mem_total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "pyarrow": pyarrow.__version__,
+        "scikit_learn": sklearn.__version__,
+        "opendp": opendp_version,
+    }
+
+
+@contextmanager
+def one_core() -> Iterator[int | None]:
+    """Pin this process to one CPU for the block (restored afterwards)."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+# --------------------------------------------------------------------------- 1. coordinator
+
+
+def vote_counts(n: int, k: int, threshold: float, near_fraction: float, seed: int) -> "Any":
+    """Realistic ct(1): mostly near-unanimous, a few percent with gap near the threshold.
+
+    Stable queries (1 - near_fraction): ones ~ Binomial(k, 0.03) or k - that (either
+    label, 50/50), so gap = |2 ones - k| is about 0.88 k, far above 2w. Near
+    queries: gap uniform on [0, 4w] (the noisy threshold is 2w + noise in gap units).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    minority = rng.binomial(k, 0.03, size=n)
+    ones = np.where(rng.random(n) < 0.5, minority, k - minority)
+    near = rng.random(n) < near_fraction
+    gaps = rng.integers(0, int(4 * threshold) + 1, size=int(near.sum()))
+    signs = np.where(rng.random(gaps.size) < 0.5, -1, 1)
+    ones[near] = np.clip((k + signs * gaps) // 2, 0, k)
+    return ones.astype(np.int32)
+
+
+def _coordinator_regime(params: Any, ones: Any, k: int, batch_sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Time SparseVector.process over ``ones`` in each batch size (secure noise)."""
+    import numpy as np
+
+    from pipeline.noise import SecureNoise
+    from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+
+    total, out = int(ones.size), {}
+    for batch in batch_sizes:
+        log(f"coordinator: {total:,} queries in batches of {batch:,} (T={params.cutoff})")
+        coordinator = SparseVector(params, SecureNoise())
+        counts = np.zeros(3, dtype=np.int64)
+        elapsed, halt_seconds, halt_seen = 0.0, None, None
+        for start in range(0, total, batch):
+            chunk = ones[start : start + batch]
+            t0 = time.perf_counter()
+            status, _ = coordinator.process(chunk, k)
+            elapsed += time.perf_counter() - t0
+            counts += np.bincount(status, minlength=3)
+            if coordinator.halted and halt_seconds is None:
+                halt_seconds, halt_seen = elapsed, coordinator.state.queries_seen
+        tested = coordinator.state.queries_seen
+        tested_seconds = halt_seconds if halt_seconds is not None else elapsed
+        out[str(batch)] = {
+            "seconds": elapsed,
+            "queries_per_second": rate(total, elapsed),
+            "tested_queries": int(tested),
+            "tested_queries_per_second": rate(tested, tested_seconds),
+            "fraction_answered": float(counts[ANSWERED] / total),
+            "fraction_abstained": float(counts[ABSTAINED] / total),
+            "fraction_refused": float(counts[REFUSED] / total),
+            "abstentions": int(counts[ABSTAINED]),
+            "halted": bool(coordinator.halted),
+            "halted_after_queries": int(halt_seen) if halt_seen is not None else None,
+            "microseconds_per_abstention": (tested_seconds / counts[ABSTAINED] * 1e6)
+            if counts[ABSTAINED] else None,
+        }
+    return out
+
+
+def bench_coordinator(quick: bool) -> dict[str, Any]:
+    """Two regimes: the paper's (k and w of Algorithm 5, T = 50: abstentions are rare, which is
+    what the sparse vector is for), and an abstention-heavy one (T = 10^6 makes lambda so large
+    that a third of the queries abstain whatever the votes)."""
+    import numpy as np
+
+    from pipeline import sparse_vector
+    from pipeline.noise import DiscreteLaplaceTail, SecureNoise
+    from pipeline.privacy import SubSampParameters
+
+    total = 2 * 10**5 if quick else 10**7
+    batch_sizes = (10**4, 10**5) if quick else (10**5, 10**6)
+    result: dict[str, Any] = {"queries": total, "aim_queries_per_second": 1e7, "regimes": {}}
+    paper = SubSampParameters.paper(epsilon=4, delta=1e-6, cutoff=50, queries_max=total, beta=0.05)
+    heavy = SubSampParameters.paper(
+        epsilon=4, delta=1e-6, cutoff=10**6, queries_max=10**9, beta=0.05, subsamples=2000, threshold=150.0
+    )
+    # paper regime: ~40 near-threshold queries in the whole stream, so T = 50 is not reached
+    near_paper = 40 / total
+    for name, params, near in (("paper", paper, near_paper), ("abstention_heavy", heavy, 0.03)):
+        k = params.subsamples
+        log(f"coordinator: generating {total:,} vote counts (k={k})")
+        ones = vote_counts(total, k, params.threshold, near, seed=12345)
+        gap = np.abs(2 * ones.astype(np.int64) - k)
+        with one_core() as cpu:
+            runs = _coordinator_regime(params, ones, k, batch_sizes)
+        result["regimes"][name] = {
+            "parameters": {
+                "epsilon": params.epsilon, "delta": params.delta, "cutoff_T": params.cutoff,
+                "queries_max": params.queries_max, "subsamples_k": k, "threshold_w": params.threshold,
+                "lambda": params.lam, "query_noise_scale_gap_units": params.query_noise_scale,
+            },
+            "vote_counts": {
+                "near_threshold_fraction": near,
+                "median_gap": float(np.median(gap)),
+                "how": "stable: ones ~ Bin(k, 0.03) or k - Bin(k, 0.03); near: gap ~ U[0, 4w]",
+            },
+            "cpu_pinned": cpu,
+            "by_batch_size": runs,
+        }
+    # Diagnostics: the cost of the parts of one abstention.
+    noise, reps = SecureNoise(), (2000 if quick else 20000)
+    tail = DiscreteLaplaceTail(heavy.query_noise_scale)
+    a = np.zeros(min(total, 10**6), dtype=np.int64)
+    t0 = time.perf_counter()
+    for start in range(0, total, a.size):
+        tail.draw_at_least(a[: min(a.size, total - start)], noise)
+    draw_seconds = time.perf_counter() - t0
+    noise.discrete_laplace(heavy.threshold_noise_scale)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        noise.discrete_laplace(heavy.threshold_noise_scale)
+    threshold_us = (time.perf_counter() - t0) / reps * 1e6
+    min_stretch = int(getattr(sparse_vector, "_MIN_STRETCH", 64))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tail.draw_at_least(a[:min_stretch], noise)
+    stretch_us = (time.perf_counter() - t0) / reps * 1e6
+    result["diagnostics"] = {
+        "no_abstention_ceiling_queries_per_second": rate(total, draw_seconds),
+        "no_abstention_ceiling_how": "DiscreteLaplaceTail.draw_at_least alone, batches of 10^6",
+        "threshold_draw_microseconds": threshold_us,
+        "min_stretch": min_stretch,
+        "min_stretch_draw_microseconds": stretch_us,
+    }
+    main = result["regimes"]["paper"]["by_batch_size"][str(batch_sizes[-1])]
+    result["queries_per_second"] = main["queries_per_second"]
+    result["fraction_answered"] = main["fraction_answered"]
+    result["meets_aim"] = bool(main["queries_per_second"] >= result["aim_queries_per_second"])
+    return result
+
+
+# --------------------------------------------------------------------------- 2. end to end
+
+
+def bench_end_to_end(quick: bool) -> dict[str, Any]:
+    rows, features, queries, k = (20_000, 20, 10**5, 100) if quick else (200_000, 20, 10**6, 100)
+    privacy = [
+        "--subsamples", str(k), "--threshold", "10", "--cutoff", "1000000",
+        "--queries-max", "2000000", "--epsilon", "4",
+    ]
+    learner = "sklearn.linear_model.LogisticRegression"
+    with temp_dir("e2e") as work:
+        cluster = str(write_cluster_yaml(work))
+        log(f"end_to_end: generating {rows:,} private rows, {queries:,} queries, {features} features")
+        gen_s, _ = pcqr(
+            work, "generate", "generate", "--kind", "realizable", "--concept", "halfspace",
+            "--rows", str(rows), "--features", str(features), "--queries", str(queries),
+            "--out", "data", "--cluster", cluster,
+        )
+        log(f"end_to_end: training k={k} {learner}")
+        train_s, train_summary = pcqr(
+            work, "train", "train", "--private", "data/private", "--state", "state",
+            "--learner", learner, *privacy, "--cluster", cluster,
+        )
+        log(f"end_to_end: answering {queries:,} queries")
+        answer_s, summary, report = pcqr_instrumented(
+            work, "answer", "answer", "--state", "state", "--queries", "data/queries",
+            "--log", "log", "--cluster", cluster,
+        )
+        log_bytes = dir_bytes(work / "log")
+        query_bytes = dir_bytes(work / "data" / "queries")
+    t = report["timings"]
+    release = t.get("release_answers", {}).get("seconds", 0.0)
+    coordinator = t.get("coordinator", {}).get("seconds", 0.0)
+    inside = {key: round(v["seconds"], 3) for key, v in sorted(t.items())}
+    return {
+        "queries": queries,
+        "private_rows": rows,
+        "features": features,
+        "subsamples_k": k,
+        "learner": learner,
+        "cluster": CLUSTER_YAML.strip(),
+        "parameters": {
+            "command_options": " ".join(privacy),
+            "lambda": train_summary.get("lambda"),
+            "why": "cutoff 10^6 > any possible number of abstentions in this run, queries-max 2x10^6 > "
+            "queries, so the session never halts; note lambda makes the query noise scale "
+            "4*lambda ~ 21500 gap units >> k = 100, so a large share of queries abstains",
+        },
+        "generate_seconds": gen_s,
+        "train_seconds": train_s,
+        "answer_wall_seconds": answer_s,
+        "answer_queries_per_second_wall": rate(queries, answer_s),
+        "answer_in_process_seconds": release,
+        "answer_queries_per_second_in_process": rate(queries, release),
+        "in_process_how": "time inside pipeline.query_release.release_answers (after cluster start, "
+        "model load and the validation pass)",
+        "coordinator_seconds": coordinator,
+        "coordinator_share_of_in_process": coordinator / release if release else None,
+        "timings_seconds": inside,
+        "batches": summary.get("batches"),
+        "answered": summary.get("answered"),
+        "abstained": summary.get("abstained"),
+        "refused": summary.get("refused"),
+        "fraction_answered": summary["answered"] / queries,
+        "halted": summary.get("budget_spent"),
+        "query_mb": query_bytes / 2**20,
+        "log_mb": log_bytes / 2**20,
+        "aim_queries_per_second": 2e5,
+        "meets_aim": bool((rate(queries, answer_s) or 0) >= 2e5),
+    }
+
+
+# --------------------------------------------------------------------------- 3. training speed-up
+
+
+def _task_breakdown(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds of compute per task kind, and of transfers, from a Dask task stream."""
+    from dask.utils import key_split
+
+    out: dict[str, float] = {}
+    for event in events:
+        prefix = key_split(event["key"])
+        for part in event.get("startstops", ()):
+            name = prefix if part["action"] == "compute" else part["action"]
+            out[name] = out.get(name, 0.0) + part["stop"] - part["start"]
+    return {key: round(value, 3) for key, value in sorted(out.items())}
+
+
+def bench_training_speedup(quick: bool) -> dict[str, Any]:
+    from distributed import Client, LocalCluster
+
+    from pipeline.data import open_dataset
+    from pipeline.learners import LearnerSpec
+    from pipeline.subsample import train_models
+
+    rows, features, k = (200_000, 10, 200) if quick else (2_000_000, 10, 200)
+    repeats = 5
+    learner = LearnerSpec("sklearn.linear_model.LogisticRegression", {})
+    result: dict[str, Any] = {
+        "rows": rows,
+        "features": features,
+        "subsamples_k": k,
+        "learner": learner.name + " (default parameters)",
+        "repeats": repeats,
+        "how": "pipeline.subsample.train_models on a LocalCluster(n_workers=N, threads_per_worker=1, "
+        "processes), same data, after one warm-up training (k=20) per cluster; median of the repeats",
+        "workers": {},
+        "aim_speedup": 1.7,
+    }
+    with temp_dir("train") as work:
+        cluster = str(write_cluster_yaml(work))
+        log(f"training_speedup: generating {rows:,} rows x {features} features")
+        pcqr(
+            work, "generate", "generate", "--kind", "agnostic", "--concept", "halfspace",
+            "--rows", str(rows), "--features", str(features), "--queries", "0",
+            "--out", "data", "--cluster", cluster,
+        )
+        dataset = open_dataset(str(work / "data" / "private"), "private", label="label")
+        for n_workers in (1, 2):
+            log(f"training_speedup: k={k} on {n_workers} worker(s)")
+            with LocalCluster(
+                n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
+                processes=True,
+            ) as cluster_obj, Client(cluster_obj) as client:
+                train_models(client, dataset, 20, learner, seed=1)  # warm-up: imports, page cache
+                times, breakdown = [], {}
+                for rep in range(repeats):
+                    if rep == 0:
+                        from distributed import get_task_stream
+
+                        with get_task_stream(client) as stream:
+                            t0 = time.perf_counter()
+                            ensemble = train_models(client, dataset, k, learner, seed=2 + rep)
+                            times.append(time.perf_counter() - t0)
+                        breakdown = _task_breakdown(stream.data)
+                    else:
+                        t0 = time.perf_counter()
+                        ensemble = train_models(client, dataset, k, learner, seed=2 + rep)
+                        times.append(time.perf_counter() - t0)
+                    assert ensemble.size == k
+            result["workers"][str(n_workers)] = {
+                "seconds_median": statistics.median(times),
+                "seconds_all": times,
+                "task_seconds_first_repeat": breakdown,
+            }
+    one, two = result["workers"]["1"]["seconds_median"], result["workers"]["2"]["seconds_median"]
+    result["speedup"] = one / two if two else None
+    result["meets_aim"] = bool(result["speedup"] and result["speedup"] >= 1.7)
+    return result
+
+
+# --------------------------------------------------------------------------- 4. driver memory
+
+
+def bench_driver_memory(quick: bool) -> dict[str, Any]:
+    small, big = (10**5, 10**6) if quick else (10**6, 10**7)
+    rows, features, k = 100_000, 5, 50
+    privacy = [
+        "--subsamples", str(k), "--threshold", "5", "--cutoff", "1000000",
+        "--queries-max", str(2 * big), "--epsilon", "4",
+    ]
+    result: dict[str, Any] = {
+        "query_counts": [small, big],
+        "subsamples_k": k,
+        "learner": "stump",
+        "features": features,
+        "private_rows": rows,
+        "cluster": CLUSTER_YAML.strip(),
+        "parameters": " ".join(privacy),
+        "how": "pcqr answer in a fresh Python process; the driver's peak RSS is its own "
+        "getrusage(RUSAGE_SELF).ru_maxrss read at exit (after the cluster is closed); "
+        "workers_peak is getrusage(RUSAGE_CHILDREN) in that process: the largest peak among "
+        "its waited-for descendants, i.e. the Dask worker processes. The driver's peak-RSS mark "
+        "is also read and reset (/proc/self/clear_refs) when the coordinator gets its first "
+        "batch: driver_peak_before_loop_mb covers start-up (cluster, models, the coordinator's "
+        "noise tables), driver_peak_during_loop_mb the answer loop to the end",
+        "runs": {},
+        "aim": "driver peak RSS does not grow with the query count (ratio ~ 1)",
+    }
+    with temp_dir("mem") as work:
+        cluster = str(write_cluster_yaml(work))
+        log(f"driver_memory: generating {big:,} queries ({features} features)")
+        gen_s, _ = pcqr(
+            work, "generate", "generate", "--kind", "realizable", "--concept", "threshold",
+            "--rows", str(rows), "--features", str(features), "--queries", str(big),
+            "--rows-per-file", str(small), "--out", "data", "--cluster", cluster,
+        )
+        result["generate_seconds"] = gen_s
+        log(f"driver_memory: training k={k} stumps")
+        pcqr(work, "train", "train", "--private", "data/private", "--state", "state0",
+             "--learner", "stump", *privacy, "--cluster", cluster)
+        first_file = sorted((work / "data" / "queries").glob("part-*.parquet"))[0]
+        for n, queries in ((small, str(first_file)), (big, "data/queries")):
+            log(f"driver_memory: answering {n:,} queries")
+            state = work / f"state-{n}"
+            shutil.copytree(work / "state0", state)
+            wall, summary, report = pcqr_instrumented(
+                work, f"answer-{n}", "answer", "--state", str(state), "--queries", queries,
+                "--log", f"log-{n}", "--cluster", cluster,
+            )
+            total = summary["answered"] + summary["abstained"] + summary["refused"]
+            result["runs"][str(n)] = {
+                "queries": total,
+                "driver_peak_rss_mb": report["maxrss_self_kb"] / 1024,
+                "driver_peak_before_loop_mb": (report["peak_before_loop_kb"] or 0) / 1024,
+                "driver_peak_during_loop_mb": report["peak_during_loop_kb"] / 1024
+                if report["peak_during_loop_kb"] is not None else None,
+                "tail_table_build_seconds": report["timings"].get("tail_table_build", {}).get("seconds"),
+                "coordinator_seconds": report["timings"].get("coordinator", {}).get("seconds"),
+                "release_answers_seconds": report["timings"].get("release_answers", {}).get("seconds"),
+                "workers_peak_rss_mb": report["maxrss_children_kb"] / 1024,
+                "wall_seconds": wall,
+                "answered": summary["answered"],
+                "abstained": summary["abstained"],
+                "refused": summary["refused"],
+                "halted": summary["budget_spent"],
+                "batches": summary["batches"],
+                "log_mb": dir_bytes(work / f"log-{n}") / 2**20,
+            }
+            shutil.rmtree(work / f"log-{n}", ignore_errors=True)
+    a, b = result["runs"][str(small)], result["runs"][str(big)]
+    result["driver_peak_rss_mb_small"] = a["driver_peak_rss_mb"]
+    result["driver_peak_rss_mb_big"] = b["driver_peak_rss_mb"]
+    result["ratio_big_over_small"] = b["driver_peak_rss_mb"] / a["driver_peak_rss_mb"]
+    if a["driver_peak_during_loop_mb"] and b["driver_peak_during_loop_mb"]:
+        result["loop_ratio_big_over_small"] = b["driver_peak_during_loop_mb"] / a["driver_peak_during_loop_mb"]
+    result["meets_aim"] = bool(result["ratio_big_over_small"] <= 1.1)
+    return result
+
+
+# --------------------------------------------------------------------------- driver
+
+RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "coordinator": bench_coordinator,
+    "end_to_end": bench_end_to_end,
+    "training_speedup": bench_training_speedup,
+    "driver_memory": bench_driver_memory,
+}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-2):
+            return f"{value:.3g}"
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    r = results.get("coordinator")
+    if r:
+        for regime, reg in r["regimes"].items():
+            for batch, v in reg["by_batch_size"].items():
+                label = f"{regime}, batch {int(batch):,}"
+                aim = ">= 1e+07" if regime == "paper" else ""
+                rows.append(("coordinator", f"queries/s, {label}", _fmt(v["queries_per_second"]), aim))
+                rows.append(("coordinator", f"fraction answered, {label}", _fmt(v["fraction_answered"]), ""))
+                rows.append(("coordinator", f"abstentions, {label}", _fmt(v["abstentions"]), ""))
+                rows.append(("coordinator", f"us per abstention, {label}", _fmt(v["microseconds_per_abstention"]), ""))
+                rows.append(("coordinator", f"halted after (queries), {label}", _fmt(v["halted_after_queries"]), ""))
+        d = r["diagnostics"]
+        rows.append(("coordinator", "no-abstention ceiling queries/s", _fmt(d["no_abstention_ceiling_queries_per_second"]), ""))
+        rows.append(("coordinator", "threshold noise draw (us)", _fmt(d["threshold_draw_microseconds"]), ""))
+    r = results.get("end_to_end")
+    if r:
+        rows.append(("end_to_end", "answer queries/s (wall)", _fmt(r["answer_queries_per_second_wall"]), ">= 2e+05"))
+        rows.append(("end_to_end", "answer queries/s (in-process)", _fmt(r["answer_queries_per_second_in_process"]), ""))
+        rows.append(("end_to_end", "answer wall s", _fmt(r["answer_wall_seconds"]), ""))
+        rows.append(("end_to_end", "coordinator share of in-process", _fmt(r["coordinator_share_of_in_process"]), ""))
+        rows.append(("end_to_end", "fraction answered", _fmt(r["fraction_answered"]), ""))
+        rows.append(("end_to_end", "train s (not in answer)", _fmt(r["train_seconds"]), ""))
+    r = results.get("training_speedup")
+    if r:
+        for n, v in r["workers"].items():
+            rows.append(("training_speedup", f"seconds, {n} worker(s)", _fmt(v["seconds_median"]), ""))
+        rows.append(("training_speedup", "speed-up 2 vs 1", _fmt(r["speedup"]), ">= 1.7"))
+    r = results.get("driver_memory")
+    if r:
+        for n, v in r["runs"].items():
+            rows.append(("driver_memory", f"driver peak RSS MB, {int(n):,} queries", _fmt(v["driver_peak_rss_mb"]), ""))
+            rows.append(("driver_memory", f"worker peak RSS MB, {int(n):,} queries", _fmt(v["workers_peak_rss_mb"]), ""))
+            rows.append(("driver_memory", f"  of which answer-loop peak MB, {int(n):,} queries",
+                         _fmt(v["driver_peak_during_loop_mb"]), ""))
+        rows.append(("driver_memory", "ratio big / small (driver peak)", _fmt(r["ratio_big_over_small"]), "~ 1"))
+        rows.append(("driver_memory", "ratio big / small (answer-loop peak)",
+                     _fmt(r.get("loop_ratio_big_over_small")), "~ 1"))
+    for name, v in results.items():
+        if isinstance(v, dict) and "error" in v:
+            rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
+    return rows
+
+
+def print_table(results: dict[str, Any]) -> None:
+    rows = [("benchmark", "figure", "value", "aim"), *table_rows(results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[j]) if j != 2 else cell.rjust(widths[j]) for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
+                        help=f"run only these ({', '.join(BENCHMARKS)})")
+    parser.add_argument("--quick", action="store_true", help="shrink every size ~10x (smoke test)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"), help="JSON file to write")
+    args = parser.parse_args(argv)
+    names = [n for n in BENCHMARKS if not args.only or n in args.only]
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "run": {"quick": args.quick, "benchmarks": names, "seconds": {}},
+    }
+    started = time.perf_counter()
+    failed = False
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            results[name] = RUNNERS[name](args.quick)
+        except Exception as exc:  # report and go on with the others
+            import traceback
+
+            failed = True
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            log(f"{name} FAILED: {exc}")
+        results["run"]["seconds"][name] = round(time.perf_counter() - t0, 1)
+        log(f"{name}: {results['run']['seconds'][name]} s")
+    results["run"]["total_seconds"] = round(time.perf_counter() - started, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    print_table(results)
+    print(f"\nwritten: {out}  (total {results['run']['total_seconds']} s{', quick' if args.quick else ''})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    sys.exit(main())
