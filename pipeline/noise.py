@@ -187,6 +187,7 @@ class DiscreteLaplaceTail:
         self.span = math.ceil(self.scale * (_SCALE_BITS + 2) * math.log(2)) + 1
         self._lo = 0  # the window holds F(a) for a in [_lo, _lo + len)
         self._words = [np.zeros(0, dtype=np.uint32) for _ in range(_WORDS)]
+        self._first_list: list[int] | None = None  # word 0 of the window, for scalar loops
 
     def _fixed(self, a: int) -> int:
         """F(a) = floor(P(Z >= a) * 2^128), saturated."""
@@ -211,6 +212,9 @@ class DiscreteLaplaceTail:
     def _ensure(self, lo: int, hi: int) -> None:
         """Extend the window to cover a in [lo, hi]."""
         size = self._words[0].size
+        if size and self._lo <= lo and hi < self._lo + size:
+            return
+        self._first_list = None
         if size == 0:
             self._lo, self._words = lo, self._entries(lo, hi + 1)
             return
@@ -223,9 +227,32 @@ class DiscreteLaplaceTail:
             after = self._entries(end, hi + 1)
             self._words = [np.concatenate((w, x)) for w, x in zip(self._words, after)]
 
+    def clip(self, a: int) -> int:
+        """``a`` moved into [-J-1, J+1]: beyond it the values are saturated."""
+        edge = self.span + 1
+        return min(max(a, -edge), edge)
+
+    def first_words(self, lo: int, hi: int) -> tuple[int, list[int]]:
+        """For scalar loops: the window covering clipped [lo, hi], as (its first a, word 0 of each F)."""
+        self._ensure(self.clip(lo), self.clip(hi))
+        if self._first_list is None:
+            self._first_list = self._words[0].tolist()
+        return self._lo, self._first_list
+
+    def tie_break(self, a: int, noise: NoiseSource) -> bool:
+        """Finish one comparison ``U < F(a)`` whose first 32-bit words tied: fresh lower words.
+
+        This is exactly how :meth:`draw_at_least` continues after a tie.
+        """
+        for word in self.words(a)[1:]:
+            u = int(noise.uniform_words(1)[0])
+            if u != word:
+                return u < word
+        return False
+
     def words(self, a: int) -> list[int]:
         """The four 32-bit words of F(a), most significant first."""
-        a = min(max(a, -self.span - 1), self.span + 1)  # saturated beyond
+        a = self.clip(a)
         self._ensure(a, a)
         return [int(w[a - self._lo]) for w in self._words]
 
@@ -241,9 +268,7 @@ class DiscreteLaplaceTail:
         a = np.asarray(a, dtype=np.int64)
         if a.size == 0:
             return np.zeros(0, dtype=bool)
-        edge = self.span + 1  # values are saturated beyond +-edge
-        lo = min(max(int(a.min()), -edge), edge)
-        hi = min(max(int(a.max()), -edge), edge)
+        lo, hi = self.clip(int(a.min())), self.clip(int(a.max()))
         self._ensure(lo, hi)
         index = np.clip(a, lo, hi) - self._lo
         u = noise.uniform_words(index.shape[0])

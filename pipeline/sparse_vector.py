@@ -51,6 +51,9 @@ STATUS_NAMES = ("answered", "abstained", "refused")
 
 _FIRST_STRETCH = 65536
 _MIN_STRETCH = 64
+_DENSE = 16  # a bottom this close to the previous one: switch to the query-by-query loop
+_SPARSE = 512  # this many answers in a row in that loop: back to vectorised stretches
+_SCALAR_CHUNK = 8192
 
 
 @dataclass
@@ -124,8 +127,12 @@ class SparseVector:
         status = np.full(n, REFUSED, dtype=np.int8)
         state = self.state
         allowed = max(0, min(n, self.params.queries_max - state.queries_seen))
-        pos, stretch = 0, _FIRST_STRETCH
+        pos, stretch, dense = 0, _FIRST_STRETCH, False
         while pos < allowed and not self.halted:
+            if dense:  # bottoms every few queries: numpy's per-call cost would dominate
+                pos, dense = self._query_by_query(gap, status, pos, min(allowed, pos + _SCALAR_CHUNK))
+                stretch = _MIN_STRETCH
+                continue
             end = min(allowed, pos + stretch)
             # Answer iff gap + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - gap.
             first_above = math.floor(self._twice_w + state.threshold_noise) + 1
@@ -138,10 +145,49 @@ class SparseVector:
             bottom = pos + int(below[0])
             status[pos:bottom] = ANSWERED
             status[bottom] = ABSTAINED
-            state.bottoms += 1
-            state.threshold_noise = self._fresh_threshold_noise()
+            self._bottom()
             stretch = max(_MIN_STRETCH, 4 * (bottom - pos))
+            dense = bottom - pos < _DENSE
             pos = bottom + 1
         state.queries_seen += pos  # queries tested (answered or abstained); refused ones are not
         label[status != ANSWERED] = 0
         return status, label
+
+    def _bottom(self) -> None:
+        """Count a bottom and draw a fresh threshold (sparse vector: only ever after a bottom)."""
+        self.state.bottoms += 1
+        self.state.threshold_noise = self._fresh_threshold_noise()
+
+    def _query_by_query(self, gap: np.ndarray, status: np.ndarray, pos: int, end: int) -> tuple[int, bool]:
+        """The same test as the vectorised stretch, one query at a time, for dense bottoms.
+
+        Each query compares a fresh uniform 32-bit word with word 0 of F(a), and
+        breaks a tie with fresh lower words (DiscreteLaplaceTail.tie_break): the
+        same distribution as draw_at_least. Returns (next position, still dense).
+        """
+        tail, noise = self._tail, self.noise
+        gaps = gap[pos:end].tolist()
+        g_lo, g_hi = min(gaps), max(gaps)
+        words: list[int] = []
+        used, streak, i = 0, 0, pos
+        first_above = math.floor(self._twice_w + self.state.threshold_noise) + 1
+        lo, first = tail.first_words(first_above - g_hi, first_above - g_lo)
+        while i < end and not self.halted:
+            if used == len(words):
+                words, used = noise.uniform_words(4096).tolist(), 0
+            a = tail.clip(first_above - gaps[i - pos])
+            p, u = first[a - lo], words[used]
+            used += 1
+            if u < p or (u == p and tail.tie_break(a, noise)):
+                status[i] = ANSWERED
+                streak += 1
+                i += 1
+                if streak >= _SPARSE:
+                    return i, False
+                continue
+            status[i] = ABSTAINED
+            self._bottom()
+            streak, i = 0, i + 1
+            first_above = math.floor(self._twice_w + self.state.threshold_noise) + 1
+            lo, first = tail.first_words(first_above - g_hi, first_above - g_lo)
+        return i, True

@@ -110,3 +110,36 @@ def test_stability_test_output_distribution(noise_factory, gap: int) -> None:
     expected = _exact_answer_probability(params, gap)
     assert 0.02 < expected < 0.98
     assert stats.binomtest(answered, trials, expected).pvalue > P_FAIL
+
+
+class FixedThreshold(SecureNoise):
+    """Secure per-query words, but every threshold draw returns 0: answers become i.i.d."""
+
+    def discrete_laplace(self, scale: float) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("path", ["query_by_query", "vectorised"])
+def test_each_query_is_an_exact_tail_draw_when_bottoms_are_dense(path, monkeypatch) -> None:
+    """With the threshold pinned, each query is answered independently with probability
+    P(Z1 >= floor(2w) + 1 - gap); both code paths must give exactly that (binomial, 1e-6)."""
+    import pipeline.sparse_vector as sv_module
+
+    if path == "vectorised":
+        monkeypatch.setattr(sv_module, "_DENSE", 0)
+    calls = []
+    original = SparseVector._query_by_query
+    monkeypatch.setattr(SparseVector, "_query_by_query", lambda self, *a: calls.append(1) or original(self, *a))
+    params = SubSampParameters.paper(4.0, 1e-6, 10**6, 10**9, 0.05, subsamples=2000, threshold=150.0)
+    sv = SparseVector(params, FixedThreshold())
+    rng = np.random.default_rng(0)
+    gaps = rng.choice([0, 1000, 2000], size=120_000)
+    status, _ = sv.process((2000 + gaps) // 2, 2000)
+    assert bool(calls) == (path == "query_by_query")
+    first_above = math.floor(2 * 150.0) + 1
+    for g in (0, 1000, 2000):
+        chosen = gaps == g
+        answered = int(np.count_nonzero(status[chosen] == ANSWERED))
+        p = sv._tail.probability(first_above - g)
+        assert stats.binomtest(answered, int(chosen.sum()), p).pvalue > P_FAIL, (g, answered / chosen.sum(), p)
+    assert sv.state.bottoms == int(np.count_nonzero(status == ABSTAINED))
