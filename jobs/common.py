@@ -38,6 +38,8 @@ def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
     for key, value in summary.items():
         if isinstance(value, float):
             value = f"{value:.6g}"
+        elif isinstance(value, dict):
+            value = " ".join(f"{k}={v}" for k, v in value.items())
         click.echo(f"{key:<{width}}  {value}")
 
 

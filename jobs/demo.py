@@ -7,7 +7,9 @@ accuracy against the generated truth.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -35,11 +37,12 @@ def command(out: str | None, rows: int, queries: int, noise: float, epsilon: flo
     note(f"demo: working in {work}")
     kind = "agnostic" if noise > 0 else "realizable"
     common = ["--cluster", cluster] if cluster else []
-    generate.command.main(
-        args=["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
-              "--noise", str(noise), "--seed", "0", "--out", data, "--overwrite", *common],
-        prog_name="pcqr generate", standalone_mode=False,
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # stdout keeps only the answer summary
+        generate.command.main(
+            args=["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
+                  "--noise", str(noise), "--seed", "0", "--out", data, "--overwrite", "--json", *common],
+            prog_name="pcqr generate", standalone_mode=False,
+        )
     args: list[Any] = [
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),
