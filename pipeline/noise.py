@@ -138,6 +138,21 @@ def noise_source(seed: int | None, insecure_seed: bool, state: Any = None) -> No
     return SeededNoise(seed, state)
 
 
+def uniform_below(noise: NoiseSource, n: int) -> int:
+    """An exactly uniform integer in [0, n), from the source's 32-bit words (rejection sampling)."""
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    words = (n.bit_length() + 63) // 32  # at least 32 spare bits: rejections are rare
+    span = 1 << (32 * words)
+    limit = span - span % n
+    while True:
+        value = 0
+        for word in noise.uniform_words(words).tolist():
+            value = (value << 32) | int(word)
+        if value < limit:
+            return value % n
+
+
 def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
     """Exact pmf of the discrete Laplace: (1 - q) / (1 + q) * q^|z|, q = exp(-1/scale)."""
     q = math.exp(-1.0 / scale)

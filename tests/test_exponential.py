@@ -1,0 +1,66 @@
+"""The sharded exponential mechanism against its closed form (chi-square, false-failure 1e-6)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline.mechanisms.exponential import Choice, choose, exponential_mechanism, histogram, pick_in_shard
+from pipeline.noise import SecureNoise, SeededNoise, uniform_below
+from tests.conftest import P_FAIL
+
+
+def _sharded_em(mistakes: np.ndarray, bounds: list[int], epsilon: float, noise) -> int:
+    """The mechanism with plain calls as the transport: returns the chosen candidate's index."""
+    shards = [(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def pick(choice: Choice) -> int:
+        a, b = shards[choice.shard]
+        return a + pick_in_shard(mistakes[a:b], choice.mistakes, choice.rank)
+
+    return exponential_mechanism(
+        lambda i: histogram(mistakes[shards[i][0] : shards[i][1]]), pick, len(shards), epsilon, noise
+    )
+
+
+@pytest.mark.parametrize("bounds", [[0, 40], [0, 7, 8, 23, 40], [0, 10, 20, 30, 40]], ids=["1 shard", "uneven", "4 shards"])
+@pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(5)], ids=["secure", "seeded"])
+def test_em_matches_closed_form(bounds, noise_factory) -> None:
+    rng = np.random.default_rng(1)
+    mistakes = rng.integers(0, 9, size=40)  # repeated levels across shards
+    epsilon, draws = 0.8, 20_000
+    weights = np.exp(-epsilon * mistakes / 2)
+    expected = weights / weights.sum() * draws
+    noise = noise_factory()
+    picks = np.array([_sharded_em(mistakes, bounds, epsilon, noise) for _ in range(draws)])
+    observed = np.bincount(picks, minlength=40)
+    assert stats.chisquare(observed, expected).pvalue > P_FAIL
+
+
+def test_far_levels_are_negligible_and_ties_are_uniform() -> None:
+    mistakes = np.array([1000, 0, 0, 5000, 0])
+    noise = SecureNoise()
+    picks = [_sharded_em(mistakes, [0, 2, 5], 1.0, noise) for _ in range(3000)]
+    assert set(picks) <= {1, 2, 4}  # weights e^-500 and less: never drawn in practice
+    counts = np.bincount(picks, minlength=5)[[1, 2, 4]]
+    assert stats.chisquare(counts).pvalue > P_FAIL
+
+
+def test_choice_is_consistent_with_histograms() -> None:
+    hists = [{0: 2, 3: 1}, {}, {0: 1}]
+    for _ in range(200):
+        c = choose(hists, 100.0, SecureNoise())  # eps huge: level 0 almost surely
+        assert c.mistakes == 0 and c.shard in (0, 2) and c.rank < hists[c.shard][0]
+
+
+def test_uniform_below_is_uniform() -> None:
+    noise = SecureNoise()
+    n = 7
+    draws = [uniform_below(noise, n) for _ in range(14_000)]
+    assert stats.chisquare(np.bincount(draws, minlength=n)).pvalue > P_FAIL
+    assert uniform_below(noise, 1) == 0
+    big = 3 * 2**100 + 1
+    assert all(0 <= uniform_below(noise, big) < big for _ in range(100))
+    assert math.isclose(np.mean([uniform_below(noise, 2**64) / 2**64 for _ in range(4000)]), 0.5, abs_tol=0.04)
