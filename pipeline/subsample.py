@@ -23,7 +23,7 @@ import operator
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from distributed import Client, as_completed
+from distributed import Client, Future, as_completed
 
 from pipeline.data import Dataset, Part, feature_matrix, label_vector, read_part
 from pipeline.errors import PcqrError
@@ -61,18 +61,18 @@ def assignment_counts(part_rows: Sequence[int], k: int, rng: np.random.Generator
     return counts
 
 
-def split_part(
-    part: Part,
-    features: Sequence[str],
-    label: str,
-    counts: np.ndarray,
-    block_edges: np.ndarray,
-    seed: int,
-) -> list[Piece]:
-    """Worker task: read one part, check it, and cut it into one piece per block."""
+def load_part(part: Part, features: Sequence[str], label: str) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read one part of a labelled dataset and check its values."""
     table = read_part(part, [*features, label])
-    X = feature_matrix(table, features, part.file)
-    y = label_vector(table, label, part.file)
+    return feature_matrix(table, features, part.file), label_vector(table, label, part.file)
+
+
+def split_rows(
+    rows: tuple[np.ndarray, np.ndarray], counts: np.ndarray, block_edges: np.ndarray, seed: int
+) -> list[Piece]:
+    """Worker task: assign a source's rows to subsamples (counts[j] to subsample j, shuffled)
+    and cut them into one piece per block of consecutive subsamples."""
+    X, y = rows
     sub = np.repeat(np.arange(counts.shape[0]), counts)
     np.random.default_rng(seed).shuffle(sub)
     order = np.argsort(sub, kind="stable")
@@ -100,21 +100,34 @@ def train_models(
     seed: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> Ensemble:
-    """Train the k subsample models on the cluster; returns them as an Ensemble (private)."""
+    """Train the k subsample models of a Parquet dataset on the cluster (private Ensemble)."""
     assert dataset.label is not None
     check_subsamples(dataset.rows, k, learner.min_rows)
     parts = dataset.parts(PART_ROWS)
-    seeds = np.random.SeedSequence(seed).spawn(len(parts) + 1)
-    counts = assignment_counts([p.rows for p in parts], k, np.random.default_rng(seeds[-1]))
+    sources = [client.submit(load_part, p, dataset.features, dataset.label, pure=False) for p in parts]
+    return train_models_on(client, sources, [p.rows for p in parts], k, learner, seed, on_progress)
+
+
+def train_models_on(
+    client: Client,
+    sources: Sequence[Future],
+    source_rows: Sequence[int],
+    k: int,
+    learner: LearnerSpec,
+    seed: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> Ensemble:
+    """Train k subsample models from row sources already on the cluster (futures of (X, y))."""
+    check_subsamples(int(sum(source_rows)), k, learner.min_rows)
+    seeds = np.random.SeedSequence(seed).spawn(len(sources) + 1)
+    counts = assignment_counts(source_rows, k, np.random.default_rng(seeds[-1]))
     threads = max(1, sum(client.nthreads().values()))
     blocks = min(k, threads)  # one training task per worker thread: fewest transfers
     block_edges = np.linspace(0, k, blocks + 1).round().astype(np.int64)
     splits = [
-        client.submit(
-            split_part, part, dataset.features, dataset.label, counts[i], block_edges,
-            int(seeds[i].generate_state(1, np.uint64)[0]), pure=False,
-        )
-        for i, part in enumerate(parts)
+        client.submit(split_rows, source, counts[i], block_edges,
+                      int(seeds[i].generate_state(1, np.uint64)[0]), pure=False)
+        for i, source in enumerate(sources)
     ]
     futures = {}
     for b in range(blocks):

@@ -44,6 +44,7 @@ Histogram = Mapping[int, int]
 _DIGITS = 60
 _UNIFORM_BITS = 192
 _DROP_BELOW_LOG2 = -160
+_NEGLIGIBLE_SPAN = 311.0  # (2 / eps) * (160 + 64) ln 2 mistakes, times eps
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,18 @@ class Choice:
     rank: int
 
 
-def histogram(mistakes: np.ndarray) -> dict[int, int]:
-    """Worker side of step 1: {mistake count: number of candidates}."""
-    levels, counts = np.unique(np.asarray(mistakes, dtype=np.int64), return_counts=True)
+def histogram(mistakes: np.ndarray, epsilon: float | None = None) -> dict[int, int]:
+    """Worker side of step 1: {mistake count: number of candidates}.
+
+    With ``epsilon``, levels more than 311/epsilon mistakes above the shard's
+    best are left out: even 2^64 candidates there weigh less than 2^-160 of
+    the shard's best one (e^(-epsilon 311/(2 epsilon)) 2^64 < 2^-160), so
+    :func:`sample_level` would drop them anyway.
+    """
+    mistakes = np.asarray(mistakes, dtype=np.int64)
+    if epsilon is not None and mistakes.size:
+        mistakes = mistakes[mistakes <= mistakes.min() + math.ceil(_NEGLIGIBLE_SPAN / epsilon)]
+    levels, counts = np.unique(mistakes, return_counts=True)
     return {int(level): int(count) for level, count in zip(levels, counts)}
 
 
@@ -130,3 +140,39 @@ def exponential_mechanism(
     """
     histograms = gather([score_shard(i) for i in range(shards)])
     return pick(choose(histograms, epsilon, noise))
+
+
+def _shard_histogram(enumeration: Any, shard: Any, data: tuple[np.ndarray, np.ndarray], epsilon: float) -> dict[int, int]:
+    """Worker: step 1 for one shard of an enumeration, scored on labelled data."""
+    X, y = data
+    return histogram(enumeration.mistakes(shard, X, y), epsilon)
+
+
+def _shard_pick(enumeration: Any, shard: Any, data: tuple[np.ndarray, np.ndarray], level: int, rank: int) -> Any:
+    """Worker: step 3: the chosen representative hypothesis."""
+    X, y = data
+    position = pick_in_shard(enumeration.mistakes(shard, X, y), level, rank)
+    return enumeration.hypothesis(shard.start + position)
+
+
+def _shards(enumeration: Any, shard_size: int) -> list[Any]:
+    return enumeration.shards(shard_size)
+
+
+def select_hypothesis(
+    client: Any, enumeration: Any, data: Any, epsilon: float, noise: NoiseSource, shard_size: int = 1 << 20
+) -> Any:
+    """The exponential mechanism over an enumeration's candidates, on the cluster.
+
+    ``enumeration`` and ``data`` are futures (or values) of a
+    :class:`pipeline.hypotheses.Enumeration` and of labelled rows (X, y); the
+    score is -mistakes / len(y), sensitivity 1 / len(y): weights
+    exp(-epsilon mistakes / 2). Only shard descriptors, histograms and the
+    chosen hypothesis reach the driver; the hypothesis is private unless the
+    caller's mechanism releases it.
+    """
+    shards = client.submit(_shards, enumeration, shard_size, pure=False).result()
+    futures = [client.submit(_shard_histogram, enumeration, s, data, epsilon, pure=False) for s in shards]
+    choice = choose(client.gather(futures), epsilon, noise)
+    shard = shards[choice.shard]
+    return client.submit(_shard_pick, enumeration, shard, data, choice.mistakes, choice.rank, pure=False).result()

@@ -1,0 +1,225 @@
+"""A_AgPrivCl (Algorithm 3 of papers/001) and A_Relabel (Algorithm 2, LabelBoost of BNS15).
+
+Algorithm 3, step 1, from the run's (eps, delta, alpha, beta, m, n):
+
+    n'        = floor(eps n / 56)
+    T         = max(1, m alpha / 8 + (1/4) sqrt(3 m alpha log(m / beta)))   (we use ceil(T))
+    eps'      = alpha max(1, sqrt(m alpha));   eps* = min(1, eps')
+    eps_hat   = eps* / log(2 / delta)
+    delta_hat = delta / (2 e^eps* log(2 / delta))
+
+Steps 2-5: S' = n' rows of S sampled without replacement; S'' = A_Relabel(S', H)
+(the exponential mechanism with eps~ = 1 over one hypothesis per dichotomy of H
+on S', score -err(h; S'), sensitivity 1/n'); S_hat = n' rows drawn from S''
+with replacement; then A_SubSamp(S_hat, m, T, eps_hat, delta_hat, beta).
+
+Privacy: the chain of Lemma 3.4 (Lemma 8 of papers/000), each link computed for
+the actual run by :meth:`AgnosticParameters.privacy_chain`:
+
+1. A_SubSamp on S_hat is (e1, d1)-DP with (e1, d1) <= (eps_hat, delta_hat): the
+   sparse-vector composition bound of :mod:`pipeline.privacy` for its lambda, T.
+2. Resampling: one record of S'' appears r times in S_hat, r ~ Bin(n', 1/n').
+   With R = floor(log(2/delta)), P(r > R) is computed exactly (the paper's
+   Chernoff bound says <= delta/2). Group privacy over R copies:
+   (e2, d2) = (R e1, R e^(R e1) d1 + P(r > R)) in S''.
+3. Lemma 3.1 (BNS15 Lemma 4.1): an algorithm that is (1, d2)-DP on the
+   relabelled data is (4, 4 e d2)-DP on S' once A_Relabel (EM with eps~ = 1) is
+   put in front; it needs e2 <= 1.
+4. Amplification by subsampling without replacement (n' of n rows; Balle,
+   Barthe, Gaboardi 2018 Thm 9 for substitution neighbours; [KLN+08, LQS12]):
+   (log(1 + (n'/n)(e^4 - 1)), (n'/n) 4 e d2).
+
+The run is refused when the chain does not end within (eps, delta).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from pipeline.errors import PcqrError
+from pipeline.privacy import SubSampParameters, check_epsilon_delta
+
+RELABEL_EPSILON = 1.0  # eps~ of Algorithm 2, fixed by the paper
+
+
+def binomial_upper_tail(trials: int, p: float, above: int) -> float:
+    """P(X > above) for X ~ Bin(trials, p), summed in log space (exact up to float rounding)."""
+    if above >= trials:
+        return 0.0
+    log_terms = [
+        math.lgamma(trials + 1) - math.lgamma(i + 1) - math.lgamma(trials - i + 1)
+        + i * math.log(p) + (trials - i) * math.log1p(-p)
+        for i in range(above + 1, min(trials, above + 200) + 1)
+    ]
+    peak = max(log_terms)
+    return float(min(1.0, math.exp(peak) * sum(math.exp(t - peak) for t in log_terms)))
+
+
+@dataclass(frozen=True)
+class AgnosticParameters:
+    """Every derived parameter of one A_AgPrivCl run (all public)."""
+
+    epsilon: float
+    delta: float
+    alpha: float
+    beta: float
+    queries_max: int
+    rows: int  # n
+    sample_rows: int  # n'
+    cutoff_formula: float  # T of step 1 before rounding up
+    eps_prime: float
+    eps_star: float
+    eps_hat: float
+    delta_hat: float
+    subsamp: SubSampParameters
+
+    @classmethod
+    def algorithm3(
+        cls,
+        epsilon: float,
+        delta: float,
+        alpha: float,
+        beta: float,
+        queries_max: int,
+        rows: int,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+    ) -> AgnosticParameters:
+        """Step 1 of Algorithm 3, then A_SubSamp's parameters for (eps_hat, delta_hat, T)."""
+        check_epsilon_delta(epsilon, delta)
+        if not (0 < alpha < 1):
+            raise PcqrError(f"--alpha must be in (0, 1), got {alpha}")
+        if not (0 < beta < 1):
+            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
+        if queries_max < 1:
+            raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+        m, log2d = queries_max, math.log(2 / delta)
+        sample_rows = math.floor(epsilon * rows / 56)
+        if sample_rows < 1:
+            raise PcqrError(
+                f"agnostic mode samples n' = eps n / 56 = {epsilon * rows / 56:.3g} rows: "
+                f"needs at least {math.ceil(56 / epsilon)} private rows, the dataset has {rows}"
+            )
+        t_formula = max(1.0, m * alpha / 8 + 0.25 * math.sqrt(3 * m * alpha * math.log(m / beta)))
+        eps_prime = alpha * max(1.0, math.sqrt(m * alpha))
+        eps_star = min(1.0, eps_prime)
+        eps_hat = eps_star / log2d
+        delta_hat = delta / (2 * math.exp(eps_star) * log2d)
+        subsamp = SubSampParameters.paper(
+            eps_hat, delta_hat, math.ceil(t_formula), m, beta, subsamples, threshold
+        )
+        params = cls(
+            epsilon, delta, alpha, beta, m, rows, sample_rows, t_formula,
+            eps_prime, eps_star, eps_hat, delta_hat, subsamp,
+        )
+        eps_final, delta_final = params.privacy_chain()[-1][1:]
+        if eps_final > epsilon * (1 + 1e-12) or delta_final > delta:
+            raise PcqrError(
+                f"--epsilon {epsilon} --delta {delta}: Algorithm 3's chain only certifies "
+                f"({eps_final:.4g}, {delta_final:.3g})-DP for n = {rows}; see docs/privacy.md"
+            )
+        return params
+
+    def privacy_chain(self) -> list[tuple[str, float, float]]:
+        """(step, eps, delta) for each link of Lemma 3.4's argument, for this run."""
+        e1, d1 = self.subsamp.guarantee()
+        repeats = math.floor(math.log(2 / self.delta))
+        tail = binomial_upper_tail(self.sample_rows, 1 / self.sample_rows, repeats)
+        e2 = repeats * e1
+        d2 = repeats * math.exp(e2) * d1 + tail
+        if e2 > 1:
+            raise PcqrError(f"agnostic mode: group privacy over {repeats} repeats gives eps {e2:.3g} > 1")
+        e3, d3 = 4.0, 4 * math.e * d2
+        rate = self.sample_rows / self.rows
+        e4, d4 = math.log1p(rate * math.expm1(e3)), rate * d3
+        return [
+            ("A_SubSamp on S_hat (sparse-vector composition)", e1, d1),
+            (f"resampling: group privacy over r <= {repeats} repeats, P(r > {repeats}) = {tail:.3g}", e2, d2),
+            ("A_Relabel in front (Lemma 3.1: (1, d) -> (4, 4 e d))", e3, d3),
+            (f"subsampling n'/n = {rate:.4g} without replacement (amplification)", e4, d4),
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """Every derived parameter, for the job summary."""
+        data = asdict(self)
+        data.pop("subsamp")
+        data["cutoff"] = self.subsamp.cutoff
+        data["privacy_chain"] = [
+            {"step": step, "epsilon": e, "delta": d} for step, e, d in self.privacy_chain()
+        ]
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["subsamp"] = self.subsamp.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgnosticParameters:
+        values = dict(data)
+        values["subsamp"] = SubSampParameters.from_dict(values["subsamp"])
+        return cls(**values)
+
+
+def sample_rows(rows: tuple[np.ndarray, np.ndarray], count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: ``count`` of a part's rows, uniformly without replacement (step 2, one part)."""
+    X, y = rows
+    chosen = np.random.default_rng(seed).choice(X.shape[0], size=count, replace=False)
+    return X[chosen], y[chosen]
+
+
+def concatenate(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: S' in one place (the dichotomies are those of the whole sample)."""
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+
+def relabelled_resample(sample: tuple[np.ndarray, np.ndarray], hypothesis: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: S_hat = n' rows of S'' = (S'_u, h_hat(S'_u)) drawn with replacement (step 4)."""
+    X = sample[0]
+    chosen = np.random.default_rng(seed).integers(0, X.shape[0], size=X.shape[0])
+    X_hat = X[chosen]
+    return X_hat, np.asarray(hypothesis.predict(X_hat), dtype=np.int8)
+
+
+def sample_counts(part_rows: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
+    """How many of the n' sampled rows come from each part (multivariate hypergeometric)."""
+    return rng.multivariate_hypergeometric(np.asarray(part_rows, dtype=np.int64), total)
+
+
+def _enumerate(hypothesis_class: Any, sample: tuple[np.ndarray, np.ndarray]) -> Any:
+    """Worker: the dichotomies of H on the sample's feature vectors S'_u."""
+    return hypothesis_class.enumerate(sample[0])
+
+
+def relabel_and_resample(
+    client: Any,
+    sources: Sequence[Any],
+    source_rows: Sequence[int],
+    params: AgnosticParameters,
+    hypothesis_class: Any,
+    noise: Any,
+    shard_size: int = 1 << 20,
+) -> tuple[Any, Any]:
+    """Steps 2-4 of Algorithm 3 on the cluster: returns (h_hat, future of S_hat).
+
+    ``sources`` are futures of a private dataset's parts as (X, y). h_hat is
+    private: it goes to the private state, never to public output.
+    """
+    from pipeline.mechanisms.exponential import select_hypothesis
+
+    rng = np.random.default_rng(noise.generator_seed())
+    counts = sample_counts(source_rows, params.sample_rows, rng)
+    seeds = rng.integers(0, 2**63, size=len(sources) + 1)
+    pieces = [
+        client.submit(sample_rows, source, int(c), int(seed), pure=False)
+        for source, c, seed in zip(sources, counts, seeds)
+        if c > 0
+    ]
+    sample = client.submit(concatenate, *pieces, pure=False)
+    enumeration = client.submit(_enumerate, hypothesis_class, sample, pure=False)
+    h_hat = select_hypothesis(client, enumeration, sample, RELABEL_EPSILON, noise, shard_size)
+    resampled = client.submit(relabelled_resample, sample, h_hat, int(seeds[-1]), pure=False)
+    return h_hat, resampled
