@@ -56,6 +56,12 @@ def progress_enabled() -> bool:
 def privacy_options(func: F) -> F:
     """The parameters of A_SubSamp (Algorithm 5) and how its noise is drawn."""
     options = [
+        click.option("--mode", type=click.Choice(["realizable", "agnostic"]), default="realizable", show_default=True,
+                     help="realizable: A_SubSamp on the data; agnostic: A_AgPrivCl (relabel a subsample with a "
+                     "hypothesis chosen privately over the dichotomies of --hypothesis, then A_SubSamp; T is derived)."),
+        click.option("--hypothesis", default=None, help="Agnostic mode: the hypothesis class used to relabel and to learn "
+                     "(threshold, interval, point, stump, rectangle, halfspace)."),
+        click.option("--alpha", type=float, default=0.1, show_default=True, help="Agnostic mode: target excess error alpha."),
         click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps of the whole session."),
         click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1)."),
         click.option("--cutoff", "cutoff", type=int, default=50, show_default=True, help="T: abstentions allowed before the session halts."),

@@ -5,6 +5,7 @@ then answers queries with it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,8 @@ from pipeline.noise import NoiseSource, noise_source
 from pipeline.privacy import SubSampParameters
 from pipeline.sparse_vector import SparseVector
 from pipeline.state import Session, has_session
-from pipeline.subsample import check_subsamples, train_models
+from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pipeline.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pipeline.votes import Ensemble
 
 
@@ -40,6 +42,8 @@ class TrainingPlan:
     private: Dataset
     noise: NoiseSource
     seed: int | None
+    agnostic: AgnosticParameters | None = None
+    hypothesis_class: Any = None
 
 
 def plan_training(options: dict[str, Any]) -> TrainingPlan:
@@ -47,26 +51,60 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
     if options["state"] and has_session(options["state"]):
         raise PcqrError(f"--state {options['state']} already holds a session; use a new directory")
     noise = noise_source(options["seed"], options["insecure_seed"])
+    private = open_dataset(
+        options["private"], "private", label=options["label"], features=split_features(options["features"])
+    )
+    if options["mode"] == "agnostic":
+        return _plan_agnostic(options, private, noise)
     params = SubSampParameters.paper(
         options["epsilon"], options["delta"], options["cutoff"], options["queries_max"],
         options["beta"], options["subsamples"], options["threshold"],
     )
     learner = LearnerSpec(options["learner"], parse_learner_params(options["learner_param"]))
     learner.build()  # fails now, not on a worker, if the learner is unusable
-    private = open_dataset(
-        options["private"], "private", label=options["label"], features=split_features(options["features"])
-    )
     check_subsamples(private.rows, params.subsamples, learner.min_rows)
     return TrainingPlan(params, learner, private, noise, options["seed"])
+
+
+def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
+    """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns."""
+    from pipeline.hypotheses import make_class
+
+    name = options["hypothesis"]
+    if not name:
+        raise PcqrError("--mode agnostic needs --hypothesis CLASS (the class to relabel with and learn)")
+    hypothesis_class = make_class(name, len(private.features))
+    agnostic = AgnosticParameters.algorithm3(
+        options["epsilon"], options["delta"], options["alpha"], options["beta"], options["queries_max"],
+        private.rows, options["subsamples"], options["threshold"],
+    )
+    k = agnostic.subsamp.subsamples
+    if agnostic.sample_rows < k:
+        raise PcqrError(
+            f"agnostic mode trains k = {k} subsamples on n' = eps n / 56 = {agnostic.sample_rows} rows: "
+            f"needs at least {math.ceil(56 * k / options['epsilon'])} private rows, the dataset has "
+            f"{private.rows} (or use a smaller --subsamples)"
+        )
+    learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
+    return TrainingPlan(agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class)
 
 
 def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
     """Train the k models on the cluster; returns the new session (not yet saved) and its models."""
     k = plan.params.subsamples
+    relabeller = None
+    if plan.agnostic is not None:
+        relabeller, resampled = _relabel(client, plan)
+        sources, rows = [resampled], [plan.agnostic.sample_rows]
     with progress(k, "training models") as bar:
-        ensemble = train_models(
-            client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
-        )
+        if plan.agnostic is None:
+            ensemble = train_models(
+                client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
+            )
+        else:
+            ensemble = train_models_on(
+                client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
+            )
     coordinator = SparseVector(plan.params, plan.noise)  # draws the first noisy threshold
     session = Session(
         params=plan.params,
@@ -77,15 +115,31 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
         seed=plan.seed,
         sparse_vector=coordinator.state,
         noise_state=getattr(plan.noise, "state", lambda: None)(),
+        mode="agnostic" if plan.agnostic else "realizable",
+        agnostic=plan.agnostic.to_dict() if plan.agnostic else None,
+        relabeller=relabeller.to_dict() if relabeller is not None else None,
     )
     return session, ensemble
+
+
+def _relabel(client: Any, plan: TrainingPlan) -> tuple[Any, Any]:
+    """Steps 2-4 of Algorithm 3: h_hat (private) and the future of S_hat."""
+    assert plan.agnostic is not None and plan.private.label is not None
+    parts = plan.private.parts(PART_ROWS)
+    sources = [client.submit(load_part, p, plan.private.features, plan.private.label, pure=False) for p in parts]
+    note(f"relabelling n' = {plan.agnostic.sample_rows} rows with {plan.hypothesis_class.name} "
+         "(exponential mechanism over its dichotomies)")
+    return relabel_and_resample(
+        client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise
+    )
 
 
 def session_summary(session: Session) -> dict[str, Any]:
     """The parameters every summary reports."""
     p = session.params
     eps, delta = p.guarantee()
-    return {
+    summary: dict[str, Any] = {
+        "mode": session.mode,
         "epsilon": p.epsilon,
         "delta": p.delta,
         "cutoff": p.cutoff,
@@ -102,6 +156,16 @@ def session_summary(session: Session) -> dict[str, Any]:
         "learner": session.learner["name"],
         "privacy": "private" if session.private else "NOT PRIVATE (seeded noise)",
     }
+    if session.agnostic is not None:
+        agnostic = AgnosticParameters.from_dict(session.agnostic)
+        chain = agnostic.privacy_chain()
+        summary.update(
+            epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha,
+            proven_epsilon=chain[-1][1], proven_delta=chain[-1][2],
+            subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner["params"]["hypothesis"],
+            agnostic=agnostic.summary(),
+        )
+    return summary
 
 
 @click.command("train")

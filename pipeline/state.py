@@ -47,6 +47,9 @@ class Session:
     last_hash: str = ""
     noise_state: Any = None
     totals: dict[str, int] = field(default_factory=lambda: {"answered": 0, "abstained": 0, "refused": 0})
+    mode: str = "realizable"
+    agnostic: dict[str, Any] | None = None  # AgnosticParameters (public)
+    relabeller: dict[str, Any] | None = None  # h_hat of A_Relabel: PRIVATE, never in provenance
 
     @property
     def private(self) -> bool:
@@ -58,7 +61,11 @@ class Session:
             "package": "pcqr",
             "version": __version__,
             "session_id": self.session_id,
-            "mechanism": "A_SubSamp (BTT18; Algorithms 5-6 of Nandi-Bassily)",
+            "mechanism": "A_SubSamp (BTT18; Algorithms 5-6 of Nandi-Bassily)"
+            if self.mode == "realizable"
+            else "A_AgPrivCl (Algorithm 3 of Nandi-Bassily: A_Relabel, then A_SubSamp)",
+            "mode": self.mode,
+            "agnostic_parameters": self.agnostic,
             "parameters": self.params.to_dict(),
             "epsilon": self.params.epsilon,
             "delta": self.params.delta,
@@ -88,6 +95,9 @@ class Session:
             "last_hash": self.last_hash,
             "noise_state": self.noise_state,
             "totals": self.totals,
+            "mode": self.mode,
+            "agnostic": self.agnostic,
+            "relabeller": self.relabeller,
         }
 
     @classmethod
@@ -106,6 +116,9 @@ class Session:
             last_hash=data["last_hash"],
             noise_state=data["noise_state"],
             totals=dict(data["totals"]),
+            mode=data.get("mode", "realizable"),
+            agnostic=data.get("agnostic"),
+            relabeller=data.get("relabeller"),
         )
 
 
