@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from jobs import answer, demo, generate, run, train
+from jobs import answer, demo, generate, plan, run, train
 from pipeline import __version__
 from pipeline.errors import PcqrError
 
@@ -23,10 +23,12 @@ def pcqr() -> None:
       pcqr answer --state st --queries data/queries --log answers   # public log
       pcqr run jobs/examples/answer.yaml             # the same from a YAML spec
       pcqr demo                                      # all of it on a local cluster
+      pcqr plan --hypothesis interval --alpha 0.05 --epsilon 1 --queries-max 10000
+                                                     # the sample sizes the papers require
     """
 
 
-for _module in (generate, train, answer, run, demo):
+for _module in (generate, train, answer, run, demo, plan):
     pcqr.add_command(_module.command)
 
 

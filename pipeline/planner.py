@@ -58,16 +58,19 @@ def check_inputs(d: int, alpha: float, beta: float, epsilon: float, delta: float
         raise PcqrError(f"--gamma must be in [0, 1), got {gamma}")
 
 
-def _subsamp(epsilon: float, delta: float, cutoff: float, m: int, beta: float, ref: str) -> Algorithm:
-    """Algorithm 5's lambda, k, w (001 L376-377) at the integer cutoff ceil(T)."""
+def _subsamp(epsilon: float, delta: float, cutoff: float, m: int, beta: float) -> Algorithm:
+    """Algorithm 5's lambda, k, w (001 L376-377) at the integer cutoff ceil(T); all None when
+    pcqr's composition check (SubSampParameters.certify) refuses them (eps >> 1)."""
     t = max(1, math.ceil(cutoff))
+    src = "Algorithm 5, 001 L376-377 (SubSampParameters.paper)"
+    out = {"cutoff": fig(t, "exact", "ceil(T): c <= T allows the same bottoms")}
     try:
         p = SubSampParameters.paper(epsilon, delta, t, m, beta)
     except PcqrError as exc:
-        raise PcqrError(f"A_SubSamp at T={t} ({ref}): {exc}") from None
-    src = "Algorithm 5, 001 L376-377 (pipeline.privacy.SubSampParameters.paper)"
-    return {"cutoff": fig(t, "exact", "ceil(T): c <= T allows the same bottoms"),
-            "lambda": fig(p.lam, "exact", src), "k": fig(p.subsamples, "exact", src),
+        why = str(exc).split(":", 1)[-1].split(";")[0]
+        none = fig(None, "exact", "refused by SubSampParameters.certify:" + why)
+        return {**out, "lambda": none, "k": none, "w": none}
+    return {**out, "lambda": fig(p.lam, "exact", src), "k": fig(p.subsamples, "exact", src),
             "w": fig(p.threshold, "exact", src)}
 
 
@@ -75,9 +78,10 @@ def _with_subsamp(n: float, t: float, error: float, ref: str, epsilon: float, de
                   m: int, beta: float) -> Algorithm:
     """A_SubSamp's O~() n and T, its error, and Algorithm 5 at that T (rows_per_model = n/k:
     below 1, the O~() constants and logs are what decide n)."""
-    sub = _subsamp(epsilon, delta, t, m, beta, ref)
+    sub = _subsamp(epsilon, delta, t, m, beta)
+    k = sub["k"]["value"]
     return {"n": fig(n, "O~()", ref), "T": fig(t, "O~()", ref), "error": fig(error, "exact", ref),
-            "rows_per_model": fig(n / sub["k"]["value"], "O~()", "n/k"), **sub}
+            "rows_per_model": fig(n / k if k else None, "O~()", "n/k"), **sub}
 
 
 def subsamp_realizable(d: int, alpha: float, beta: float, epsilon: float, delta: float, m: int) -> Algorithm:
@@ -130,7 +134,7 @@ def agprivcl(d: int, alpha: float, beta: float, epsilon: float, delta: float, m:
     """
     ref = "001 Thm 3.3 L189 (000 Thm 7 L706)"
     s1 = agprivcl_step1(alpha, beta, delta, m)
-    sub = _subsamp(s1["eps_hat"], s1["delta_hat"], s1["T"], m, beta, "Algorithm 3")
+    sub = _subsamp(s1["eps_hat"], s1["delta_hat"], s1["T"], m, beta)
     k = sub["k"]["value"]
     shape = max(1.0, math.sqrt(m) * alpha**1.5)
     logs = _agprivcl_logs(d, alpha, beta, delta, m)

@@ -1,0 +1,119 @@
+"""``pcqr plan``: the private sample sizes the papers' results require, and their parameters.
+
+The formulas live in :mod:`pipeline.planner`; this module maps class names to VC
+dimensions, checks the options and prints the plan (a table, or one JSON object).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from jobs.common import emit_summary, json_option
+from pipeline.errors import PcqrError
+from pipeline.planner import check_inputs, plan, stump_vc
+
+# VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
+# ``--learner threshold`` fits both directions, VC 2: plan it with --vc 2. halfspace: in R^2.
+HYPOTHESIS_VC: dict[str, int] = {"threshold": 1, "point": 1, "interval": 2, "halfspace": 3, "rectangle": 4}
+HYPOTHESES = (*HYPOTHESIS_VC, "stump")
+
+TITLES = {
+    "subsamp_realizable": "A_SubSamp, realizable (BTT18; Algorithm 5)",
+    "subsamp_agnostic": "A_SubSamp, agnostic (BTT18; Algorithm 5)",
+    "agprivcl": "A_AgPrivCl (Algorithm 3)",
+    "unvprivcl": "A_UnvPrivCl (Algorithm 4: any number of queries)",
+    "sspp": "A_SSPP (ABM19 semi-private learner; public n_pub, private n)",
+}
+KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
+         "kept); O~() = constant 1 and the hidden log factors dropped")
+
+
+def vc_dimension(vc: int | None, hypothesis: str | None, features: int | None) -> int:
+    """--vc D, or the VC dimension of --hypothesis CLASS (stump: an upper bound, needs --features)."""
+    if (vc is None) == (hypothesis is None):
+        raise PcqrError("give exactly one of --vc D and --hypothesis CLASS")
+    if vc is not None:
+        if features is not None:
+            raise PcqrError("--features applies only to --hypothesis stump")
+        return vc
+    if hypothesis == "stump":
+        if features is None:
+            raise PcqrError("--hypothesis stump needs --features P (the number of features), or use --vc")
+        return stump_vc(features)
+    if hypothesis not in HYPOTHESIS_VC:
+        raise PcqrError(f"--hypothesis must be one of {', '.join(HYPOTHESES)}, got {hypothesis!r}")
+    if features is not None:
+        raise PcqrError(f"--features applies only to --hypothesis stump, not {hypothesis}")
+    return HYPOTHESIS_VC[str(hypothesis)]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    """The plan as a readable table: one block per algorithm, one row per figure."""
+    inputs = summary["inputs"]
+    named = f" ({inputs['hypothesis']})" if inputs["hypothesis"] else ""
+    click.echo(f"pcqr plan: d={inputs['vc']}{named} alpha={_show(inputs['alpha'])} "
+               f"beta={_show(inputs['beta'])} epsilon={_show(inputs['epsilon'])} "
+               f"delta={_show(inputs['delta'])} m={inputs['queries_max']} gamma={_show(inputs['gamma'])}")
+    click.echo(f"kinds: {KINDS}")
+    for key, figures in summary["algorithms"].items():
+        click.echo("")
+        click.echo(TITLES[key])
+        for name, f in figures.items():
+            click.echo(f"  {name:<20} {_show(f['value']):>14}  {f['kind']:<6} {f['ref']}")
+    click.echo("")
+    click.echo(f"ratio BTT18 agnostic n / A_AgPrivCl n (both O~()): "
+               f"{_show(summary['ratio_btt_agnostic_to_agprivcl'])}; 001 Related work (L44) says "
+               f"~max(1, min(sqrt(m alpha), 1/alpha)) = {_show(summary['ratio_related_work'])}")
+
+
+@click.command("plan")
+@click.option("--vc", type=int, default=None, help="VC dimension d of the hypothesis class.")
+@click.option("--hypothesis", default=None, metavar="CLASS",
+              help=f"A named class instead of --vc: {', '.join(HYPOTHESES)} (threshold = one direction, "
+                   "VC 1; stump needs --features).")
+@click.option("--features", type=int, default=None, help="P, the number of features (--hypothesis stump).")
+@click.option("--alpha", type=float, default=None, help="Excess error alpha, in (0, 1). Required.")
+@click.option("--beta", type=float, default=None, help="Failure probability beta, in (0, 1). Required.")
+@click.option("--epsilon", type=float, default=None, help="Privacy parameter eps > 0. Required.")
+@click.option("--delta", type=float, default=None, help="Privacy parameter delta, in (0, 1). Required.")
+@click.option("--queries-max", type=int, default=None, help="m, the most queries to answer (>= 1). Required.")
+@click.option("--gamma", type=float, default=0.0, show_default=True,
+              help="Best error in the class (agnostic A_SubSamp's T and error alpha + 3 gamma).")
+@json_option
+def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
+            beta: float | None, epsilon: float | None, delta: float | None,
+            queries_max: int | None, gamma: float, as_json: bool) -> None:
+    """Print the private sample size each algorithm's result requires, with its parameters.
+
+    \b
+    For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
+    and A_SSPP (Alon-Bassily-Moran): n, the public n_pub, T, lambda, k, w, eps_hat, ...
+    Every figure is marked exact (an explicit formula), O() (constant 1 assumed) or
+    O~() (constant 1, log factors dropped), with the paper and line it comes from.
+    """
+    given = {"--alpha": alpha, "--beta": beta, "--epsilon": epsilon, "--delta": delta,
+             "--queries-max": queries_max}
+    for option, value in given.items():
+        if value is None:
+            raise PcqrError(f"{option} is required")
+    assert alpha is not None and beta is not None and epsilon is not None
+    assert delta is not None and queries_max is not None
+    d = vc_dimension(vc, hypothesis, features)
+    check_inputs(d, alpha, beta, epsilon, delta, queries_max, gamma)
+    result = plan(d, alpha, beta, epsilon, delta, queries_max, gamma)
+    inputs = {"vc": d, "hypothesis": hypothesis, "features": features, "alpha": alpha, "beta": beta,
+              "epsilon": epsilon, "delta": delta, "queries_max": queries_max, "gamma": gamma}
+    summary = {"inputs": inputs, **result}
+    if as_json:
+        emit_summary(summary, as_json=True)
+    else:
+        print_table(summary)
