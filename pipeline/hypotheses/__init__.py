@@ -1,0 +1,60 @@
+"""Hypothesis classes whose dichotomies a cluster enumerates in shards (ALGORITHMS.md section 9).
+
+For a class H and a sample, :meth:`HypothesisClass.enumerate` returns an
+:class:`Enumeration`: one representative per distinct labelling H induces on
+the sample's distinct points, indexed deterministically, described compactly
+(sorted distinct values, offsets) so that Dask tasks score index ranges
+(:class:`Shard`) on any labelled data without the driver materialising the
+candidates. Dichotomy counts on u distinct values (m distinct points):
+
+=============  =========================================  ============================
+class          labellings                                 scoring a shard (s, n rows)
+=============  =========================================  ============================
+threshold      2u (both directions), u + 1 (one)          O((n + s) log n)
+interval       u(u+1)/2 + 1                               O((n + s) log n)
+point          u + 1                                      O((n + s) log n)
+stump          <= 2 + sum_j 2(u_j - 1) <= 2p(u+1), exact  O(f n log n + s log n)
+rectangle      O(u^4) (tight boxes + empty)               O(n log u + u^2 + s)
+halfspace      <= m^2 - m + 2                             O(n s)
+finite         <= number of models                        s predictions
+=============  =========================================  ============================
+
+Cut points are midpoints between consecutive distinct sample values and
+"above cut t" means ``x > t`` (see :mod:`pipeline.hypotheses.base`).
+"""
+from __future__ import annotations
+
+from pipeline.hypotheses.base import Enumeration, Hypothesis, HypothesisClass, Shard
+from pipeline.hypotheses.erm import ERMClassifier
+from pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
+from pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
+from pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
+from pipeline.hypotheses.point import PointClass, PointHypothesis
+from pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
+from pipeline.hypotheses.registry import CLASSES, hypothesis_from_dict, make_class
+from pipeline.hypotheses.stump import StumpClass
+from pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
+
+__all__ = [
+    "CLASSES",
+    "ERMClassifier",
+    "Enumeration",
+    "FiniteClass",
+    "FiniteHypothesis",
+    "HalfspaceClass",
+    "HalfspaceHypothesis",
+    "Hypothesis",
+    "HypothesisClass",
+    "IntervalClass",
+    "IntervalHypothesis",
+    "PointClass",
+    "PointHypothesis",
+    "RectangleClass",
+    "RectangleHypothesis",
+    "Shard",
+    "StumpClass",
+    "ThresholdClass",
+    "ThresholdHypothesis",
+    "hypothesis_from_dict",
+    "make_class",
+]
