@@ -85,7 +85,14 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
             f"needs at least {math.ceil(56 * k / options['epsilon'])} private rows, the dataset has "
             f"{private.rows} (or use a smaller --subsamples)"
         )
-    learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
+    # B is ERM over the same class; thresholds and stumps use the built-in exact ERM learners
+    # (same class, both directions) so votes are counted by binary search, not model by model.
+    if name == "stump":
+        learner = LearnerSpec("stump")
+    elif name == "threshold":
+        learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
+    else:
+        learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
     return TrainingPlan(agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class)
 
 
@@ -108,7 +115,11 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
     coordinator = SparseVector(plan.params, plan.noise)  # draws the first noisy threshold
     session = Session(
         params=plan.params,
-        learner={"name": plan.learner.name, "params": plan.learner.params},
+        learner={
+            "name": plan.learner.name,
+            "params": plan.learner.params,
+            "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
+        },
         features=list(plan.private.features),
         private_uri=plan.private.uri,
         private_rows=plan.private.rows,
@@ -162,7 +173,7 @@ def session_summary(session: Session) -> dict[str, Any]:
         summary.update(
             epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha,
             proven_epsilon=chain[-1][1], proven_delta=chain[-1][2],
-            subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner["params"]["hypothesis"],
+            subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner.get("hypothesis"),
             agnostic=agnostic.summary(),
         )
     return summary
