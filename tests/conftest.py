@@ -8,18 +8,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 # A false-failure rate fixed for every statistical test in the suite.
 P_FAIL = 1e-6
 
 
 @pytest.fixture(scope="session")
-def client() -> Iterator[Client]:
-    """One small in-process cluster for tests that call pipeline functions directly."""
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
-        with Client(cluster) as c:
-            yield c
+def client(tmp_path_factory) -> Iterator[Client]:
+    """One small cluster of threads (loopback only, as pcqr opens it) for tests that call
+    pipeline functions directly."""
+    from pipeline.cluster import open_client
+
+    path = tmp_path_factory.mktemp("client") / "cluster.yaml"
+    path.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
+                    "    threads-per-worker: 2\n    processes: false\n")
+    with open_client(str(path)) as c:
+        yield c
 
 
 @pytest.fixture
