@@ -9,6 +9,9 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``end_to_end``        ``pcqr answer`` Parquet -> Parquet log on a local 2-worker cluster
 * ``training_speedup``  train_models with 1 and with 2 workers
 * ``driver_memory``     peak RSS of the ``pcqr answer`` driver for two query counts
+* ``agnostic_at_scale`` ``pcqr answer --mode agnostic`` (A_AgPrivCl, Algorithm 3's parameters) on 5x10^7 rows
+* ``relabel_stumps``    A_Relabel's exponential mechanism alone: stumps over 20 features, 10^6 and 10^7 rows
+* ``sharded_em``        the sharded exponential mechanism over ~10^7 interval candidates, 1 and 2 workers
 
 Nothing here asserts a speed: every figure is measured and written, next to
 the aim it is compared with. Each benchmark works in its own temporary
@@ -33,7 +36,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("coordinator", "end_to_end", "training_speedup", "driver_memory")
+BENCHMARKS = (
+    "coordinator", "end_to_end", "training_speedup", "driver_memory",
+    "agnostic_at_scale", "relabel_stumps", "sharded_em",
+)
 CLUSTER_YAML = "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worker: 1}}\n"
 SUBPROCESS_TIMEOUT = 3600
 
@@ -102,6 +108,10 @@ timed(distributed.Future, "result", "wait_for_votes", only_inside=True)
 timed(distributed.Client, "scatter", "scatter_models", only_inside=True)
 for name in ("batch_table", "encode_batch", "append_batch", "save_session"):
     timed(qr, name, name)
+import jobs.train  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and training on S_hat
+timed(jobs.train, "_relabel", "relabel")
+timed(jobs.train, "train_models_on", "train_models_on_resampled")
+timed(jobs.answer, "train_session", "train_session")  # imported by name there
 from jobs.cli import main
 started = time.perf_counter()
 rc = main(argv)
@@ -631,6 +641,333 @@ def bench_driver_memory(quick: bool) -> dict[str, Any]:
     return result
 
 
+# --------------------------------------------------------------------------- 5. agnostic at scale
+
+AGNOSTIC_CLUSTER_YAML = (
+    "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worker: 1, memory-limit: 8GiB}}\n"
+)
+
+
+def _read_log(log_dir: Path) -> dict[str, Any]:
+    """query_id, answer, status and the feature columns of every batch file of an answer log."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(log_dir.glob("*.parquet"))])
+    return {name: np.asarray(table.column(name).to_numpy(zero_copy_only=False)) for name in table.column_names}
+
+
+def bench_agnostic_at_scale(quick: bool) -> dict[str, Any]:
+    """A_AgPrivCl end to end: one ``pcqr answer --mode agnostic`` (train + answer)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pipeline.hypotheses import hypothesis_from_dict
+    from pipeline.synthetic import read_concept
+
+    rows, k, w = (5 * 10**6, 4000, 400) if quick else (5 * 10**7, 40_000, 4000)
+    queries, features, noise = 1000, 1, 0.1
+    options = [
+        "--mode", "agnostic", "--hypothesis", "threshold", "--alpha", "0.1", "--epsilon", "1",
+        "--delta", "1e-6", "--beta", "0.05", "--queries-max", str(queries),
+        "--subsamples", str(k), "--threshold", str(w),
+    ]
+    result: dict[str, Any] = {
+        "private_rows": rows,
+        "features": features,
+        "label_noise": noise,
+        "queries": queries,
+        "hypothesis_class": "threshold",
+        "cluster": AGNOSTIC_CLUSTER_YAML.strip(),
+        "command_options": " ".join(options),
+        "quick_sizes": "5x10^6 rows, --subsamples 4000 --threshold 400" if quick else None,
+        "how": "pcqr generate (not timed), then one `pcqr answer --mode agnostic --private ... --state "
+        "... --queries ... --log ... --truth ...` (train + answer, one shot) in a fresh Python process "
+        "(CHILD_CODE: peak RSS via getrusage(RUSAGE_SELF) at exit, in-process timings by wrapping). "
+        "Errors of the answered queries: vs the noisy truth (the summary's accuracy), vs the noiseless "
+        "concept x0 > t (t from the private files' pcqr.concept metadata), and agreement with h_hat "
+        "(the session's private relabeller, rebuilt with hypothesis_from_dict)",
+        "aim_seconds": 600,
+    }
+    with temp_dir("agnostic") as work:
+        cluster = work / "cluster.yaml"
+        cluster.write_text(AGNOSTIC_CLUSTER_YAML, encoding="utf-8")
+        log(f"agnostic_at_scale: generating {rows:,} private rows ({features} feature, noise {noise}), "
+            f"{queries:,} queries")
+        gen_s, _ = pcqr(
+            work, "generate", "generate", "--kind", "agnostic", "--noise", str(noise), "--rows", str(rows),
+            "--features", str(features), "--queries", str(queries), "--out", "data", "--cluster", str(cluster),
+        )
+        result["generate_seconds"] = gen_s
+        result["private_mb"] = dir_bytes(work / "data" / "private") / 2**20
+        log(f"agnostic_at_scale: pcqr answer --mode agnostic (k={k}, w={w}) on {rows:,} rows")
+        wall, summary, report = pcqr_instrumented(
+            work, "answer", "answer", *options, "--private", "data/private", "--state", "state",
+            "--queries", "data/queries", "--log", "log", "--truth", "data/truth", "--cluster", str(cluster),
+        )
+        logged = _read_log(work / "log")
+        session = json.loads((work / "state" / "session.json").read_text())
+        concept = read_concept(str(sorted((work / "data" / "private").glob("*.parquet"))[0]))
+        truth = pq.read_table(str(work / "data" / "truth"))
+        truth_ids = np.asarray(truth.column("query_id").to_numpy())
+        truth_labels = np.asarray(truth.column("label").to_numpy())
+    answered = logged["status"] == "answered"
+    ids, answers = logged["query_id"][answered], logged["answer"][answered].astype(np.int8)
+    X = np.column_stack([logged[f"x{j}"][answered] for j in range(features)]).astype(np.float64)
+    order = np.argsort(truth_ids)
+    noisy = truth_labels[order][np.searchsorted(truth_ids[order], ids)].astype(np.int8)
+    clean = concept.labels(X)
+    relabeller = session.get("relabeller")
+    h_hat = hypothesis_from_dict(relabeller) if relabeller else None
+    agree = float(np.mean(np.asarray(h_hat.predict(X)).astype(np.int8) == answers)) if h_hat and ids.size else None
+    t = report["timings"]
+    agnostic = summary.get("agnostic", {})
+    total = summary["answered"] + summary["abstained"] + summary["refused"]
+    result.update({
+        "end_to_end_seconds": wall,
+        "driver_peak_rss_mb": report["maxrss_self_kb"] / 1024,
+        "driver_peak_before_loop_mb": (report["peak_before_loop_kb"] or 0) / 1024,
+        "workers_peak_rss_mb": report["maxrss_children_kb"] / 1024,
+        "timings_seconds": {key: round(v["seconds"], 3) for key, v in sorted(t.items())},
+        "parameters": {
+            "subsamples_k": summary.get("subsamples"),
+            "threshold_w": summary.get("threshold"),
+            "lambda": summary.get("lambda"),
+            "cutoff_T_derived": summary.get("cutoff"),
+            "sample_rows_n_prime": agnostic.get("sample_rows"),
+            "rows_per_subsample": (agnostic.get("sample_rows") or 0) / k,
+            "subsamp_epsilon": summary.get("subsamp_epsilon"),
+            "proven_epsilon": summary.get("proven_epsilon"),
+            "proven_delta": summary.get("proven_delta"),
+        },
+        "answered": summary["answered"],
+        "abstained": summary["abstained"],
+        "refused": summary["refused"],
+        "halted": summary.get("budget_spent"),
+        "fraction_answered": summary["answered"] / total if total else None,
+        "error_vs_noisy_truth": 1 - summary["accuracy"] if summary.get("accuracy") is not None else None,
+        "error_vs_noisy_truth_recomputed": float(np.mean(answers != noisy)) if ids.size else None,
+        "error_vs_noiseless_concept": float(np.mean(answers != clean)) if ids.size else None,
+        "agreement_with_h_hat": agree,
+        "h_hat": relabeller,
+        "concept": concept.to_json(),
+        "meets_aim": bool(wall < 600),
+    })
+    return result
+
+
+# --------------------------------------------------------------------------- 6. relabel with stumps
+
+
+def _stump_sample(n: int, features: int, noise: float, seed: int) -> tuple[Any, Any]:
+    """Worker: n rows x features N(0, 1); label x3 > 0.2, flipped with probability ``noise``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, features))
+    y = (X[:, 3] > 0.2) ^ (rng.random(n) < noise)
+    return X, y.astype(np.int8)
+
+
+def _enumerate(name: str, features: int, data: tuple[Any, Any]) -> Any:
+    from pipeline.hypotheses import make_class
+
+    return make_class(name, features).enumerate(data[0])
+
+
+def _size(enumeration: Any) -> int:
+    return int(enumeration.size())
+
+
+def _vmhwm_kb() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _run_with_deadline(fn: Callable[[], Any], seconds: float) -> Any:
+    """fn() in a thread; TimeoutError if it has not returned after ``seconds`` (the caller closes
+    the cluster, which makes fn fail)."""
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn).result(timeout=seconds)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def bench_relabel_stumps(quick: bool) -> dict[str, Any]:
+    import resource
+
+    from distributed import Client, LocalCluster
+    from distributed import wait as distributed_wait
+
+    from pipeline.mechanisms.exponential import select_hypothesis
+    from pipeline.noise import SecureNoise
+
+    import math
+
+    import dask
+
+    features, noise = 20, 0.1
+    sizes = [10**5, 10**6] if quick else [10**6, 10**7]
+    # If the big size does not fit (a worker killed at its memory limit, or the deadline), try
+    # these in turn: the largest that fits is measured.
+    fallbacks = [] if quick else [5 * 10**6, 2 * 10**6, 15 * 10**5]
+    deadline = 600
+    result: dict[str, Any] = {
+        "features": features,
+        "label": "x3 > 0.2 flipped with probability 0.1; features N(0,1), so u_j = n distinct values",
+        "how": "LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=10GiB, allowed-failures 0 so "
+        "a worker killed at its memory limit fails the size at once); the sample is made by a task (the "
+        "driver never holds it); timed: enumeration = make_class('stump', 20).enumerate(X) as a task + "
+        "select_hypothesis(client, enumeration, data, 1.0, SecureNoise()) (default shard size 2^20); a "
+        "fresh cluster per size; driver peak = VmHWM after resetting it (/proc/self/clear_refs) at the start",
+        "deadline_seconds_per_size": deadline,
+        "sizes": {},
+        "aim_ratio": "<= ~12 for 10x the rows (n log n: 11.7 from 10^6 to 10^7)",
+    }
+    todo, measured = list(sizes), []
+    while todo:
+        n = todo.pop(0)
+        log(f"relabel_stumps: n' = {n:,} rows x {features} features")
+        entry: dict[str, Any] = {}
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}), LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", memory_limit="10GiB",
+            dashboard_address=":0", processes=True,
+        ) as cluster, Client(cluster) as client:
+            data = client.submit(_stump_sample, n, features, noise, 7, pure=False)
+            distributed_wait([data])
+            rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            reset = _reset_peak()
+            t0 = time.perf_counter()
+
+            def run() -> tuple[Any, int, float]:
+                enumeration = client.submit(_enumerate, "stump", features, data, pure=False)
+                h = select_hypothesis(client, enumeration, data, 1.0, SecureNoise())
+                seconds = time.perf_counter() - t0
+                return h, client.submit(_size, enumeration, pure=False).result(), seconds
+
+            try:
+                h, size, seconds = _run_with_deadline(run, deadline)
+                entry.update({
+                    "seconds": seconds,
+                    "candidates": size,
+                    "candidates_per_second": rate(size, seconds),
+                    "chosen": h.to_dict(),
+                })
+                measured.append(n)
+            except Exception as exc:
+                import concurrent.futures
+
+                kind = "timed out" if isinstance(exc, concurrent.futures.TimeoutError) else "failed"
+                entry["error"] = f"{kind} after {time.perf_counter() - t0:.0f} s: {type(exc).__name__}: {exc}"[:500]
+                log(f"relabel_stumps: n' = {n:,}: {entry['error']}")
+            entry["driver_maxrss_before_mb"] = rss_before / 1024
+            entry["driver_maxrss_after_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            entry["driver_peak_during_mb"] = (_vmhwm_kb() or 0) / 1024 if reset else None
+        result["sizes"][str(n)] = entry
+        if "error" in entry and n != sizes[0] and fallbacks:
+            todo.append(fallbacks.pop(0))
+    if len(measured) >= 2:
+        small, big = measured[0], max(measured)
+        a, b = result["sizes"][str(small)], result["sizes"][str(big)]
+        n_log_n = big * math.log(big) / (small * math.log(small))
+        result.update({
+            "small_rows": small,
+            "big_rows": big,
+            "big_is_requested_size": big == sizes[-1],
+            "rows_ratio": big / small,
+            "ratio_big_over_small": b["seconds"] / a["seconds"],
+            "n_log_n_ratio": n_log_n,
+            "aim_ratio_for_these_sizes": 12 / 11.67 * n_log_n,
+            "driver_peak_during_mb_small_big": [a["driver_peak_during_mb"], b["driver_peak_during_mb"]],
+        })
+        result["meets_aim"] = bool(result["ratio_big_over_small"] <= result["aim_ratio_for_these_sizes"])
+    return result
+
+
+# --------------------------------------------------------------------------- 7. sharded exponential mechanism
+
+
+def _interval_sample(u: int, n: int, seed: int) -> tuple[Any, Any]:
+    """n labelled rows on the u distinct points 0..u-1 (each at least once): 1 inside [u/3, 2u/3), 10% noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([np.arange(u), rng.integers(0, u, n - u)]).astype(np.float64)
+    y = ((x >= u / 3) & (x < 2 * u / 3)) ^ (rng.random(n) < 0.1)
+    return x.reshape(-1, 1), y.astype(np.int8)
+
+
+def bench_sharded_em(quick: bool) -> dict[str, Any]:
+    from distributed import Client, LocalCluster
+
+    from pipeline.mechanisms.exponential import select_hypothesis
+    from pipeline.noise import SecureNoise
+
+    # quick: shards of 2^18 so that each worker still gets several shards
+    u, n, repeats = (1500 if quick else 4500), 10**5, 3
+    shard_size = (1 << 18) if quick else (1 << 20)
+    result: dict[str, Any] = {
+        "distinct_points_u": u,
+        "rows": n,
+        "shard_size": shard_size,
+        "repeats": repeats,
+        "how": "make_class('interval', 1).enumerate on u distinct values (a task), scored against n "
+        "labelled rows (a task); timed: select_hypothesis(client, enumeration, data, 1.0, SecureNoise(), "
+        "shard_size) on a LocalCluster(n_workers=N, threads_per_worker=1), after one warm-up call; "
+        "median of the repeats",
+        "workers": {},
+        "aim_speedup": 1.7,
+    }
+    for n_workers in (1, 2):
+        log(f"sharded_em: u = {u:,} on {n_workers} worker(s)")
+        with LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
+            processes=True,
+        ) as cluster, Client(cluster) as client:
+            data = client.submit(_interval_sample, u, n, 3, pure=False)
+            enumeration = client.submit(_enumerate, "interval", 1, data, pure=False)
+            size = client.submit(_size, enumeration, pure=False).result()
+            if n_workers > 1:  # both workers hold the (small) data and enumeration before timing
+                client.replicate([data, enumeration])
+            select_hypothesis(client, enumeration, data, 1.0, SecureNoise(), shard_size)  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                h = select_hypothesis(client, enumeration, data, 1.0, SecureNoise(), shard_size)
+                times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
+        result["candidates"] = size
+        result["shards"] = -(-size // shard_size)
+        result["workers"][str(n_workers)] = {
+            "seconds_median": median,
+            "seconds_all": times,
+            "candidates_per_second": rate(size, median),
+            "chosen": h.to_dict(),
+        }
+    one, two = result["workers"]["1"]["seconds_median"], result["workers"]["2"]["seconds_median"]
+    result["speedup"] = one / two if two else None
+    result["meets_aim"] = bool(result["speedup"] and result["speedup"] >= 1.7)
+    return result
+
+
 # --------------------------------------------------------------------------- driver
 
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
@@ -638,6 +975,9 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "end_to_end": bench_end_to_end,
     "training_speedup": bench_training_speedup,
     "driver_memory": bench_driver_memory,
+    "agnostic_at_scale": bench_agnostic_at_scale,
+    "relabel_stumps": bench_relabel_stumps,
+    "sharded_em": bench_sharded_em,
 }
 
 
@@ -695,6 +1035,41 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(("driver_memory", "ratio big / small (driver peak)", _fmt(r["ratio_big_over_small"]), "~ 1"))
         rows.append(("driver_memory", "ratio big / small (answer-loop peak)",
                      _fmt(r.get("loop_ratio_big_over_small")), "~ 1"))
+    r = results.get("agnostic_at_scale")
+    if r and "error" not in r:
+        b = "agnostic_at_scale"
+        rows.append((b, f"end-to-end s ({r['private_rows']:,} rows, train + answer)", _fmt(r["end_to_end_seconds"]), "< 600"))
+        rows.append((b, "driver peak RSS MB", _fmt(r["driver_peak_rss_mb"]), ""))
+        rows.append((b, "worker peak RSS MB", _fmt(r["workers_peak_rss_mb"]), ""))
+        rows.append((b, "relabel s / train s (in process)", f"{_fmt(r['timings_seconds'].get('relabel'))} / "
+                     f"{_fmt(r['timings_seconds'].get('train_models_on_resampled'))}", ""))
+        rows.append((b, "fraction answered", _fmt(r["fraction_answered"]), ""))
+        def share(x: Any) -> str:  # a fraction of the answered queries, with the count
+            return "-" if x is None else f"{x:.4f} ({round(x * r['answered'])} of {r['answered']})"
+
+        rows.append((b, "error of answered vs noisy truth", share(r["error_vs_noisy_truth"]), ""))
+        rows.append((b, "error of answered vs noiseless concept", share(r["error_vs_noiseless_concept"]), ""))
+        rows.append((b, "agreement of answered with h_hat", share(r["agreement_with_h_hat"]), ""))
+    r = results.get("relabel_stumps")
+    if r and "error" not in r:
+        for n, v in r["sizes"].items():
+            label = f"n' = {int(n):,}"
+            if "error" in v:
+                rows.append(("relabel_stumps", f"{label}: FAILED", v["error"].splitlines()[0][:60], ""))
+                continue
+            rows.append(("relabel_stumps", f"seconds, {label}", _fmt(v["seconds"]), ""))
+            rows.append(("relabel_stumps", f"candidates, {label}", _fmt(v["candidates"]), ""))
+            rows.append(("relabel_stumps", f"driver peak RSS MB during, {label}", _fmt(v["driver_peak_during_mb"]), "flat"))
+        if "big_rows" in r:
+            rows.append(("relabel_stumps", f"time ratio {r['big_rows']:,} / {r['small_rows']:,} rows",
+                         _fmt(r.get("ratio_big_over_small")), f"<= {r['aim_ratio_for_these_sizes']:.1f}"))
+    r = results.get("sharded_em")
+    if r and "error" not in r:
+        rows.append(("sharded_em", "candidates", _fmt(r["candidates"]), ""))
+        for n, v in r["workers"].items():
+            rows.append(("sharded_em", f"seconds, {n} worker(s)", _fmt(v["seconds_median"]), ""))
+            rows.append(("sharded_em", f"candidates/s, {n} worker(s)", _fmt(v["candidates_per_second"]), ""))
+        rows.append(("sharded_em", "speed-up 2 vs 1", _fmt(r["speedup"]), ">= 1.7"))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
