@@ -68,7 +68,7 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
 
 def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
     """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns."""
-    from pipeline.hypotheses import make_class
+    from pipeline.hypotheses import ThresholdClass, make_class
 
     name = options["hypothesis"]
     if not name:
@@ -89,7 +89,7 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     # (same class, both directions) so votes are counted by binary search, not model by model.
     if name == "stump":
         learner = LearnerSpec("stump")
-    elif name == "threshold":
+    elif isinstance(hypothesis_class, ThresholdClass):
         learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
     else:
         learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})

@@ -87,7 +87,7 @@ class _Where:
 
     def error(self, key: str, message: str) -> PcqrError:
         full = f"pcqr.cluster.{key}"
-        if dask.config.get(full, default=None, config=self.env) is not None:
+        if dask.config.get(full, default=None, config=dict(self.env)) is not None:
             full += f" (from DASK_{full.upper().replace('.', '__').replace('-', '_')})"
         return PcqrError(f"{self.label}: {full}: {message}")
 
@@ -201,9 +201,8 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
     PcqrError
         One line naming the file and the key at fault.
     """
-    source: Path | None = Path(cluster_path if cluster_path is not None else "cluster.yaml")
-    if cluster_path is None and not source.is_file():
-        source = None
+    candidate = Path(cluster_path if cluster_path is not None else "cluster.yaml")
+    source: Path | None = candidate if cluster_path is not None or candidate.is_file() else None
     data = _read_file(source) if source is not None else {}
     env = dask.config.collect_env()
     merged = dask.config.merge(dask.config.config, data, env)  # environment wins over the file

@@ -104,6 +104,7 @@ def release_answers(
 ) -> ReleaseCounts:
     """Answer every query of ``queries`` in order; append the log; keep the session's state."""
     assert session.log_dir is not None
+    log_dir: str = session.log_dir
     parts = queries.parts(batch_rows)  # the caller has run validate_queries on them
     coordinator = SparseVector(session.params, noise, session.sparse_vector)
     shared = client.scatter(ensemble, broadcast=True)
@@ -133,7 +134,7 @@ def release_answers(
         counts.add(status)
         _advance(session, status, sha256(data), noise)
         save_session(state_dir, session)  # private state first: c never goes backwards
-        append_batch(session.log_dir, session.next_batch - 1, data)
+        append_batch(log_dir, session.next_batch - 1, data)
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
