@@ -82,9 +82,9 @@ def print_table(summary: dict[str, Any]) -> None:
                    "VC 1; stump needs --features).")
 @click.option("--features", type=int, default=None, help="P, the number of features (--hypothesis stump).")
 @click.option("--alpha", type=float, default=None, help="Excess error alpha, in (0, 1). Required.")
-@click.option("--beta", type=float, default=None, help="Failure probability beta, in (0, 1). Required.")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta, in (0, 1).")
 @click.option("--epsilon", type=float, default=None, help="Privacy parameter eps > 0. Required.")
-@click.option("--delta", type=float, default=None, help="Privacy parameter delta, in (0, 1). Required.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
 @click.option("--queries-max", type=int, default=None, help="m, the most queries to answer (>= 1). Required.")
 @click.option("--gamma", type=float, default=0.0, show_default=True,
               help="Best error in the class (agnostic A_SubSamp's T and error alpha + 3 gamma).")
