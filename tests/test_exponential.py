@@ -64,3 +64,26 @@ def test_uniform_below_is_uniform() -> None:
     big = 3 * 2**100 + 1
     assert all(0 <= uniform_below(noise, big) < big for _ in range(100))
     assert math.isclose(np.mean([uniform_below(noise, 2**64) / 2**64 for _ in range(4000)]), 0.5, abs_tol=0.04)
+
+
+def test_cluster_transport_returns_the_chosen_candidate(client, monkeypatch) -> None:
+    """select_hypothesis on the cluster returns exactly the candidate `choose` picked (several shards)."""
+    from pipeline.hypotheses import make_class
+    from pipeline.mechanisms import exponential
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 1))
+    y = (X[:, 0] > 0.2).astype(np.int8)
+    enumeration = make_class("threshold", 1).enumerate(X)
+    shards = enumeration.shards(7)
+    seen = []
+    original = exponential.choose
+    monkeypatch.setattr(exponential, "choose", lambda h, e, n: seen.append(original(h, e, n)) or seen[-1])
+    for seed in range(5):
+        chosen = exponential.select_hypothesis(client, enumeration, (X, y), 0.5, SeededNoise(seed), shard_size=7)
+        c = seen[-1]
+        shard = shards[c.shard]
+        position = pick_in_shard(enumeration.mistakes(shard, X, y), c.mistakes, c.rank)
+        expected = enumeration.hypothesis(shard.start + position)
+        assert chosen.to_dict() == expected.to_dict()
+        assert int(np.sum(chosen.predict(X) != y)) == c.mistakes

@@ -142,17 +142,15 @@ def exponential_mechanism(
     return pick(choose(histograms, epsilon, noise))
 
 
-def _shard_histogram(enumeration: Any, shard: Any, data: tuple[np.ndarray, np.ndarray], epsilon: float) -> dict[int, int]:
-    """Worker: step 1 for one shard of an enumeration, scored on labelled data."""
+def _shard_mistakes(enumeration: Any, shard: Any, data: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Worker: the mistakes of one shard's candidates on labelled data (kept on the worker)."""
     X, y = data
-    return histogram(enumeration.mistakes(shard, X, y), epsilon)
+    return enumeration.mistakes(shard, X, y).astype(np.int32 if len(y) < 2**31 else np.int64)
 
 
-def _shard_pick(enumeration: Any, shard: Any, data: tuple[np.ndarray, np.ndarray], level: int, rank: int) -> Any:
+def _shard_pick(enumeration: Any, shard: Any, mistakes: np.ndarray, level: int, rank: int) -> Any:
     """Worker: step 3: the chosen representative hypothesis."""
-    X, y = data
-    position = pick_in_shard(enumeration.mistakes(shard, X, y), level, rank)
-    return enumeration.hypothesis(shard.start + position)
+    return enumeration.hypothesis(shard.start + pick_in_shard(mistakes, level, rank))
 
 
 def _shards(enumeration: Any, shard_size: int) -> list[Any]:
@@ -167,12 +165,16 @@ def select_hypothesis(
     ``enumeration`` and ``data`` are futures (or values) of a
     :class:`pipeline.hypotheses.Enumeration` and of labelled rows (X, y); the
     score is -mistakes / len(y), sensitivity 1 / len(y): weights
-    exp(-epsilon mistakes / 2). Only shard descriptors, histograms and the
-    chosen hypothesis reach the driver; the hypothesis is private unless the
-    caller's mechanism releases it.
+    exp(-epsilon mistakes / 2). Each shard's mistake counts stay on its worker
+    (so step 3 does not score again); only shard descriptors, histograms and
+    the chosen hypothesis reach the driver; the hypothesis is private unless
+    the caller's mechanism releases it.
     """
     shards = client.submit(_shards, enumeration, shard_size, pure=False).result()
-    futures = [client.submit(_shard_histogram, enumeration, s, data, epsilon, pure=False) for s in shards]
+    mistakes = [client.submit(_shard_mistakes, enumeration, s, data, pure=False) for s in shards]
+    futures = [client.submit(histogram, m, epsilon, pure=False) for m in mistakes]
     choice = choose(client.gather(futures), epsilon, noise)
+    chosen = mistakes[choice.shard]
+    del futures, mistakes  # free the other shards' counts
     shard = shards[choice.shard]
-    return client.submit(_shard_pick, enumeration, shard, data, choice.mistakes, choice.rank, pure=False).result()
+    return client.submit(_shard_pick, enumeration, shard, chosen, choice.mistakes, choice.rank, pure=False).result()
