@@ -5,6 +5,7 @@ Cut points sit at the midpoint of consecutive distinct sample values
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -77,6 +78,10 @@ def scoring_column(X: np.ndarray, feature: int) -> np.ndarray:
     return np.where(np.isnan(x), -np.inf, x)
 
 
+# id(X) -> (weak reference to X, {feature: (labels, sorted scoring data)}); entries die with X
+_SORTED: dict[int, tuple[weakref.ref[np.ndarray], dict[int, tuple[np.ndarray, SortedLabels]]]] = {}
+
+
 @dataclass(frozen=True, eq=False)
 class SortedLabels:
     """One feature of labelled scoring data, split by label and sorted: counts by searchsorted."""
@@ -86,9 +91,25 @@ class SortedLabels:
 
     @classmethod
     def of(cls, X: np.ndarray, y: np.ndarray, feature: int) -> SortedLabels:
-        """Sort the feature's values of rows labelled 1 and 0 (``y`` boolean)."""
+        """Sort the feature's values of rows labelled 1 and 0 (``y`` boolean).
+
+        Cached per scoring matrix (weakly: the cache dies with X) and feature, so
+        the many shards a worker scores against the same data sort it once.
+        """
+        entry = _SORTED.get(id(X))
+        per_matrix = entry[1] if entry is not None and entry[0]() is X else None
+        cached = per_matrix.get(feature) if per_matrix is not None else None
+        if cached is not None and np.array_equal(cached[0], y):
+            return cached[1]
         x = scoring_column(X, feature)
-        return cls(np.sort(x[y]), np.sort(x[~y]))
+        result = cls(np.sort(x[y]), np.sort(x[~y]))
+        if isinstance(X, np.ndarray):
+            if per_matrix is None:
+                per_matrix = {}
+                _SORTED[id(X)] = (weakref.ref(X), per_matrix)
+                weakref.finalize(X, _SORTED.pop, id(X), None)
+            per_matrix[feature] = (np.array(y, copy=True), result)
+        return result
 
     @property
     def n1(self) -> int:

@@ -31,7 +31,6 @@ from pipeline.hypotheses.common import (
     BATCH_CELLS,
     SortedLabels,
     check_labelled,
-    distinct_rows,
     groups,
     midpoint,
     sample_columns,
@@ -107,30 +106,70 @@ class StumpEnumeration(Enumeration):
         return (points[:, pos] > t[None, :]) == up[None, :]
 
 
+_WINDOW_ENTRIES = 1 << 23  # candidates compared at once (memory ~ 32 bytes each)
+
+
+def _cut_keys(values: np.ndarray, column: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For one feature: rows with value <= v_c, and their weight sum mod 2^64, for cuts c = 1..u-1."""
+    order = np.argsort(column, kind="stable")
+    prefix = np.cumsum(weights[order], dtype=np.uint64)
+    below = np.searchsorted(column[order], values[:-1], side="right").astype(np.int64)
+    return below, prefix[below - 1] if below.size else np.zeros(0, dtype=np.uint64)
+
+
 def _duplicates(enum: StumpEnumeration, points: np.ndarray) -> np.ndarray:
-    """Raw indices whose labelling of ``points`` an earlier raw candidate already has."""
+    """Raw indices whose labelling of ``points`` an earlier raw candidate already has.
+
+    Two candidates can only label the points alike if they label as many points
+    1, so candidates are compared within windows of set sizes, by a 64-bit
+    random hash of the labelled set (weights per row, prefix sums along each
+    feature's order). Every hash match is verified on the points, so a collision
+    can at worst leave a duplicate in, never drop a labelling. Memory is
+    O(sum of u_j) for the per-cut keys plus one window, not O(candidates).
+    """
     m = points.shape[0]
-    rng = np.random.default_rng(_HASH_SEED)
-    weights = rng.integers(0, np.iinfo(np.uint64).max, size=(m, 2), dtype=np.uint64, endpoint=True)
-    total = weights.sum(axis=0, dtype=np.uint64)
-    keys = [total[None, :], np.zeros((1, 2), dtype=np.uint64)]
-    for k in range(points.shape[1]):
-        _, group = np.unique(points[:, k], return_inverse=True)
-        per_value = np.zeros((int(enum._cuts[k]) + 1, 2), dtype=np.uint64)
-        np.add.at(per_value, group, weights)
-        below = np.cumsum(per_value, axis=0, dtype=np.uint64)[:-1]  # set x <= t_c, c = 1..u-1
-        keys += [total[None, :] - below, below]
-    _, first, inverse = np.unique(np.concatenate(keys), axis=0, return_index=True, return_inverse=True)
-    raw = np.arange(enum.raw_size(), dtype=np.int64)
-    earlier = first[inverse.reshape(-1)]
-    candidates = np.flatnonzero(earlier != raw)
+    if m == 0:  # no points: all-1 and all-0 are the same (empty) labelling
+        return np.array([1], dtype=np.int64)
+    weights = np.asarray(
+        np.random.default_rng(_HASH_SEED).integers(0, np.iinfo(np.uint64).max, size=m, dtype=np.uint64, endpoint=True)
+    )
+    total = weights.sum(dtype=np.uint64)
+    cuts = [_cut_keys(enum.values[enum.offsets[k] : enum.offsets[k + 1]], points[:, k], weights)
+            for k in range(points.shape[1])]
+    raw_size = max(enum.raw_size() - 2, 1)
+    window = max(1, int(m * _WINDOW_ENTRIES // raw_size))
     confirmed = []
-    step = max(1, BATCH_CELLS // max(m, 1))
-    for s in range(0, candidates.shape[0], step):
-        dup = candidates[s : s + step]
-        same = (enum.labels(dup, points) == enum.labels(earlier[dup], points)).all(axis=0)
-        confirmed.append(dup[same])
+    for low in range(1, m, window):  # non-trivial sets have 1..m-1 points
+        high = min(m, low + window)
+        sizes, keys, raws = [], [], []
+        for k, (below, prefix) in enumerate(cuts):
+            base = 2 + int(enum._blocks[k])
+            up = np.arange(np.searchsorted(below, m - high, side="right"), np.searchsorted(below, m - low, side="right"))
+            down = np.arange(np.searchsorted(below, low, side="left"), np.searchsorted(below, high, side="left"))
+            sizes += [m - below[up], below[down]]
+            keys += [total - prefix[up], prefix[down]]
+            raws += [base + up, base + int(enum._cuts[k]) + down]
+        size, key, raw = np.concatenate(sizes), np.concatenate(keys), np.concatenate(raws)
+        if raw.size == 0:
+            continue
+        order = np.argsort(key)  # equal sets have equal keys; sizes split the (rare) collisions
+        size, key, raw = size[order], key[order], raw[order]
+        starts = np.concatenate(([True], (size[1:] != size[:-1]) | (key[1:] != key[:-1])))
+        first = np.minimum.reduceat(raw, np.flatnonzero(starts))  # earliest raw index of each run
+        earlier = first[np.cumsum(starts) - 1]
+        again = raw != earlier
+        confirmed.append(_verified(enum, points, raw[again], earlier[again]))
     return np.concatenate(confirmed) if confirmed else np.zeros(0, dtype=np.int64)
+
+
+def _verified(enum: StumpEnumeration, points: np.ndarray, dup: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """The hash matches whose labellings really are equal on the points."""
+    kept = []
+    step = max(1, BATCH_CELLS // max(points.shape[0], 1))
+    for s in range(0, dup.shape[0], step):
+        d, e = dup[s : s + step], earlier[s : s + step]
+        kept.append(d[(enum.labels(d, points) == enum.labels(e, points)).all(axis=0)])
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -153,7 +192,9 @@ class StumpClass(HypothesisClass):
 
     def enumerate(self, X_sample: np.ndarray) -> StumpEnumeration:
         """Each feature's cuts, then exact deduplication across features (see the module docstring)."""
-        points = distinct_rows(sample_columns(X_sample, self.features))
+        # every row, not only distinct ones: equal rows fall on the same side of every cut,
+        # so the labellings (and their coincidences) are those of the distinct points
+        points = sample_columns(X_sample, self.features)
         per_feature = [np.unique(points[:, k]) for k in range(points.shape[1])]
         offsets = np.concatenate(([0], np.cumsum([v.shape[0] for v in per_feature]))).astype(np.int64)
         values = np.concatenate(per_feature) if per_feature else np.zeros(0)
