@@ -116,7 +116,9 @@ def _cut_keys(values: np.ndarray, column: np.ndarray, weights: np.ndarray) -> tu
     """For one feature: rows with value <= v_c, and their weight sum mod 2^64, for cuts c = 1..u-1."""
     order = np.argsort(column, kind="stable")
     prefix = np.cumsum(weights[order], dtype=np.uint64)
-    below = np.searchsorted(column[order], values[:-1], side="right").astype(np.int64)
+    below = np.searchsorted(column[order], values[:-1], side="right").astype(
+        np.int32 if column.shape[0] < 2**31 else np.int64
+    )
     return below, prefix[below - 1] if below.size else np.zeros(0, dtype=np.uint64)
 
 
@@ -201,6 +203,7 @@ class StumpClass(HypothesisClass):
         per_feature = [np.unique(points[:, k]) for k in range(points.shape[1])]
         offsets = np.concatenate(([0], np.cumsum([v.shape[0] for v in per_feature]))).astype(np.int64)
         values = np.concatenate(per_feature) if per_feature else np.zeros(0)
+        del per_feature  # large samples: do not hold the values twice
         enum = StumpEnumeration(self.features, values, offsets, np.zeros(0, dtype=np.int64))
         removed = np.sort(_duplicates(enum, points))
         return StumpEnumeration(self.features, values, offsets, removed)
