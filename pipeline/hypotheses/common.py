@@ -94,7 +94,9 @@ class SortedLabels:
         """Sort the feature's values of rows labelled 1 and 0 (``y`` boolean).
 
         Cached per scoring matrix (weakly: the cache dies with X) and feature, so
-        the many shards a worker scores against the same data sort it once.
+        the many shards a worker scores against the same data sort it once. The
+        labels are compared on every hit; X itself must not be modified in place
+        (pcqr's pipeline never does).
         """
         entry = _SORTED.get(id(X))
         per_matrix = entry[1] if entry is not None and entry[0]() is X else None
