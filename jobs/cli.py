@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from jobs import answer, demo, generate, plan, run, train
+from jobs import answer, demo, generate, learn, plan, run, train
 from pipeline import __version__
 from pipeline.errors import PcqrError
 
@@ -28,8 +28,9 @@ def pcqr() -> None:
     """
 
 
-for _module in (generate, train, answer, run, demo, plan):
+for _module in (generate, train, answer, run, demo, plan, learn):
     pcqr.add_command(_module.command)
+pcqr.add_command(learn.predict_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,10 +38,15 @@ from pipeline.errors import PcqrError
 TAIL_SAMPLER_ERROR = 3e-39
 
 
-def check_epsilon_delta(epsilon: float, delta: float) -> None:
-    """Refuse impossible (eps, delta) with a one-line error naming the parameter."""
+def check_epsilon(epsilon: float) -> None:
+    """Refuse an impossible eps with a one-line error naming the parameter."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise PcqrError(f"--epsilon must be a positive number, got {epsilon}")
+
+
+def check_epsilon_delta(epsilon: float, delta: float) -> None:
+    """Refuse impossible (eps, delta) with a one-line error naming the parameter."""
+    check_epsilon(epsilon)
     if not (0 < delta < 1):
         raise PcqrError(f"--delta must be in (0, 1), got {delta}")
 

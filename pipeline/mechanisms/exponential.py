@@ -157,21 +157,30 @@ def _shards(enumeration: Any, shard_size: int) -> list[Any]:
     return enumeration.shards(shard_size)
 
 
+def _sum(*arrays: np.ndarray) -> np.ndarray:
+    return np.sum(arrays, axis=0)
+
+
 def select_hypothesis(
     client: Any, enumeration: Any, data: Any, epsilon: float, noise: NoiseSource, shard_size: int = 1 << 20
 ) -> Any:
     """The exponential mechanism over an enumeration's candidates, on the cluster.
 
-    ``enumeration`` and ``data`` are futures (or values) of a
-    :class:`pipeline.hypotheses.Enumeration` and of labelled rows (X, y); the
-    score is -mistakes / len(y), sensitivity 1 / len(y): weights
-    exp(-epsilon mistakes / 2). Each shard's mistake counts stay on its worker
-    (so step 3 does not score again); only shard descriptors, histograms and
-    the chosen hypothesis reach the driver; the hypothesis is private unless
-    the caller's mechanism releases it.
+    ``enumeration`` is a future (or value) of a :class:`pipeline.hypotheses.Enumeration`;
+    ``data`` a future of labelled rows (X, y), or a list of them (the parts of a
+    private dataset: each shard is scored on every part and the counts summed).
+    The score is -mistakes / n, sensitivity 1 / n: weights exp(-epsilon
+    mistakes / 2). Each shard's mistake counts stay on a worker (so step 3
+    does not score again); only shard descriptors, histograms and the chosen
+    hypothesis reach the driver; the hypothesis is private unless the caller's
+    mechanism releases it.
     """
+    parts = data if isinstance(data, list) else [data]
     shards = client.submit(_shards, enumeration, shard_size, pure=False).result()
-    mistakes = [client.submit(_shard_mistakes, enumeration, s, data, pure=False) for s in shards]
+    mistakes = []
+    for s in shards:
+        partial = [client.submit(_shard_mistakes, enumeration, s, part, pure=False) for part in parts]
+        mistakes.append(partial[0] if len(partial) == 1 else client.submit(_sum, *partial, pure=False))
     futures = [client.submit(histogram, m, epsilon, pure=False) for m in mistakes]
     choice = choose(client.gather(futures), epsilon, noise)
     chosen = mistakes[choice.shard]

@@ -1,0 +1,142 @@
+"""``pcqr learn`` (A_SSPP: release a private classifier using public unlabelled data) and
+``pcqr predict`` (apply a released classifier: post-processing, no privacy cost).
+
+The released model is a small JSON file: the hypothesis class and its parameters,
+the feature names, and the provenance. It is public and loadable without any of
+pcqr's private state (:func:`load_model`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.common import cluster_option, emit_summary, json_option, note, split_features
+from pipeline import __version__
+from pipeline.atomic import write_atomic
+from pipeline.cluster import load_cluster_config, open_client
+from pipeline.data import Dataset, feature_matrix, open_dataset, read_part
+from pipeline.errors import PcqrError
+from pipeline.privacy import check_epsilon
+from pipeline.subsample import PART_ROWS, load_part
+
+MODEL_FORMAT = "pcqr.released-classifier/1"
+
+
+def read_public(public: Dataset) -> np.ndarray:
+    """The public points (the driver may hold public data)."""
+    parts = [feature_matrix(read_part(p, public.features), public.features, p.file) for p in public.parts(PART_ROWS)]
+    return np.concatenate(parts)
+
+
+@click.command("learn")
+@click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
+@click.option("--public", "public_uri", required=True, help="Public unlabelled dataset (Parquet) with the same feature columns.")
+@click.option("--hypothesis", required=True, help="Hypothesis class (threshold, interval, point, stump, rectangle, halfspace).")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps (pure eps-DP).")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported cover radius.")
+@click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
+@click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
+@click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
+@click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@cluster_option
+@json_option
+def learn_command(**o: Any) -> None:
+    """Release h_priv = A_SSPP(private, public): the cover from public points, the
+    exponential mechanism on the private rows (eps-DP; ABM19, Lemma 3.2 of papers/004)."""
+    from pipeline.hypotheses import make_class
+    from pipeline.mechanisms.sspp import cover_radius, semi_private_learner
+    from pipeline.noise import noise_source
+
+    check_epsilon(o["epsilon"])
+    if not 0 < o["beta"] < 1:
+        raise PcqrError(f"--beta must be in (0, 1), got {o['beta']}")
+    noise = noise_source(o["seed"], o["insecure_seed"])
+    private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
+    public = open_dataset(o["public_uri"], "public", features=None)
+    missing = [f for f in private.features if f not in public.schema.names]
+    if missing:
+        raise PcqrError(f"{public.files[0]}: public columns do not match the private features: missing {', '.join(missing)}")
+    public = open_dataset(o["public_uri"], "public", features=list(private.features))
+    hclass = make_class(o["hypothesis"], len(private.features))
+    points = read_public(public)
+    load_cluster_config(o["cluster"])
+    with open_client(o["cluster"], echo=note) as client:
+        parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
+        h_priv, candidates = semi_private_learner(client, hclass, points, parts, o["epsilon"], noise)
+    distinct = int(np.unique(points, axis=0).shape[0])
+    radius = cover_radius(distinct, hclass.vc_dimension(), o["beta"])
+    model = {
+        "format": MODEL_FORMAT, "hypothesis": h_priv.to_dict(), "features": list(private.features),
+        "class": o["hypothesis"], "mechanism": "A_SSPP (Alon-Bassily-Moran 2019)", "epsilon": o["epsilon"],
+        "private_rows": private.rows, "public_points": distinct, "candidates": candidates,
+        "cover_radius_bound": radius, "beta": o["beta"], "version": __version__,
+        "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
+    }
+    write_atomic(o["out"], json.dumps(model, indent=1).encode())
+    summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
+    emit_summary({"model": o["out"], **summary}, o["as_json"])
+
+
+def load_model(path: str) -> tuple[Any, list[str], dict[str, Any]]:
+    """A released model: (hypothesis, feature names, the whole record)."""
+    from pipeline.hypotheses import hypothesis_from_dict
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            model = json.load(handle)
+        if model.get("format") != MODEL_FORMAT:
+            raise ValueError(f"format is {model.get('format')!r}, expected {MODEL_FORMAT}")
+        return hypothesis_from_dict(model["hypothesis"]), list(model["features"]), model
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None
+
+
+def _predict_part(part: Any, features: list[str], id_column: str | None, hypothesis: Any) -> pa.Table:
+    """Worker: predictions for one part of the query dataset."""
+    columns = [*features] + ([id_column] if id_column else [])
+    table = read_part(part, columns)
+    X = feature_matrix(table, features, part.file)
+    ids = table.column(id_column) if id_column else pa.array(np.arange(part.start, part.start + table.num_rows))
+    return pa.table({"query_id": ids, "prediction": pa.array(hypothesis.predict(X), type=pa.int8())})
+
+
+@click.command("predict")
+@click.argument("model_path", metavar="MODEL")
+@click.argument("queries", metavar="QUERIES")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory of Parquet predictions.")
+@click.option("--id-column", default="query_id", show_default=True, help="Query id column (row position if absent).")
+@cluster_option
+@json_option
+def predict_command(model_path: str, queries: str, out: str, id_column: str, cluster: str | None, as_json: bool) -> None:
+    """Apply a released model to queries (post-processing: no privacy cost)."""
+    hypothesis, features, _ = load_model(model_path)
+    probe = open_dataset(queries, "queries")
+    missing = [f for f in features if f not in probe.schema.names]
+    if missing:
+        raise PcqrError(f"{probe.files[0]}: query columns do not match the model's features: missing {', '.join(missing)}")
+    ids = id_column if id_column in probe.schema.names else None
+    dataset = open_dataset(queries, "queries", features=features, id_column=ids)
+    if os.path.isdir(out) and os.listdir(out):
+        raise PcqrError(f"--out {out}: directory is not empty")
+    load_cluster_config(cluster)
+    with open_client(cluster, echo=note) as client:
+        futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=ids,
+                              hypothesis=hypothesis, pure=False)
+        total = 0
+        for i, future in enumerate(futures):
+            table = future.result()
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            write_atomic(os.path.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
+            total += table.num_rows
+    emit_summary({"out": out, "predictions": total, "model": model_path}, as_json)
+
+
+command = learn_command

@@ -1,0 +1,55 @@
+"""A_SSPP: the semi-supervised semi-private learner (Alon-Bassily-Moran 2019, Algorithm 1 of papers/004;
+Algorithm 7 of papers/001; ALGORITHMS.md section 6).
+
+1. T_tilde = the distinct points of the public, unlabelled sample T_pub.
+2. H_tilde = one hypothesis of H per dichotomy of H on T_tilde (an alpha-cover of H
+   with high probability, Lemma 3.3 of 004) -- enumerated from PUBLIC data only.
+3. h_priv = the exponential mechanism with eps over H_tilde, score -err(h; S) on the
+   private labelled S, sensitivity 1/n (:func:`pipeline.mechanisms.exponential.select_hypothesis`).
+
+Guarantee: pure eps-DP with respect to S (Lemma 3.2 of 004: the candidate set does not
+depend on S, and the EM is eps-DP). h_priv is released: it is the output.
+
+The cover radius reported is the alpha for which Lemma 3.3's failure bound
+2 (2 e n_pub / d)^{2d} exp(-alpha n_pub / 4) equals beta:
+alpha = (4 / n_pub) (log(2 / beta) + 2 d log(2 e n_pub / d)).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from pipeline.mechanisms.exponential import select_hypothesis
+
+
+def cover_radius(public_points: int, vc: int, beta: float) -> float:
+    """The alpha at which Lemma 3.3 of 004 says H_tilde is an alpha-cover w.p. >= 1 - beta."""
+    n, d = max(public_points, 1), max(vc, 1)
+    return 4 / n * (math.log(2 / beta) + 2 * d * math.log(2 * math.e * n / d))
+
+
+def _enumerate(hypothesis_class: Any, public: np.ndarray) -> Any:
+    """Worker: the dichotomies of H on the public points (no private data involved)."""
+    return hypothesis_class.enumerate(public)
+
+
+def _size(enumeration: Any) -> int:
+    return int(enumeration.size())
+
+
+def semi_private_learner(
+    client: Any,
+    hypothesis_class: Any,
+    public: np.ndarray,
+    private_parts: Sequence[Any],
+    epsilon: float,
+    noise: Any,
+    shard_size: int = 1 << 20,
+) -> tuple[Any, int]:
+    """Run A_SSPP on the cluster: (h_priv, |H_tilde|). ``public`` is a feature matrix (public);
+    ``private_parts`` futures of the private labelled parts (X, y)."""
+    enumeration = client.submit(_enumerate, hypothesis_class, public, pure=False)
+    size = client.submit(_size, enumeration, pure=False).result()
+    return select_hypothesis(client, enumeration, list(private_parts), epsilon, noise, shard_size), size
