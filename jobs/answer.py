@@ -14,7 +14,7 @@ import click
 from jobs.common import cluster_option, emit_summary, json_option, note, privacy_options, progress
 from jobs.train import plan_training, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import Dataset, open_dataset
+from pipeline.data import open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
 from pipeline.log import batch_files
@@ -29,19 +29,6 @@ from pipeline.state import (
     save_models,
     save_session,
 )
-
-
-def open_queries(uri: str, session_features: list[str], id_column: str) -> Dataset:
-    """The query dataset's metadata; its columns must include the session's features."""
-    probe = open_dataset(uri, "queries", features=None, id_column=None)
-    missing = [f for f in session_features if f not in probe.schema.names]
-    if missing:
-        raise PcqrError(
-            f"{probe.files[0]}: query columns do not match the private features: missing "
-            f"{', '.join(missing)} (private features: {', '.join(session_features)})"
-        )
-    has_ids = id_column in probe.schema.names
-    return open_dataset(uri, "queries", features=session_features, id_column=id_column if has_ids else None)
 
 
 def check_log_dir(log_dir: str | None, session: Session | None) -> str:
@@ -90,7 +77,7 @@ def command(**options: Any) -> None:
         note(f"continuing the session in {state}: --private and the training options are not used")
     log_dir = check_log_dir(options["log_dir"], session)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
-    queries = open_queries(options["queries"], features, options["id_column"])
+    queries = open_matching(options["queries"], "queries", features, "the private features", options["id_column"])
     truth = load_truth(options["truth"]) if options["truth"] else None
     load_cluster_config(options["cluster"])
     with open_client(options["cluster"], echo=note) as client:

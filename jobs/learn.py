@@ -20,7 +20,7 @@ from jobs.common import cluster_option, emit_summary, json_option, note, split_f
 from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import Dataset, feature_matrix, open_dataset, read_part
+from pipeline.data import Dataset, feature_matrix, open_dataset, open_matching, read_part
 from pipeline.errors import PcqrError
 from pipeline.privacy import check_epsilon
 from pipeline.subsample import PART_ROWS, load_part
@@ -59,11 +59,7 @@ def learn_command(**o: Any) -> None:
         raise PcqrError(f"--beta must be in (0, 1), got {o['beta']}")
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
-    public = open_dataset(o["public_uri"], "public", features=None)
-    missing = [f for f in private.features if f not in public.schema.names]
-    if missing:
-        raise PcqrError(f"{public.files[0]}: public columns do not match the private features: missing {', '.join(missing)}")
-    public = open_dataset(o["public_uri"], "public", features=list(private.features))
+    public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
     hclass = make_class(o["hypothesis"], len(private.features))
     points = read_public(public)
     load_cluster_config(o["cluster"])
@@ -117,17 +113,12 @@ def _predict_part(part: Any, features: list[str], id_column: str | None, hypothe
 def predict_command(model_path: str, queries: str, out: str, id_column: str, cluster: str | None, as_json: bool) -> None:
     """Apply a released model to queries (post-processing: no privacy cost)."""
     hypothesis, features, _ = load_model(model_path)
-    probe = open_dataset(queries, "queries")
-    missing = [f for f in features if f not in probe.schema.names]
-    if missing:
-        raise PcqrError(f"{probe.files[0]}: query columns do not match the model's features: missing {', '.join(missing)}")
-    ids = id_column if id_column in probe.schema.names else None
-    dataset = open_dataset(queries, "queries", features=features, id_column=ids)
+    dataset = open_matching(queries, "queries", features, "the model's features", id_column)
     if os.path.isdir(out) and os.listdir(out):
         raise PcqrError(f"--out {out}: directory is not empty")
     load_cluster_config(cluster)
     with open_client(cluster, echo=note) as client:
-        futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=ids,
+        futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=dataset.id_column,
                               hypothesis=hypothesis, pure=False)
         total = 0
         for i, future in enumerate(futures):

@@ -12,7 +12,7 @@ values (:func:`feature_matrix`, :func:`label_vector`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -157,6 +157,26 @@ def open_dataset(
     if dataset.rows == 0:
         raise PcqrError(f"{role} dataset {uri}: no rows")
     return dataset
+
+
+_SINGULAR = {"queries": "query"}
+
+
+def open_matching(
+    uri: str, role: str, features: Sequence[str], against: str, id_column: str | None = None
+) -> Dataset:
+    """A dataset that must hold the given feature columns (those of ``against``, e.g. "the
+    private features"); ``id_column`` is used when present. Metadata is read once."""
+    probe = open_dataset(uri, role)
+    missing = [f for f in features if f not in probe.schema.names]
+    if missing:
+        raise PcqrError(
+            f"{probe.files[0]}: {_SINGULAR.get(role, role)} columns do not match {against}: missing "
+            f"{', '.join(missing)} (expected: {', '.join(features)})"
+        )
+    chosen = _choose_features(probe.schema, probe.files[0], role, features, set())
+    ids = id_column if id_column is not None and id_column in probe.schema.names else None
+    return replace(probe, features=chosen, id_column=ids)
 
 
 def _choose_features(

@@ -18,6 +18,7 @@ import pyarrow as pa
 from distributed import Client, Future
 
 from pipeline.data import Dataset, Part, feature_matrix, read_part
+from pipeline.errors import PcqrError
 from pipeline.log import append_batch, batch_table, encode_batch, sha256
 from pipeline.noise import NoiseSource
 from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
@@ -36,14 +37,8 @@ def query_table(part: Part, features: Sequence[str], id_column: str | None) -> p
         ids = pa.array(np.arange(part.start, part.start + table.num_rows, dtype=np.int64))
         table = table.append_column(QUERY_ID, ids)
     elif table.column(id_column).null_count:
-        raise_missing_ids(part.file, id_column)
+        raise PcqrError(f"{part.file}: query id column {id_column!r} has missing values")
     return table
-
-
-def raise_missing_ids(file: str, column: str) -> None:
-    from pipeline.errors import PcqrError
-
-    raise PcqrError(f"{file}: query id column {column!r} has missing values")
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None) -> int:
