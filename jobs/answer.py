@@ -14,7 +14,7 @@ import click
 from jobs.common import cluster_option, emit_summary, json_option, note, privacy_options, progress
 from jobs.train import plan_training, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import open_matching
+from pipeline.data import Dataset, open_dataset, open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
 from pipeline.log import batch_files
@@ -50,6 +50,21 @@ def check_log_dir(log_dir: str | None, session: Session | None) -> str:
     return log_dir
 
 
+def reopen_private(session: Session) -> Dataset | None:
+    """Universal mode before its switch: the private dataset A_SSPP will read (metadata only here)."""
+    if session.universal is None or session.released is not None:
+        return None
+    if session.label is None:
+        raise PcqrError("this session's state predates universal mode's label record; start a new session")
+    private = open_dataset(session.private_uri, "private", label=session.label, features=session.features)
+    if private.rows != session.private_rows:
+        raise PcqrError(
+            f"{session.private_uri}: has {private.rows} rows, the session was trained on {session.private_rows}; "
+            "A_SSPP must run on the same private dataset"
+        )
+    return private
+
+
 @click.command("answer")
 @click.option("--state", required=True, type=click.Path(file_okay=False), help="Private state directory of the session.")
 @click.option("--queries", required=True, help="Query dataset (Parquet): the private features, plus query_id.")
@@ -79,6 +94,7 @@ def command(**options: Any) -> None:
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     queries = open_matching(options["queries"], "queries", features, "the private features", options["id_column"])
     truth = load_truth(options["truth"]) if options["truth"] else None
+    private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     load_cluster_config(options["cluster"])
     with open_client(options["cluster"], echo=note) as client:
         if plan is not None:
@@ -96,7 +112,7 @@ def command(**options: Any) -> None:
         with progress(queries.rows, "answering queries") as bar:
             counts = release_answers(
                 client, session, state, ensemble, queries, options["batch_size"], noise,
-                fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update,
+                fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update, private=private,
             )
     if counts.halted:
         note(
@@ -107,6 +123,7 @@ def command(**options: Any) -> None:
         "answered": counts.answered,
         "abstained": counts.abstained,
         "refused": counts.refused,
+        "released_model_answers": counts.released_model,
         "budget_used": session.sparse_vector.bottoms,
         "budget_spent": counts.halted,
         "batches": counts.batches,
@@ -115,6 +132,10 @@ def command(**options: Any) -> None:
         "session_totals": session.totals,
         **session_summary(session),
     }
+    if session.released is not None:
+        from pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+
+        summary["released_model"] = os.path.join(log_dir, RELEASED_MODEL_FILE)
     if truth is not None:
         summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
         summary["evaluated"] = counts.evaluated

@@ -56,16 +56,21 @@ def progress_enabled() -> bool:
 def privacy_options(func: F) -> F:
     """The parameters of A_SubSamp (Algorithm 5) and how its noise is drawn."""
     options = [
-        click.option("--mode", type=click.Choice(["realizable", "agnostic"]), default="realizable", show_default=True,
+        click.option("--mode", type=click.Choice(["realizable", "agnostic", "universal"]), default="realizable",
+                     show_default=True,
                      help="realizable: A_SubSamp on the data; agnostic: A_AgPrivCl (relabel a subsample with a "
-                     "hypothesis chosen privately over the dichotomies of --hypothesis, then A_SubSamp; T is derived)."),
-        click.option("--hypothesis", default=None, help="Agnostic mode: the hypothesis class used to relabel and to learn "
-                     "(threshold, interval, point, stump, rectangle, halfspace)."),
-        click.option("--alpha", type=float, default=0.1, show_default=True, help="Agnostic mode: target excess error alpha."),
+                     "hypothesis chosen privately over the dichotomies of --hypothesis, then A_SubSamp; T is derived); "
+                     "universal: A_UnvPrivCl (A_AgPrivCl at eps/2 for the first m_o queries, then a classifier "
+                     "released by A_SSPP at eps/2 from their features answers every later query, at no further cost)."),
+        click.option("--hypothesis", default=None, help="Agnostic and universal modes: the hypothesis class used to "
+                     "relabel and to learn (threshold, interval, point, stump, rectangle, halfspace)."),
+        click.option("--alpha", type=float, default=0.1, show_default=True,
+                     help="Agnostic and universal modes: target excess error alpha."),
         click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps of the whole session."),
         click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1)."),
         click.option("--cutoff", "cutoff", type=int, default=50, show_default=True, help="T: abstentions allowed before the session halts."),
-        click.option("--queries-max", type=int, default=10_000, show_default=True, help="m: the most queries the session will answer."),
+        click.option("--queries-max", type=int, default=10_000, show_default=True, help="m: the most queries the session will answer "
+                     "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),
         click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (enters k)."),
         click.option("--profile", type=click.Choice(["paper"]), default="paper", show_default=True, help="How lambda, k and w are computed: 'paper' = Algorithm 5 exactly."),
         click.option("--subsamples", type=int, default=None, help="Override k (accuracy only, not privacy)."),

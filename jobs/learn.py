@@ -3,11 +3,10 @@
 
 The released model is a small JSON file: the hypothesis class and its parameters,
 the feature names, and the provenance. It is public and loadable without any of
-pcqr's private state (:func:`load_model`).
+pcqr's private state (:mod:`pipeline.released_model`).
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -17,16 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.common import cluster_option, emit_summary, json_option, note, split_features
-from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import Dataset, feature_matrix, open_dataset, open_matching, read_part
 from pipeline.errors import PcqrError
 from pipeline.privacy import check_epsilon
+from pipeline.released_model import load_model, model_record, write_model
 from pipeline.subsample import PART_ROWS, load_part
-
-MODEL_FORMAT = "pcqr.released-classifier/1"
-
 
 def read_public(public: Dataset) -> np.ndarray:
     """The public points (the driver may hold public data)."""
@@ -68,30 +64,16 @@ def learn_command(**o: Any) -> None:
         h_priv, candidates = semi_private_learner(client, hclass, points, parts, o["epsilon"], noise)
     distinct = int(np.unique(points, axis=0).shape[0])
     radius = cover_radius(distinct, hclass.vc_dimension(), o["beta"])
-    model = {
-        "format": MODEL_FORMAT, "hypothesis": h_priv.to_dict(), "features": list(private.features),
-        "class": o["hypothesis"], "mechanism": "A_SSPP (Alon-Bassily-Moran 2019)", "epsilon": o["epsilon"],
-        "private_rows": private.rows, "public_points": distinct, "candidates": candidates,
-        "cover_radius_bound": radius, "beta": o["beta"], "version": __version__,
-        "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
-    }
-    write_atomic(o["out"], json.dumps(model, indent=1).encode())
+    model = model_record(
+        h_priv, list(private.features), noise.private, **{
+            "class": o["hypothesis"], "mechanism": "A_SSPP (Alon-Bassily-Moran 2019)", "epsilon": o["epsilon"],
+            "private_rows": private.rows, "public_points": distinct, "candidates": candidates,
+            "cover_radius_bound": radius, "beta": o["beta"],
+        },
+    )
+    write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     emit_summary({"model": o["out"], **summary}, o["as_json"])
-
-
-def load_model(path: str) -> tuple[Any, list[str], dict[str, Any]]:
-    """A released model: (hypothesis, feature names, the whole record)."""
-    from pipeline.hypotheses import hypothesis_from_dict
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            model = json.load(handle)
-        if model.get("format") != MODEL_FORMAT:
-            raise ValueError(f"format is {model.get('format')!r}, expected {MODEL_FORMAT}")
-        return hypothesis_from_dict(model["hypothesis"]), list(model["features"]), model
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None
 
 
 def _predict_part(part: Any, features: list[str], id_column: str | None, hypothesis: Any) -> pa.Table:

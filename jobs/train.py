@@ -29,6 +29,7 @@ from pipeline.privacy import SubSampParameters
 from pipeline.sparse_vector import SparseVector
 from pipeline.state import Session, has_session
 from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pipeline.mechanisms.universal import UniversalParameters
 from pipeline.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pipeline.votes import Ensemble
 
@@ -44,6 +45,7 @@ class TrainingPlan:
     seed: int | None
     agnostic: AgnosticParameters | None = None
     hypothesis_class: Any = None
+    universal: UniversalParameters | None = None
 
 
 def plan_training(options: dict[str, Any]) -> TrainingPlan:
@@ -54,7 +56,7 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
     private = open_dataset(
         options["private"], "private", label=options["label"], features=split_features(options["features"])
     )
-    if options["mode"] == "agnostic":
+    if options["mode"] in ("agnostic", "universal"):
         return _plan_agnostic(options, private, noise)
     params = SubSampParameters.paper(
         options["epsilon"], options["delta"], options["cutoff"], options["queries_max"],
@@ -67,17 +69,23 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
 
 
 def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
-    """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns."""
+    """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns.
+    A_UnvPrivCl (universal): the same for the first m' queries at eps / 2 (Algorithm 4)."""
     from pipeline.hypotheses import ThresholdClass, make_class
 
-    name = options["hypothesis"]
+    name, mode = options["hypothesis"], options["mode"]
     if not name:
-        raise PcqrError("--mode agnostic needs --hypothesis CLASS (the class to relabel with and learn)")
+        raise PcqrError(f"--mode {mode} needs --hypothesis CLASS (the class to relabel with and learn)")
     hypothesis_class = make_class(name, len(private.features))
-    agnostic = AgnosticParameters.algorithm3(
-        options["epsilon"], options["delta"], options["alpha"], options["beta"], options["queries_max"],
-        private.rows, options["subsamples"], options["threshold"],
-    )
+    args = (options["epsilon"], options["delta"], options["alpha"], options["beta"], options["queries_max"], private.rows)
+    universal = None
+    if mode == "universal":
+        universal = UniversalParameters.algorithm4(
+            *args, hypothesis_class.vc_dimension(), options["subsamples"], options["threshold"]
+        )
+        agnostic = universal.agnostic
+    else:
+        agnostic = AgnosticParameters.algorithm3(*args, options["subsamples"], options["threshold"])
     k = agnostic.subsamp.subsamples
     if agnostic.sample_rows < k:
         raise PcqrError(
@@ -93,7 +101,9 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
         learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
     else:
         learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
-    return TrainingPlan(agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class)
+    return TrainingPlan(
+        agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class, universal
+    )
 
 
 def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
@@ -126,9 +136,11 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
         seed=plan.seed,
         sparse_vector=coordinator.state,
         noise_state=getattr(plan.noise, "state", lambda: None)(),
-        mode="agnostic" if plan.agnostic else "realizable",
+        mode="universal" if plan.universal else "agnostic" if plan.agnostic else "realizable",
         agnostic=plan.agnostic.to_dict() if plan.agnostic else None,
         relabeller=relabeller.to_dict() if relabeller is not None else None,
+        label=plan.private.label,
+        universal=plan.universal.to_dict() if plan.universal else None,
     )
     return session, ensemble
 
@@ -175,6 +187,13 @@ def session_summary(session: Session) -> dict[str, Any]:
             proven_epsilon=chain[-1][1], proven_delta=chain[-1][2],
             subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner.get("hypothesis"),
             agnostic=agnostic.summary(),
+        )
+    if session.universal is not None:
+        universal = UniversalParameters.from_dict(session.universal)
+        eps, delta = universal.guarantee()
+        summary.update(
+            epsilon=universal.epsilon, delta=universal.delta, proven_epsilon=eps, proven_delta=delta,
+            universal=universal.summary(),
         )
     return summary
 

@@ -3,7 +3,10 @@
 Each batch file ``batch-00000000.parquet`` holds, for every query of the
 batch: ``query_id``, the query's feature columns, ``answer`` (nullable int8:
 the released label, null when abstained or refused), ``status`` (answered /
-abstained / refused) and ``batch``. Its schema metadata carries
+abstained / refused), ``source`` (which path produced the answer:
+``sparse_vector`` -- the k models' vote through the coordinator -- or
+``released_model`` -- h_priv of the universal mode, see
+:mod:`pipeline.mechanisms.universal`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -31,6 +34,8 @@ from pipeline.sparse_vector import ANSWERED, STATUS_NAMES
 
 PROVENANCE_KEY = b"pcqr.provenance"
 PREV_HASH_KEY = b"pcqr.prev_sha256"
+SPARSE_VECTOR = "sparse_vector"
+RELEASED_MODEL = "released_model"
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 
@@ -50,6 +55,7 @@ def batch_table(
     label: np.ndarray,
     batch: int,
     fallback_label: int | None = None,
+    source: str = SPARSE_VECTOR,
 ) -> pa.Table:
     """The public log table of one batch: ids, features, released answers, statuses.
 
@@ -68,6 +74,7 @@ def batch_table(
         columns[name] = queries.column(name)
     columns["answer"] = answer
     columns["status"] = pa.array(names, type=pa.string())
+    columns["source"] = pa.array(np.full(len(status), source, dtype=object), type=pa.string())
     columns["batch"] = pa.array(np.full(len(status), batch, dtype=np.int32))
     return pa.table(columns)
 

@@ -11,7 +11,8 @@ reused, whatever instant the process dies).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+import os
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +20,7 @@ from distributed import Client, Future
 
 from pipeline.data import Dataset, Part, feature_matrix, read_part
 from pipeline.errors import PcqrError
-from pipeline.log import append_batch, batch_table, encode_batch, sha256
+from pipeline.log import RELEASED_MODEL, SPARSE_VECTOR, append_batch, batch_table, encode_batch, sha256
 from pipeline.noise import NoiseSource
 from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pipeline.state import Session, save_session
@@ -66,15 +67,18 @@ class ReleaseCounts:
     answered: int = 0
     abstained: int = 0
     refused: int = 0
+    released_model: int = 0  # of the answered: by h_priv (universal mode), at no privacy cost
     batches: int = 0
     correct: int = 0
     evaluated: int = 0
     halted: bool = False
 
-    def add(self, status: np.ndarray) -> None:
+    def add(self, status: np.ndarray, source: str) -> None:
         self.answered += int(np.count_nonzero(status == ANSWERED))
         self.abstained += int(np.count_nonzero(status == ABSTAINED))
         self.refused += int(np.count_nonzero(status == REFUSED))
+        if source == RELEASED_MODEL:
+            self.released_model += len(status)
         self.batches += 1
 
 
@@ -83,6 +87,80 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part]) -> Non
     futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column, pure=False)
     for future in futures:
         future.result()
+
+
+def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> tuple[pa.Table, np.ndarray]:
+    """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
+    table = query_table(part, features, id_column)
+    return table, np.asarray(hypothesis.predict(feature_matrix(table, features, part.file)), dtype=np.int8)
+
+
+VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
+
+
+class UniversalSwitch:
+    """Step 3 of A_UnvPrivCl inside the answer loop: when the session has passed m_o queries
+    through the coordinator, release h_priv and answer with it from then on.
+
+    Order of writes (each atomic): the head batch up to query m_o is in the log; the
+    session (with h_priv's record) is saved; then the public model file is written;
+    only then does any answer of h_priv reach the log. A crash before the session
+    save discards an h_priv nobody has seen (the next run draws again); after it,
+    the next run reuses the saved h_priv and rewrites the model file if missing.
+    """
+
+    def __init__(self, client: Client, session: Session, state_dir: str, private: Dataset | None, noise: NoiseSource):
+        from pipeline.mechanisms.universal import UniversalParameters
+
+        assert session.universal is not None
+        self.client, self.session, self.state_dir, self.private, self.noise = client, session, state_dir, private, noise
+        self.params = UniversalParameters.from_dict(session.universal)
+        self.hypothesis: Any = None
+        if session.released is not None:
+            self._load()
+
+    @property
+    def at(self) -> int | None:
+        """The query count at which the switch happens (None: never, m < m_o)."""
+        return self.params.public_queries if self.params.switches else None
+
+    @property
+    def done(self) -> bool:
+        return self.hypothesis is not None
+
+    def due(self) -> bool:
+        return not self.done and self.at is not None and self.session.processed >= self.at
+
+    def run(self) -> None:
+        from pipeline.mechanisms.universal import public_sample, release_classifier
+
+        session = self.session
+        assert session.log_dir is not None and self.private is not None
+        public = public_sample(session.log_dir, session.features, self.params.public_queries)
+        _, record = release_classifier(
+            self.client, self.params, session.learner["hypothesis"], self.private, public, self.noise
+        )
+        session.released = record
+        session.noise_state = getattr(self.noise, "state", lambda: None)()
+        save_session(self.state_dir, session)  # h_priv is fixed before anyone can see it
+        self._load()
+
+    def _load(self) -> None:
+        from pipeline.hypotheses import hypothesis_from_dict
+        from pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+        from pipeline.released_model import encode_model, write_model
+
+        record = self.session.released
+        assert record is not None and self.session.log_dir is not None
+        path = os.path.join(self.session.log_dir, RELEASED_MODEL_FILE)
+        if not os.path.exists(path):
+            write_model(path, record)
+        self.hypothesis = hypothesis_from_dict(record["hypothesis"])
+        self.provenance = {"file": RELEASED_MODEL_FILE, "sha256": sha256(encode_model(record))}
+
+    def rows_before(self) -> int | None:
+        """How many of the next queries still go through the coordinator (None: all)."""
+        return None if self.at is None else max(0, self.at - self.session.processed)
 
 
 def release_answers(
@@ -96,38 +174,48 @@ def release_answers(
     fallback_label: int | None = None,
     truth: Callable[[np.ndarray], np.ndarray] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    private: Dataset | None = None,
 ) -> ReleaseCounts:
-    """Answer every query of ``queries`` in order; append the log; keep the session's state."""
+    """Answer every query of ``queries`` in order; append the log; keep the session's state.
+
+    In universal mode ``private`` is the session's private dataset (read by the
+    workers for A_SSPP when the switch comes).
+    """
     assert session.log_dir is not None
     log_dir: str = session.log_dir
     parts = queries.parts(batch_rows)  # the caller has run validate_queries on them
     coordinator = SparseVector(session.params, noise, session.sparse_vector)
-    shared = client.scatter(ensemble, broadcast=True)
+    switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
+    if switch is not None and switch.due():
+        switch.run()  # the previous run stopped between the last coordinator batch and the switch
+    shared = client.scatter(ensemble, broadcast=True) if switch is None or not switch.done else None
     window = 2 * max(1, sum(client.nthreads().values())) + 2
-    pending: list[Future] = []
+    pending: list[tuple[Future, str]] = []
     counts = ReleaseCounts()
     provenance = session.provenance()
     provenance["fallback_label"] = fallback_label
     id_column = queries.id_column or QUERY_ID
+    features = list(queries.features)
 
     def submit(i: int) -> None:
-        if coordinator.halted:  # refused whatever the votes: do not compute them
-            task = client.submit(refused_batch, parts[i], queries.features, queries.id_column, pure=False)
+        args = (parts[i], queries.features, queries.id_column)
+        if switch is not None and switch.done:
+            pending.append((client.submit(model_batch, *args, switch.hypothesis, pure=False), LABELS))
+        elif coordinator.halted:  # refused whatever the votes: do not compute them
+            pending.append((client.submit(refused_batch, *args, pure=False), REFUSED_ALL))
         else:
-            task = client.submit(vote_batch, parts[i], queries.features, queries.id_column, shared, pure=False)
-        pending.append(task)
+            pending.append((client.submit(vote_batch, *args, shared, pure=False), VOTES))
 
-    for i in range(min(window, len(parts))):
-        submit(i)
-    def release(table: pa.Table, ones: np.ndarray) -> None:
-        """One log batch: test, save the private state, then append the public file."""
-        status, label = coordinator.process(ones, ensemble.size)
-        log = batch_table(
-            table, id_column, list(queries.features), status, label, session.next_batch, fallback_label
-        )
-        data = encode_batch(log, provenance, session.last_hash)
-        counts.add(status)
-        _advance(session, status, sha256(data), noise)
+    def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: str) -> None:
+        """One log batch: save the private state, then append the public file."""
+        batch_provenance = provenance
+        if source == RELEASED_MODEL:
+            assert switch is not None
+            batch_provenance = {**provenance, "released_model": switch.provenance}
+        log = batch_table(table, id_column, features, status, label, session.next_batch, fallback_label, source)
+        data = encode_batch(log, batch_provenance, session.last_hash)
+        counts.add(status, source)
+        _advance(session, status, sha256(data), noise, source)
         save_session(state_dir, session)  # private state first: c never goes backwards
         append_batch(log_dir, session.next_batch - 1, data)
         if truth is not None:
@@ -138,20 +226,44 @@ def release_answers(
         if on_batch is not None:
             on_batch(len(status))
 
+    def release(table: pa.Table, values: np.ndarray, kind: str) -> None:
+        """Queries in order: through the coordinator until the switch, by h_priv after it."""
+        start = 0
+        while start < table.num_rows:
+            if switch is not None and switch.done:
+                rest = table.slice(start)
+                labels = values[start:] if kind == LABELS else switch.hypothesis.predict(
+                    feature_matrix(rest, features, "query batch"))
+                emit(rest, np.full(rest.num_rows, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
+                     RELEASED_MODEL)
+                return
+            before = switch.rows_before() if switch is not None else None
+            take = table.num_rows - start if before is None else min(table.num_rows - start, before)
+            status, label = coordinator.process(values[start : start + take], ensemble.size)
+            emit(table.slice(start, take), status, label, SPARSE_VECTOR)
+            start += take
+            if switch is not None and switch.due():
+                switch.run()
+
+    for i in range(min(window, len(parts))):
+        submit(i)
     for i in range(len(parts)):
-        table, ones = pending.pop(0).result()
+        future, kind = pending.pop(0)
+        table, values = future.result()
         if i + window < len(parts):
             submit(i + window)
         # a task reads whole row groups; log batches are --batch-size queries
         for start in range(0, table.num_rows, batch_rows):
-            release(table.slice(start, batch_rows), ones[start : start + batch_rows])
-    counts.halted = coordinator.halted
+            release(table.slice(start, batch_rows), values[start : start + batch_rows], kind)
+    counts.halted = coordinator.halted and (switch is None or not switch.done)
     return counts
 
 
-def _advance(session: Session, status: np.ndarray, batch_hash: str, noise: NoiseSource) -> None:
+def _advance(session: Session, status: np.ndarray, batch_hash: str, noise: NoiseSource, source: str) -> None:
     session.next_batch += 1
     session.last_hash = batch_hash
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
+    if source == RELEASED_MODEL:
+        session.totals["released_model"] = session.totals.get("released_model", 0) + len(status)

@@ -27,6 +27,11 @@ from pipeline.sparse_vector import SparseVectorState
 from pipeline.votes import Ensemble
 
 SESSION_FILE = "session.json"
+MECHANISMS = {
+    "realizable": "A_SubSamp (BTT18; Algorithms 5-6 of Nandi-Bassily)",
+    "agnostic": "A_AgPrivCl (Algorithm 3 of Nandi-Bassily: A_Relabel, then A_SubSamp)",
+    "universal": "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)",
+}
 MODELS_FILE = "models.pkl"
 
 
@@ -50,6 +55,14 @@ class Session:
     mode: str = "realizable"
     agnostic: dict[str, Any] | None = None  # AgnosticParameters (public)
     relabeller: dict[str, Any] | None = None  # h_hat of A_Relabel: PRIVATE, never in provenance
+    label: str | None = None  # label column of the private dataset
+    universal: dict[str, Any] | None = None  # UniversalParameters (public)
+    released: dict[str, Any] | None = None  # h_priv's public record once A_UnvPrivCl has switched
+
+    @property
+    def processed(self) -> int:
+        """Queries this session has passed through (answered, abstained or refused)."""
+        return self.totals["answered"] + self.totals["abstained"] + self.totals["refused"]
 
     @property
     def private(self) -> bool:
@@ -61,11 +74,10 @@ class Session:
             "package": "pcqr",
             "version": __version__,
             "session_id": self.session_id,
-            "mechanism": "A_SubSamp (BTT18; Algorithms 5-6 of Nandi-Bassily)"
-            if self.mode == "realizable"
-            else "A_AgPrivCl (Algorithm 3 of Nandi-Bassily: A_Relabel, then A_SubSamp)",
+            "mechanism": MECHANISMS[self.mode],
             "mode": self.mode,
             "agnostic_parameters": self.agnostic,
+            "universal_parameters": self.universal,
             "parameters": self.params.to_dict(),
             "epsilon": self.params.epsilon,
             "delta": self.params.delta,
@@ -98,6 +110,9 @@ class Session:
             "mode": self.mode,
             "agnostic": self.agnostic,
             "relabeller": self.relabeller,
+            "label": self.label,
+            "universal": self.universal,
+            "released": self.released,
         }
 
     @classmethod
@@ -119,6 +134,9 @@ class Session:
             mode=data.get("mode", "realizable"),
             agnostic=data.get("agnostic"),
             relabeller=data.get("relabeller"),
+            label=data.get("label"),
+            universal=data.get("universal"),
+            released=data.get("released"),
         )
 
 

@@ -30,7 +30,8 @@ def _batch(batch: int, fallback: int | None = None) -> pa.Table:
 
 def test_batch_table_columns() -> None:
     table = _batch(4)
-    assert table.column_names == ["query_id", "x0", "answer", "status", "batch"]
+    assert table.column_names == ["query_id", "x0", "answer", "status", "source", "batch"]
+    assert table.column("source").to_pylist() == ["sparse_vector"] * 3
     assert table.column("answer").to_pylist() == [1, None, None]
     assert table.column("answer").type == pa.int8()
     assert table.column("status").to_pylist() == ["answered", "abstained", "refused"]

@@ -1,0 +1,177 @@
+"""A_UnvPrivCl: answering any number of classification queries (Algorithm 4 of papers/001,
+Theorem 4.1 there = Theorem 11 of papers/000; ALGORITHMS.md section 5).
+
+1. m_o = 32 (d log(1/alpha) + log(1/beta)) / alpha (rounded up), m' = min(m_o, m).
+2. The first m' queries are answered by A_AgPrivCl (:mod:`pipeline.mechanisms.relabel`).
+3. If m' = m_o: T_pub = the feature vectors of those m_o queries (public: the queries
+   carry no privacy constraint, section 1 of ALGORITHMS.md), h_priv = A_SSPP(S, T_pub, H)
+   (:mod:`pipeline.mechanisms.sspp`), and h_priv is released.
+4. Every later query j > m_o is answered by h_priv(x_j): post-processing of h_priv,
+   no privacy cost, so the count of bottoms (the budget used) is frozen.
+
+Privacy. Algorithm 4 as printed runs A_AgPrivCl at (eps, delta) and A_SSPP at eps
+on the same private S; basic composition (Dwork-Roth Thm 3.16, which holds for
+adaptively chosen mechanisms, so T_pub may depend on earlier answers) gives
+(2 eps, delta), while Theorem 4.1 states (eps, delta) without an argument for the
+sum. We split the budget: A_AgPrivCl runs at (eps/2, delta) -- its Lemma 3.4 chain,
+computed per run, must end within (eps/2, delta) -- and A_SSPP at eps/2 (pure,
+Lemma 3.2 of papers/004). The whole run is (eps_chain + eps/2, delta_chain) <=
+(eps, delta). The switch happens after a fixed, public number of queries m_o, so
+when it happens reveals nothing; T_pub holds only public query features.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline.data import Dataset, feature_matrix
+from pipeline.errors import PcqrError
+from pipeline.log import batch_files
+from pipeline.mechanisms.relabel import AgnosticParameters
+from pipeline.noise import NoiseSource
+from pipeline.privacy import check_epsilon_delta
+
+MECHANISM = "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)"
+RELEASED_MODEL_FILE = "_released-model.json"  # "_": Parquet readers of the log skip it
+
+
+def public_queries(vc: int, alpha: float, beta: float) -> int:
+    """m_o of step 1 (natural logarithms), rounded up to a whole number of queries."""
+    return math.ceil(32 * (vc * math.log(1 / alpha) + math.log(1 / beta)) / alpha)
+
+
+@dataclass(frozen=True)
+class UniversalParameters:
+    """Every derived parameter of one A_UnvPrivCl run (all public)."""
+
+    epsilon: float
+    delta: float
+    alpha: float
+    beta: float
+    vc: int  # d, the VC dimension of the class
+    queries_max: int  # m
+    public_queries: int  # m_o
+    first_queries: int  # m' = min(m_o, m)
+    sspp_epsilon: float  # eps / 2
+    agnostic: AgnosticParameters  # A_AgPrivCl at (eps / 2, delta) for m' queries
+
+    @classmethod
+    def algorithm4(
+        cls,
+        epsilon: float,
+        delta: float,
+        alpha: float,
+        beta: float,
+        queries_max: int,
+        rows: int,
+        vc: int,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+    ) -> UniversalParameters:
+        """Step 1, and A_AgPrivCl's parameters for the first m' queries at half the budget."""
+        check_epsilon_delta(epsilon, delta)
+        if not (0 < alpha < 1):
+            raise PcqrError(f"--alpha must be in (0, 1), got {alpha}")
+        if not (0 < beta < 1):
+            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
+        if queries_max < 1:
+            raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+        m_o = public_queries(vc, alpha, beta)
+        first = min(m_o, queries_max)
+        agnostic = AgnosticParameters.algorithm3(
+            epsilon / 2, delta, alpha, beta, first, rows, subsamples, threshold
+        )
+        return cls(epsilon, delta, alpha, beta, vc, queries_max, m_o, first, epsilon / 2, agnostic)
+
+    @property
+    def switches(self) -> bool:
+        """Whether step 3 runs: m' = m_o (otherwise the session is A_AgPrivCl for m queries)."""
+        return self.first_queries == self.public_queries
+
+    def guarantee(self) -> tuple[float, float]:
+        """The whole run's (eps, delta): the A_AgPrivCl chain plus A_SSPP's eps (basic composition)."""
+        _, eps, delta = self.agnostic.privacy_chain()[-1]
+        return eps + (self.sspp_epsilon if self.switches else 0.0), delta
+
+    def summary(self) -> dict[str, Any]:
+        eps, delta = self.guarantee()
+        return {
+            "public_queries": self.public_queries,
+            "first_queries": self.first_queries,
+            "switches": self.switches,
+            "agprivcl_epsilon": self.epsilon / 2,
+            "sspp_epsilon": self.sspp_epsilon if self.switches else 0.0,
+            "composition": "basic: A_AgPrivCl chain + A_SSPP (pure)",
+            "proven_epsilon": eps,
+            "proven_delta": delta,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon, "delta": self.delta, "alpha": self.alpha, "beta": self.beta,
+            "vc": self.vc, "queries_max": self.queries_max, "public_queries": self.public_queries,
+            "first_queries": self.first_queries, "sspp_epsilon": self.sspp_epsilon,
+            "agnostic": self.agnostic.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UniversalParameters:
+        values = dict(data)
+        values["agnostic"] = AgnosticParameters.from_dict(values["agnostic"])
+        return cls(**values)
+
+
+def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
+    """T_pub: the feature vectors of the first ``count`` queries of the public log, in order.
+
+    The log is public, so reading it here is reading public data; a log missing
+    rows (a batch lost in a crash) cannot give T_pub and is refused.
+    """
+    pieces, have = [], 0
+    for _, path in batch_files(log_dir):
+        if have >= count:
+            break
+        table = pq.read_table(path, columns=features)
+        take = min(table.num_rows, count - have)
+        pieces.append(feature_matrix(table.slice(0, take), features, path))
+        have += take
+    if have < count:
+        raise PcqrError(
+            f"{log_dir}: the log holds {have} answered queries, A_UnvPrivCl needs the first {count} "
+            "as its public sample (is a batch file missing?)"
+        )
+    return np.concatenate(pieces)
+
+
+def release_classifier(
+    client: Any,
+    params: UniversalParameters,
+    hypothesis_name: str,
+    private: Dataset,
+    public: np.ndarray,
+    noise: NoiseSource,
+) -> tuple[Any, dict[str, Any]]:
+    """Step 3 on the cluster: (h_priv, its public record). Workers read the private parts."""
+    from pipeline.hypotheses import make_class
+    from pipeline.mechanisms.sspp import cover_radius, semi_private_learner
+    from pipeline.released_model import model_record
+    from pipeline.subsample import PART_ROWS, load_part
+
+    assert private.label is not None
+    hclass = make_class(hypothesis_name, len(private.features))
+    parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
+    h_priv, candidates = semi_private_learner(client, hclass, public, parts, params.sspp_epsilon, noise)
+    distinct = int(np.unique(public, axis=0).shape[0])
+    record = model_record(
+        h_priv, list(private.features), noise.private, **{
+            "class": hypothesis_name, "mechanism": "A_SSPP (Alon-Bassily-Moran 2019) inside " + MECHANISM,
+            "epsilon": params.sspp_epsilon, "private_rows": private.rows, "public_queries": params.public_queries,
+            "public_points": distinct, "candidates": candidates,
+            "cover_radius_bound": cover_radius(distinct, hclass.vc_dimension(), params.beta), "beta": params.beta,
+        },
+    )
+    return h_priv, record

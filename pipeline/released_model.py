@@ -1,0 +1,56 @@
+"""A released classifier h_priv as a portable public artifact (``pcqr.released-classifier/1``).
+
+A small JSON file: the hypothesis class and its parameters, the feature names it
+reads (in order), and the provenance of the release (mechanism, epsilon, sizes).
+Written by ``pcqr learn`` (A_SSPP) and by the universal mode of ``pcqr answer``
+(A_UnvPrivCl) when it switches to h_priv; read by ``pcqr predict`` or by anyone
+with :func:`load_model` -- no pcqr private state is needed. Everything in it is
+public: h_priv is an output of an eps-DP mechanism, the rest are public sizes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline import __version__
+from pipeline.atomic import write_atomic
+from pipeline.errors import PcqrError
+from pipeline.hypotheses.base import Hypothesis
+
+MODEL_FORMAT = "pcqr.released-classifier/1"
+
+
+def model_record(hypothesis: Hypothesis, features: list[str], private: bool, **provenance: Any) -> dict[str, Any]:
+    """The JSON record of a released classifier; ``provenance`` adds public facts (epsilon, sizes...)."""
+    return {
+        "format": MODEL_FORMAT,
+        "hypothesis": hypothesis.to_dict(),
+        "features": list(features),
+        **provenance,
+        "version": __version__,
+        "privacy": "private" if private else "NOT PRIVATE (seeded noise)",
+    }
+
+
+def encode_model(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, indent=1, sort_keys=True).encode()
+
+
+def write_model(path: str, record: dict[str, Any]) -> None:
+    """Write the record atomically (a reader never sees half a model)."""
+    write_atomic(path, encode_model(record))
+
+
+def load_model(path: str) -> tuple[Hypothesis, list[str], dict[str, Any]]:
+    """A released model: (hypothesis, feature names, the whole record)."""
+    from pipeline.hypotheses import hypothesis_from_dict
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            model = json.load(handle)
+        if not isinstance(model, dict) or model.get("format") != MODEL_FORMAT:
+            found = model.get("format") if isinstance(model, dict) else type(model).__name__
+            raise ValueError(f"format is {found!r}, expected {MODEL_FORMAT}")
+        return hypothesis_from_dict(model["hypothesis"]), list(model["features"]), model
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None
