@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from jobs import answer, demo, generate, learn, plan, run, train
+from jobs import answer, demo, generate, learn, plan, release, run, train
 from pipeline import __version__
 from pipeline.errors import PcqrError
 
@@ -25,12 +25,16 @@ def pcqr() -> None:
       pcqr demo                                      # all of it on a local cluster
       pcqr plan --hypothesis interval --alpha 0.05 --epsilon 1 --queries-max 10000
                                                      # the sample sizes the papers require
+      pcqr learn --private data/private --public pub --hypothesis threshold --out model.json
+      pcqr release --private data/private --public pub --hypothesis threshold --out table.parquet
+      pcqr release-answer table.parquet --query threshold=0.3
     """
 
 
-for _module in (generate, train, answer, run, demo, plan, learn):
+for _module in (generate, train, answer, run, demo, plan, learn, release):
     pcqr.add_command(_module.command)
 pcqr.add_command(learn.predict_command)
+pcqr.add_command(release.release_answer_command)
 
 
 def main(argv: list[str] | None = None) -> int:

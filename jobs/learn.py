@@ -18,17 +18,11 @@ import pyarrow.parquet as pq
 from jobs.common import cluster_option, emit_summary, json_option, note, split_features
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import Dataset, feature_matrix, open_dataset, open_matching, read_part
+from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.privacy import check_epsilon
 from pipeline.released_model import load_model, model_record, write_model
 from pipeline.subsample import PART_ROWS, load_part
-
-def read_public(public: Dataset) -> np.ndarray:
-    """The public points (the driver may hold public data)."""
-    parts = [feature_matrix(read_part(p, public.features), public.features, p.file) for p in public.parts(PART_ROWS)]
-    return np.concatenate(parts)
-
 
 @click.command("learn")
 @click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
@@ -57,7 +51,7 @@ def learn_command(**o: Any) -> None:
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
     hclass = make_class(o["hypothesis"], len(private.features))
-    points = read_public(public)
+    points = read_public_features(public)
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
         parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]

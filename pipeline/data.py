@@ -225,3 +225,14 @@ def label_vector(table: pa.Table, label: str, file: str) -> np.ndarray:
     if column.null_count or not np.isin(values, (0, 1)).all():
         raise PcqrError(f"{file}: label column {label!r} has values outside {{0, 1}}")
     return values.astype(np.int8)
+
+
+def load_features(part: Part, features: Sequence[str]) -> np.ndarray:
+    """Worker task: one part's feature matrix, values checked (unlabelled use of a dataset)."""
+    return feature_matrix(read_part(part, features), features, part.file)
+
+
+def read_public_features(public: Dataset, part_rows: int = 500_000) -> np.ndarray:
+    """Every row of a PUBLIC dataset's features, in the driver (only ever for public data)."""
+    pieces = [load_features(p, public.features) for p in public.parts(part_rows)]
+    return np.concatenate(pieces) if pieces else np.zeros((0, len(public.features)))

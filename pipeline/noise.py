@@ -42,6 +42,9 @@ class NoiseSource(Protocol):
     def discrete_laplace(self, scale: float) -> int:
         """One draw of Z with P(Z = z) proportional to exp(-|z| / scale), z an integer."""
 
+    def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
+        """``size`` independent draws of the same (int64)."""
+
     def generator_seed(self) -> int:
         """A 128-bit seed for a numpy Generator used for non-released randomness
         (the subsample assignment, resampling); see :mod:`pipeline.subsample`."""
@@ -72,6 +75,11 @@ class SecureNoise:
         if not pool:
             pool.extend(int(z) for z in self._sampler(scale)([0] * self.POOL))
         return pool.pop()
+
+    def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
+        if size <= 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.asarray(self._sampler(scale)([0] * size), dtype=np.int64)
 
     def _sampler(self, scale: float) -> Any:
         sampler = self._samplers.get(scale)
@@ -113,6 +121,10 @@ class SeededNoise:
         # first success, success probability 1 - exp(-1/scale)) is discrete Laplace.
         p = -math.expm1(-1.0 / scale)
         return int(self._rng.geometric(p)) - int(self._rng.geometric(p))
+
+    def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
+        p = -math.expm1(-1.0 / scale)
+        return (self._rng.geometric(p, size) - self._rng.geometric(p, size)).astype(np.int64)
 
     def generator_seed(self) -> int:
         return int(self._rng.integers(0, 2**63))

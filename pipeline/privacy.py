@@ -141,14 +141,20 @@ class SubSampParameters:
 
 
 def sparse_vector_guarantee(lam: float, cutoff: int, delta: float) -> tuple[float, float]:
-    """(eps, delta) of at most ``cutoff`` AboveThreshold instances, each 2/lam -DP.
+    """(eps, delta) of at most ``cutoff`` AboveThreshold instances, each 2/lam -DP
+    (see :func:`composition_guarantee`)."""
+    return composition_guarantee(2.0 / lam, cutoff, delta)
 
-    The better of basic composition (T eps0, 0) and advanced composition with
-    delta' = delta / 2 (Dwork-Roth Thm 3.20).
+
+def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float, float]:
+    """(eps, delta) of ``count`` adaptively composed eps0-DP mechanisms.
+
+    The better of basic composition (count eps0, 0) and advanced composition with
+    delta' = delta / 2 (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20):
+    sqrt(2 count log(2/delta)) eps0 + count eps0 (e^eps0 - 1).
     """
-    eps0 = 2.0 / lam
-    basic = cutoff * eps0
-    advanced = math.sqrt(2 * cutoff * math.log(2 / delta)) * eps0 + cutoff * eps0 * math.expm1(eps0)
+    basic = count * eps0
+    advanced = math.sqrt(2 * count * math.log(2 / delta)) * eps0 + count * eps0 * math.expm1(eps0)
     if basic <= advanced:
         return basic, 0.0
     return advanced, delta / 2

@@ -47,6 +47,14 @@ def test_seeded_discrete_laplace_matches_pmf(scale: float) -> None:
     assert _chi_square_pvalue(draws, scale, support=int(3 * scale) + 2) > P_FAIL
 
 
+@pytest.mark.parametrize("noise", [SecureNoise(), SeededNoise(77)], ids=["secure", "seeded"])
+def test_vector_draws_match_pmf(noise) -> None:
+    draws = noise.discrete_laplace_vector(2.5, 30_000)
+    assert draws.dtype == np.int64 and draws.shape == (30_000,)
+    assert _chi_square_pvalue(draws, 2.5, support=12) > P_FAIL
+    assert noise.discrete_laplace_vector(2.5, 0).shape == (0,)
+
+
 def test_tail_table_matches_closed_form() -> None:
     scale = 5.0
     tail = DiscreteLaplaceTail(scale)

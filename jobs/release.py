@@ -1,0 +1,243 @@
+"""``pcqr release`` (A_PAP: answer every counting query of a class privately, with public data's
+help) and ``pcqr release-answer`` (answer any query of the class from the released table:
+post-processing, no privacy cost).
+
+The released table is one Parquet file: a row per member of the cover H_tilde with its
+parameters (``class``, ``feature``, ``threshold``/``direction``, ``low``/``high`` or ``value``),
+``answer`` (the released fraction of private rows the query labels 1), ``measured`` (whether PMW
+spent a noisy measurement on it) and ``public_labelling`` (the key of its labelling of the public
+points, which is how any query is projected onto the cover). The schema metadata
+``pcqr.release`` holds the provenance: class, features, the public dataset and its fingerprint,
+every parameter and the privacy and error statements.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from typing import Any
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.common import cluster_option, emit_summary, json_option, note, progress, split_features
+from pipeline import __version__
+from pipeline.atomic import write_atomic
+from pipeline.cluster import load_cluster_config, open_client
+from pipeline.data import load_features, open_dataset, open_matching, read_public_features
+from pipeline.errors import PcqrError
+from pipeline.privacy import check_epsilon_delta
+
+TABLE_FORMAT = "pcqr.query-release/1"
+METADATA_KEY = b"pcqr.release"
+_PARAMETER_COLUMNS = {"threshold": pa.float64(), "direction": pa.string(), "low": pa.float64(),
+                      "high": pa.float64(), "value": pa.float64()}
+
+
+def public_fingerprint(domain: Any) -> str:
+    """SHA-256 of the public data's distinct values per chosen feature (what the cover depends on)."""
+    digest = hashlib.sha256()
+    for values in domain.values:
+        digest.update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def _table(release: Any, features: list[str]) -> pa.Table:
+    columns: dict[str, list[Any]] = {"index": [], "class": [], "feature": []}
+    columns.update({name: [] for name in _PARAMETER_COLUMNS})
+    for i, member in enumerate(release.params):
+        columns["index"].append(i)
+        columns["class"].append(member["class"])
+        columns["feature"].append(features[int(member["feature"])])
+        for name in _PARAMETER_COLUMNS:
+            value = member.get(name)
+            columns[name].append(value if value is None or name == "direction" else float(value))
+    arrays = {"index": pa.array(columns["index"], pa.int64()), "class": pa.array(columns["class"], pa.string()),
+              "feature": pa.array(columns["feature"], pa.string())}
+    for name, kind in _PARAMETER_COLUMNS.items():
+        if any(v is not None for v in columns[name]):
+            arrays[name] = pa.array(columns[name], kind)
+    arrays["answer"] = pa.array(release.result.answers, pa.float64())
+    arrays["measured"] = pa.array(release.result.updated, pa.bool_())
+    arrays["public_labelling"] = pa.array(release.keys, pa.string())
+    return pa.table(arrays)
+
+
+@click.command("release")
+@click.option("--private", required=True, help="Private dataset (Parquet): read by the workers only; labels are not used.")
+@click.option("--public", "public_uri", required=True, help="Public dataset (Parquet) with the same feature columns.")
+@click.option("--hypothesis", required=True, help="Query class: threshold, interval, point (one feature) or stump (several).")
+@click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column of the public data).")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
+@click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (PMW runs with beta/2).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The released table (one Parquet file).")
+@click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
+@click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@cluster_option
+@json_option
+def release_command(**o: Any) -> None:
+    """Release answers to every counting query of a class (A_PAP of Bassily et al. 2020): the cover
+    and the representative domain from the public data, then private multiplicative weights
+    (Dwork-Roth 4.2) on the private rows mapped to representatives. (eps, delta)-DP."""
+    from pipeline.hypotheses import make_class
+    from pipeline.hypotheses.representatives import representative_domain
+    from pipeline.mechanisms.pap import release_queries
+    from pipeline.mechanisms.sspp import cover_radius
+    from pipeline.noise import noise_source
+
+    check_epsilon_delta(o["epsilon"], o["delta"])
+    for name in ("alpha", "beta"):
+        if not 0 < o[name] < 1:
+            raise PcqrError(f"--{name} must be in (0, 1), got {o[name]}")
+    noise = noise_source(o["seed"], o["insecure_seed"])
+    public = open_dataset(o["public_uri"], "public", features=split_features(o["features"]))
+    features = list(public.features)
+    private = open_matching(o["private"], "private", features, "the public features")
+    hclass = make_class(o["hypothesis"], len(features))
+    points = read_public_features(public)
+    domain = representative_domain(hclass, points)  # public only; refuses unsupported classes
+    load_cluster_config(o["cluster"])
+    with open_client(o["cluster"], echo=note) as client:
+        parts = [client.submit(load_features, p, features, pure=False) for p in private.parts(500_000)]
+        with progress(1, "private multiplicative weights") as bar:
+            def plan(params: Any) -> None:
+                bar.length = params.queries  # type: ignore[attr-defined]
+
+            release = release_queries(client, hclass, points, parts, private.rows, o["epsilon"], o["delta"],
+                                      o["alpha"], o["beta"], noise, on_progress=bar.update, on_plan=plan)
+    pmw = release.pmw
+    eps, delta = pmw.guarantee()
+    accuracy = pmw.accuracy()
+    radius = cover_radius(release.public_points, hclass.vc_dimension(), o["beta"] / 2)
+    summary: dict[str, Any] = {
+        "out": o["out"], "class": o["hypothesis"], "features": features, "queries": pmw.queries,
+        "public_points": release.public_points, "representatives": domain.size(),
+        "private_rows": private.rows, "epsilon": o["epsilon"], "delta": o["delta"],
+        "proven_epsilon": eps, "proven_delta": delta, "alpha": o["alpha"], "beta": o["beta"],
+        "pmw_updates": release.result.updates, "pmw_updates_max": pmw.updates, "pmw_halted": release.result.halted,
+        "pmw_threshold": pmw.threshold, "pmw_error_bound": accuracy["error_bound"],
+        "pmw_rows_needed": accuracy["rows_needed"], "cover_radius_bound": radius,
+        "error_bound": None if accuracy["error_bound"] is None else accuracy["error_bound"] + radius,
+        "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
+    }
+    if accuracy["error_bound"] is None:
+        note(f"at n = {private.rows} Theorem 4.15 of Dwork-Roth gives no accuracy guarantee for PMW "
+             f"(it needs n >= {accuracy['rows_needed']} at alpha/2 = {o['alpha'] / 2}); the answers are still private")
+    metadata = {
+        "format": TABLE_FORMAT, "version": __version__, "mechanism": "A_PAP (Bassily et al. 2020, Algorithm 3) "
+        "with private multiplicative weights (Dwork-Roth 2014, Section 4.2)",
+        "class": o["hypothesis"], "class_features": [features[i] for i in domain.features], "features": features,
+        "public": public.uri, "public_fingerprint": public_fingerprint(domain), "pmw": pmw.to_dict(),
+        "answer": "fraction of private rows the query labels 1 (E[h] in the +-1 convention is 2 answer - 1)",
+        **{k: v for k, v in summary.items() if k not in ("out", "features", "class")},
+    }
+    table = _table(release, features)
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, default=str).encode()})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    write_atomic(o["out"], sink.getvalue())
+    emit_summary(summary, o["as_json"])
+
+
+def read_release(path: str) -> tuple[pa.Table, dict[str, Any]]:
+    try:
+        table = pq.read_table(path)
+        metadata = json.loads(table.schema.metadata[METADATA_KEY])
+        if metadata.get("format") != TABLE_FORMAT:
+            raise ValueError(f"format is {metadata.get('format')!r}, expected {TABLE_FORMAT}")
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        raise PcqrError(f"{path}: not a pcqr release table ({exc})") from None
+    return table, metadata
+
+
+def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """``--query``: JSON, or ``key=value,...`` (e.g. ``feature=x0,threshold=0.3,direction=up``)."""
+    features = metadata["features"]
+    if text.lstrip().startswith("{"):
+        try:
+            query = dict(json.loads(text))
+        except (ValueError, TypeError) as exc:
+            raise PcqrError(f"--query {text!r}: not valid JSON ({exc})") from None
+    else:
+        query = {}
+        for item in filter(None, (s.strip() for s in text.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise PcqrError(f"--query {text!r}: expected key=value pairs, got {item!r}")
+            query[key.strip()] = value.strip()
+    table_class = metadata["class"]
+    query.setdefault("class", "threshold" if table_class == "stump" else table_class)
+    query.setdefault("direction", "up")
+    if "feature" not in query and len(metadata["class_features"]) == 1:
+        query["feature"] = metadata["class_features"][0]
+    feature = query.get("feature")
+    name = feature
+    if isinstance(feature, int) or (isinstance(feature, str) and feature.isdigit()):
+        name = features[int(feature)] if int(feature) < len(features) else None
+    if name not in metadata["class_features"]:
+        raise PcqrError(f"--query {text!r}: feature {feature!r} is not one of the class's features "
+                        f"({', '.join(metadata['class_features'])})")
+    query["feature"] = features.index(name)
+    expected = {"threshold": "threshold", "stump": "threshold"}.get(table_class, table_class)
+    if query["class"] != expected:
+        raise PcqrError(f"--query {text!r}: a {table_class} table answers {expected} queries, not {query['class']}")
+    for key in ("threshold", "low", "high", "value"):
+        if key in query and query[key] is not None:
+            try:
+                query[key] = float(query[key])
+            except ValueError:
+                raise PcqrError(f"--query {text!r}: {key} must be a number, got {query[key]!r}") from None
+    return query
+
+
+@click.command("release-answer")
+@click.argument("table_path", metavar="TABLE")
+@click.option("--query", "queries", multiple=True, required=True,
+              help="A query of the table's class: key=value pairs (feature=x0,threshold=0.3,direction=up; "
+              "interval: low=,high=; point: value=) or JSON. Repeatable.")
+@click.option("--public", "public_uri", default=None, help="The public dataset the table was built from (default: the path recorded in the table).")
+@json_option
+def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri: str | None, as_json: bool) -> None:
+    """Answer queries of the class from a released table: each query is projected onto the cover
+    (the member labelling the public points alike) and gets that member's answer. Post-processing:
+    no private data, no privacy cost."""
+    from pipeline.hypotheses import hypothesis_from_dict, make_class
+    from pipeline.hypotheses.representatives import representative_domain
+    from pipeline.mechanisms.pap import public_cells, public_key
+
+    table, metadata = read_release(table_path)
+    parsed = [parse_query(q, metadata) for q in queries]
+    public = open_matching(public_uri or metadata["public"], "public", metadata["features"], "the release's features")
+    points = read_public_features(public)
+    features = metadata["features"]
+    indices = [features.index(f) for f in metadata["class_features"]]
+    hclass = make_class(metadata["class"], len(features), indices)
+    domain = representative_domain(hclass, points)
+    if public_fingerprint(domain) != metadata["public_fingerprint"]:
+        raise PcqrError(f"{public.uri}: not the public data {table_path} was released from (fingerprint differs)")
+    representatives = domain.points()[public_cells(domain, points)]
+    by_key = {k: i for i, k in enumerate(table.column("public_labelling").to_pylist())}
+    answers = table.column("answer").to_pylist()
+    out = []
+    for text, query in zip(queries, parsed):
+        try:
+            hypothesis = hypothesis_from_dict(query)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise PcqrError(f"--query {text!r}: incomplete query ({exc})") from None
+        member = by_key.get(public_key(hypothesis.predict(representatives)))
+        if member is None:  # cannot happen for a query of the class: every labelling has a member
+            raise PcqrError(f"--query {text!r}: no member of the cover labels the public points alike")
+        out.append({"query": text, "answer": answers[member], "member": member})
+    if as_json:
+        click.echo(json.dumps({"table": table_path, "answers": out}))
+        return
+    for row in out:
+        click.echo(f"{row['answer']:.6f}  {row['query']}  (member {row['member']})")
+
+
+command = release_command
