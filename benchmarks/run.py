@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
-    "agnostic_at_scale", "relabel_stumps", "sharded_em",
+    "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
 )
 CLUSTER_YAML = "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worker: 1}}\n"
 SUBPROCESS_TIMEOUT = 3600
@@ -968,6 +968,115 @@ def bench_sharded_em(quick: bool) -> dict[str, Any]:
     return result
 
 
+def _interval_rows(n: int, seed: int) -> tuple[Any, Any]:
+    """n labelled private rows: x ~ N(0, 1), 1 inside (-0.5, 0.8], labels flipped with probability 0.1."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = ((x > -0.5) & (x <= 0.8)) ^ (rng.random(n) < 0.1)
+    return x.reshape(-1, 1), y.astype(np.int8)
+
+
+def bench_sspp_intervals(quick: bool) -> dict[str, Any]:
+    """A_SSPP (semi_private_learner) with intervals: u public points -> u(u+1)/2 + 1 candidates,
+    scored against n private rows held on the workers in parts."""
+    import numpy as np
+    from distributed import Client, LocalCluster
+
+    from pipeline.hypotheses import make_class
+    from pipeline.mechanisms.sspp import semi_private_learner
+    from pipeline.noise import SecureNoise
+
+    u, n, parts, repeats = (600, 10**5, 2, 3) if quick else (2000, 10**6, 2, 3)
+    public = np.random.default_rng(1).normal(size=(u, 1))
+    hclass = make_class("interval", 1)
+    result: dict[str, Any] = {
+        "public_points": u, "private_rows": n, "private_parts": parts, "repeats": repeats,
+        "how": "semi_private_learner(client, interval class, u public N(0,1) points, private parts (futures "
+        "made on the workers), eps 1, SecureNoise()) on a LocalCluster(n_workers=N, threads_per_worker=1); "
+        "one warm-up call, then the median of the repeats",
+        "workers": {},
+    }
+    for n_workers in (1, 2):
+        log(f"sspp_intervals: u = {u:,}, n = {n:,} on {n_workers} worker(s)")
+        with LocalCluster(n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
+                          processes=True) as cluster, Client(cluster) as client:
+            private = [client.submit(_interval_rows, n // parts, seed, pure=False) for seed in range(parts)]
+            client.gather(private, errors="raise")  # loaded before timing
+            semi_private_learner(client, hclass, public, private, 1.0, SecureNoise())  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                h, candidates = semi_private_learner(client, hclass, public, private, 1.0, SecureNoise())
+                times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
+        result["candidates"] = candidates
+        result["workers"][str(n_workers)] = {"seconds_median": median, "seconds_all": times,
+                                             "candidates_per_second": rate(candidates, median), "chosen": h.to_dict()}
+    one, two = result["workers"]["1"]["seconds_median"], result["workers"]["2"]["seconds_median"]
+    result["speedup"] = one / two if two else None
+    return result
+
+
+def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
+    """``pcqr release --hypothesis threshold`` end to end (a subprocess) and the exact worst error
+    of its answers over every threshold, against the private data's own fractions."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.evaluation import max_threshold_error
+    from pipeline.mechanisms.pap import public_key
+
+    n_pub, n = (1000, 10**5) if quick else (4000, 10**6)
+    result: dict[str, Any] = {
+        "public_points": n_pub, "private_rows": n,
+        "how": "public x ~ N(0,1); private x ~ N(shift, 1); pcqr release --hypothesis threshold --epsilon 1 "
+        "--delta 1e-6 --alpha A --beta 0.05 on the local 2-worker cluster; max_error = sup over all "
+        "thresholds t and both directions of |answer(projection of h_t) - fraction of private rows h_t "
+        "labels 1| (exact, pipeline.evaluation.max_threshold_error); public_only_error = the same for the "
+        "answers the public data alone gives (PMW's uniform start on X_tilde)",
+        "settings": {},
+    }
+    with temp_dir("pap") as work:
+        cluster = write_cluster_yaml(work)
+        rng = np.random.default_rng(5)
+        public = rng.normal(size=n_pub)
+        (work / "public").mkdir()
+        pq.write_table(pa.table({"x0": public}), work / "public" / "p.parquet")
+        privates = {shift: rng.normal(shift, 1, size=n) for shift in (0.0, 0.5)}
+        for shift, private in privates.items():
+            (work / f"private-{shift}").mkdir()
+            pq.write_table(pa.table({"x0": private}), work / f"private-{shift}" / "p.parquet", row_group_size=250_000)
+        for shift, alpha in ((0.0, 0.1), (0.5, 0.1), (0.5, 0.3)):
+            private = privates[shift]
+            out = work / f"table-{shift}-{alpha}.parquet"
+            seconds, summary = pcqr(work, f"release-{shift}-{alpha}", "release", "--private",
+                                    str(work / f"private-{shift}"), "--public", str(work / "public"),
+                                    "--hypothesis", "threshold", "--epsilon", "1", "--alpha", str(alpha),
+                                    "--out", str(out), "--cluster", str(cluster))
+            table = pq.read_table(out)
+            answer = dict(zip(table.column("public_labelling").to_pylist(), table.column("answer").to_pylist()))
+            v = np.unique(public)
+
+            def prior(labels: Any) -> float:
+                return float(labels.mean()) if labels.size else 0.0  # uniform weight on the u public cells
+
+            result["settings"][f"shift {shift}, alpha {alpha}"] = {
+                "wall_seconds": seconds,
+                "queries": summary["queries"],
+                "pmw_updates": summary["pmw_updates"],
+                "pmw_threshold": summary["pmw_threshold"],
+                "pmw_error_bound": summary["pmw_error_bound"],
+                "pmw_rows_needed": summary["pmw_rows_needed"],
+                "proven_epsilon": summary["proven_epsilon"],
+                "max_error": max_threshold_error(lambda labels: answer[public_key(labels)], public, private),
+                "public_only_error": max_threshold_error(prior, v, private),
+            }
+    return result
+
+
 # --------------------------------------------------------------------------- driver
 
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
@@ -978,6 +1087,8 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "agnostic_at_scale": bench_agnostic_at_scale,
     "relabel_stumps": bench_relabel_stumps,
     "sharded_em": bench_sharded_em,
+    "sspp_intervals": bench_sspp_intervals,
+    "pap_thresholds": bench_pap_thresholds,
 }
 
 
@@ -1070,6 +1181,20 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             rows.append(("sharded_em", f"seconds, {n} worker(s)", _fmt(v["seconds_median"]), ""))
             rows.append(("sharded_em", f"candidates/s, {n} worker(s)", _fmt(v["candidates_per_second"]), ""))
         rows.append(("sharded_em", "speed-up 2 vs 1", _fmt(r["speedup"]), ">= 1.7"))
+    r = results.get("sspp_intervals")
+    if r and "error" not in r:
+        rows.append(("sspp_intervals", f"candidates ({r['public_points']:,} public points)", _fmt(r["candidates"]), ""))
+        for n, v in r["workers"].items():
+            rows.append(("sspp_intervals", f"seconds vs {r['private_rows']:,} rows, {n} worker(s)", _fmt(v["seconds_median"]), ""))
+        rows.append(("sspp_intervals", "speed-up 2 vs 1", _fmt(r["speedup"]), ""))
+    r = results.get("pap_thresholds")
+    if r and "error" not in r:
+        for name, v in r["settings"].items():
+            label = f"{r['public_points']:,} public, {r['private_rows']:,} private, {name}"
+            rows.append(("pap_thresholds", f"wall s, {label}", _fmt(v["wall_seconds"]), ""))
+            rows.append(("pap_thresholds", f"max error, {label}", _fmt(v["max_error"]), ""))
+            rows.append(("pap_thresholds", f"public-only error, {label}", _fmt(v["public_only_error"]), ""))
+            rows.append(("pap_thresholds", f"PMW updates, {label}", _fmt(v["pmw_updates"]), ""))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
@@ -1114,6 +1239,11 @@ def main(argv: list[str] | None = None) -> int:
     results["run"]["total_seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.only and out.exists():  # keep the other benchmarks' figures from earlier runs
+        earlier = json.loads(out.read_text(encoding="utf-8"))
+        earlier.setdefault("runs", []).append(earlier.pop("run", None))
+        earlier.update(results)
+        results = earlier
     out.write_text(json.dumps(results, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
     print_table(results)
     print(f"\nwritten: {out}  (total {results['run']['total_seconds']} s{', quick' if args.quick else ''})")

@@ -35,3 +35,25 @@ def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> C
         return np.where(found, all_labels[at], -1).astype(np.int64)
 
     return lookup
+
+
+def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.ndarray, data: np.ndarray) -> float:
+    """The exact worst error of a threshold-query release over EVERY threshold t, both directions.
+
+    ``answer_of(labels)`` is the released answer for the query labelling the sorted distinct
+    public values ``labels`` (0/1), i.e. the projection G(h_t); ``data`` the values the true
+    fractions are taken on (evaluation only: the benchmark's or test's own copy of the private
+    column). Between consecutive public values G is constant and the true fraction of rows
+    above t is monotone, so the supremum over each public cell is reached at its two ends.
+    """
+    v, x = np.unique(public), np.sort(data)
+    u, n = v.shape[0], x.shape[0]
+    worst = 0.0
+    for c in range(u + 1):
+        up = np.r_[np.zeros(c, dtype=np.uint8), np.ones(u - c, dtype=np.uint8)]
+        left = 1.0 if c == 0 else (n - np.searchsorted(x, v[c - 1], "right")) / n
+        right = 0.0 if c == u else (n - np.searchsorted(x, v[c], "left")) / n
+        for labels, ends in ((up, (left, right)), (1 - up, (1 - left, 1 - right))):
+            g = answer_of(labels)
+            worst = max(worst, *(abs(g - f) for f in ends))
+    return worst

@@ -16,6 +16,7 @@ from scipy import stats
 
 from jobs.cli import main
 from pipeline.errors import PcqrError
+from pipeline.evaluation import max_threshold_error
 from pipeline.hypotheses import make_class
 from pipeline.hypotheses.representatives import representative_domain
 from pipeline.mechanisms.pap import public_key, release_queries
@@ -113,22 +114,20 @@ def test_pmw_parameters_follow_dwork_roth_and_certify() -> None:
         PMWParameters.dwork_roth(1.0, 1e-6, 1.5, 0.05, 100, 10, 10)
 
 
-def _max_threshold_error(release, public: np.ndarray, private: np.ndarray) -> float:
-    """max over every threshold t (both directions) of |G(h_t) - fraction of private rows h_t labels 1|,
-    exactly: G is constant between consecutive public values and the fraction is monotone there,
-    so the extremes sit at the ends of each public cell."""
-    v, x = np.unique(public[:, 0]), np.sort(private[:, 0])
-    u, n = v.shape[0], x.shape[0]
-    answer = dict(zip(release.keys, release.result.answers))
-    worst = 0.0
-    for c in range(u + 1):
-        up = np.r_[np.zeros(c), np.ones(u - c)]
-        left = 1.0 if c == 0 else (n - np.searchsorted(x, v[c - 1], "right")) / n
-        right = 0.0 if c == u else (n - np.searchsorted(x, v[c], "left")) / n
-        for labels, ends in ((up, (left, right)), (1 - up, (1 - left, 1 - right))):
-            g = answer[public_key(labels)]
-            worst = max(worst, *(abs(g - f) for f in ends))
-    return worst
+def test_max_threshold_error_equals_brute_force() -> None:
+    rng = np.random.default_rng(11)
+    public, data = rng.integers(0, 20, 15).astype(float), rng.integers(-3, 25, 200).astype(float)
+    v = np.unique(public)
+    table = {public_key(labels): rng.random() for labels in
+             [np.r_[np.zeros(c), np.ones(v.size - c)] for c in range(v.size + 1)]
+             + [np.r_[np.ones(c), np.zeros(v.size - c)] for c in range(v.size + 1)]}
+    exact = max_threshold_error(lambda labels: table[public_key(labels)], public, data)
+    brute = 0.0
+    for t in np.arange(-5, 27, 0.125):  # every gap of the integer data and public values is sampled
+        up = (v > t).astype(np.uint8)
+        for labels, truth in ((up, np.mean(data > t)), (1 - up, np.mean(data <= t))):
+            brute = max(brute, abs(table[public_key(labels)] - truth))
+    assert exact == pytest.approx(brute)
 
 
 def test_max_error_over_thresholds_falls_with_n(client) -> None:
@@ -142,7 +141,8 @@ def test_max_error_over_thresholds_falls_with_n(client) -> None:
         private = rng.normal(0.7, 1, size=(n, 1))
         release = release_queries(client, hclass, public, [client.scatter(private)], n, 2.0, 1e-6, 0.2, 0.1,
                                   SeededNoise(n))
-        errors.append(_max_threshold_error(release, public, private))
+        answer = dict(zip(release.keys, release.result.answers))
+        errors.append(max_threshold_error(lambda labels: answer[public_key(labels)], public[:, 0], private[:, 0]))
         domains.append(release.domain)
         assert release.pmw.guarantee()[0] <= 2.0
     assert errors[2] < errors[1] <= errors[0] + 0.02 and errors[2] < 0.5 * errors[0], errors
