@@ -6,6 +6,8 @@ answer), continues it: same models, same budget. With ``--private`` and a new
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -14,6 +16,7 @@ import click
 from jobs.common import cluster_option, emit_summary, json_option, note, privacy_options, progress
 from jobs.train import plan_training, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
+from pipeline.commit import recover
 from pipeline.data import Dataset, open_dataset, open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
@@ -48,6 +51,32 @@ def check_log_dir(log_dir: str | None, session: Session | None) -> str:
             f"{written}; use an empty directory for a new session"
         )
     return log_dir
+
+
+def input_fingerprint(queries: Dataset) -> str:
+    """Identifies a query dataset from its metadata (files, row groups, schema): public data."""
+    described = json.dumps([list(queries.files), [list(g) for g in queries.row_groups], str(queries.schema)])
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def resume_point(session: Session | None, queries: Dataset) -> int:
+    """Rows of ``queries`` an earlier run of this session already committed (0 for a new input).
+
+    Re-running a command that was interrupted continues after its last committed batch, so no
+    released answer is ever answered again. An input answered in full is asked again from the
+    start: repeats of answered queries get their logged answers (no budget); the others are
+    tested again.
+    """
+    if session is None or session.input is None or session.input["fingerprint"] != input_fingerprint(queries):
+        return 0
+    done, rows = int(session.input["done"]), int(session.input["rows"])
+    if done >= rows:
+        note(f"{queries.uri}: all {rows} queries were answered before; asking them again (answered ones "
+             "get their logged answers at no cost, the others are tested again)")
+        return 0
+    if done:
+        note(f"resuming {queries.uri}: {done} of {rows} queries were committed by an earlier run")
+    return done
 
 
 def reopen_private(session: Session) -> Dataset | None:
@@ -90,9 +119,14 @@ def command(**options: Any) -> None:
     session = None if new_session else load_session(state)
     if session is not None and options["private"] is not None:
         note(f"continuing the session in {state}: --private and the training options are not used")
+    if session is not None:
+        repaired = recover(state, session.log_dir, session.pending_batch, session.last_hash)
+        if repaired:
+            note(repaired)
     log_dir = check_log_dir(options["log_dir"], session)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     queries = open_matching(options["queries"], "queries", features, "the private features", options["id_column"])
+    skip = resume_point(session, queries)
     truth = load_truth(options["truth"]) if options["truth"] else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     load_cluster_config(options["cluster"])
@@ -108,11 +142,14 @@ def command(**options: Any) -> None:
         if plan is not None:
             save_models(state, ensemble)
         session.log_dir = log_dir
+        if skip == 0:
+            session.input = {"uri": queries.uri, "fingerprint": input_fingerprint(queries), "rows": queries.rows, "done": 0}
         save_session(state, session)
-        with progress(queries.rows, "answering queries") as bar:
+        with progress(queries.rows - skip, "answering queries") as bar:
             counts = release_answers(
                 client, session, state, ensemble, queries, options["batch_size"], noise,
                 fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update, private=private,
+                skip=skip,
             )
     if counts.halted:
         note(
@@ -124,6 +161,8 @@ def command(**options: Any) -> None:
         "abstained": counts.abstained,
         "refused": counts.refused,
         "released_model_answers": counts.released_model,
+        "duplicates": counts.duplicates,
+        "resumed_after": skip,
         "budget_used": session.sparse_vector.bottoms,
         "budget_spent": counts.halted,
         "batches": counts.batches,

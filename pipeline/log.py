@@ -6,7 +6,8 @@ the released label, null when abstained or refused), ``status`` (answered /
 abstained / refused), ``source`` (which path produced the answer:
 ``sparse_vector`` -- the k models' vote through the coordinator -- or
 ``released_model`` -- h_priv of the universal mode, see
-:mod:`pipeline.mechanisms.universal`) and ``batch``. Its schema metadata carries
+:mod:`pipeline.mechanisms.universal` -- or ``duplicate`` -- the logged answer of an
+earlier identical query, see :mod:`pipeline.answered`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -36,6 +37,8 @@ PROVENANCE_KEY = b"pcqr.provenance"
 PREV_HASH_KEY = b"pcqr.prev_sha256"
 SPARSE_VECTOR = "sparse_vector"
 RELEASED_MODEL = "released_model"
+DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pipeline.answered)
+SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE)  # source codes 0, 1, 2
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 
@@ -55,7 +58,7 @@ def batch_table(
     label: np.ndarray,
     batch: int,
     fallback_label: int | None = None,
-    source: str = SPARSE_VECTOR,
+    source: str | np.ndarray = SPARSE_VECTOR,
 ) -> pa.Table:
     """The public log table of one batch: ids, features, released answers, statuses.
 
@@ -74,7 +77,11 @@ def batch_table(
         columns[name] = queries.column(name)
     columns["answer"] = answer
     columns["status"] = pa.array(names, type=pa.string())
-    columns["source"] = pa.array(np.full(len(status), source, dtype=object), type=pa.string())
+    if isinstance(source, str):
+        names = np.full(len(status), source, dtype=object)
+    else:  # per-row codes into SOURCE_NAMES
+        names = np.asarray(SOURCE_NAMES, dtype=object)[source]
+    columns["source"] = pa.array(names, type=pa.string())
     columns["batch"] = pa.array(np.full(len(status), batch, dtype=np.int32))
     return pa.table(columns)
 

@@ -3,30 +3,45 @@
 Algorithm 5, steps 6-11 of papers/001. Query batches are read and voted on by
 Dask tasks, pipelined a few batches ahead; their vote counts come back to the
 driver and pass, strictly in query order, through the one
-:class:`~pipeline.sparse_vector.SparseVector` coordinator. Each batch's
-released answers are appended to the public log, after the session's private
-state has been saved (so c never goes backwards and a threshold is never
-reused, whatever instant the process dies).
+:class:`~pipeline.sparse_vector.SparseVector` coordinator. A query equal to one
+already answered gets the logged answer instead (:mod:`pipeline.answered`). Each
+batch is committed in the order of :mod:`pipeline.commit` (pending copy, state,
+public log), so whatever instant the process dies nothing released is ever
+re-answered differently, c never goes backwards and a threshold is never reused.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 from distributed import Client, Future
 
+from pipeline.answered import AnsweredIndex, index_from_log, row_keys
+from pipeline.commit import publish, stage
 from pipeline.data import Dataset, Part, feature_matrix, read_part
 from pipeline.errors import PcqrError
-from pipeline.log import RELEASED_MODEL, SPARSE_VECTOR, append_batch, batch_table, encode_batch, sha256
+from pipeline.log import (
+    DUPLICATE,
+    RELEASED_MODEL,
+    SOURCE_NAMES,
+    SPARSE_VECTOR,
+    append_batch,
+    batch_table,
+    encode_batch,
+    sha256,
+)
 from pipeline.noise import NoiseSource
 from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pipeline.state import Session, save_session
 from pipeline.votes import Ensemble
 
 QUERY_ID = "query_id"
+#: The crash-safe commit of pipeline.commit. Only the overhead benchmark turns it off.
+DURABLE = True
+_SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
 
 
 def query_table(part: Part, features: Sequence[str], id_column: str | None) -> pa.Table:
@@ -47,19 +62,28 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None) ->
     return query_table(part, features, id_column).num_rows
 
 
-def vote_batch(
-    part: Part, features: Sequence[str], id_column: str | None, ensemble: Ensemble
-) -> tuple[pa.Table, np.ndarray]:
-    """Worker: a query batch and its private vote counts ct(1)."""
+Batch = tuple[pa.Table, np.ndarray, np.ndarray]  # queries, per-query values, row keys
+
+
+def vote_batch(part: Part, features: Sequence[str], id_column: str | None, ensemble: Ensemble, seed: int) -> Batch:
+    """Worker: a query batch, its private vote counts ct(1) and its row keys."""
     table = query_table(part, features, id_column)
     X = feature_matrix(table, features, part.file)
-    return table, ensemble.count_ones(X)
+    return table, ensemble.count_ones(X), row_keys(X, seed)
 
 
-def refused_batch(part: Part, features: Sequence[str], id_column: str | None) -> tuple[pa.Table, np.ndarray]:
-    """Worker: a query batch of a halted session: no votes are needed, every query is refused."""
+def refused_batch(part: Part, features: Sequence[str], id_column: str | None, seed: int) -> Batch:
+    """Worker: a query batch of a halted session: no votes are needed (only repeats get answers)."""
     table = query_table(part, features, id_column)
-    return table, np.zeros(table.num_rows, dtype=np.int32)
+    X = feature_matrix(table, features, part.file)
+    return table, np.zeros(table.num_rows, dtype=np.int32), row_keys(X, seed)
+
+
+def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> Batch:
+    """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
+    table = query_table(part, features, id_column)
+    labels = np.asarray(hypothesis.predict(feature_matrix(table, features, part.file)), dtype=np.int8)
+    return table, labels, np.zeros(0, dtype=np.uint64)
 
 
 @dataclass
@@ -68,17 +92,18 @@ class ReleaseCounts:
     abstained: int = 0
     refused: int = 0
     released_model: int = 0  # of the answered: by h_priv (universal mode), at no privacy cost
+    duplicates: int = 0  # of the answered: the logged answer of an earlier identical query
     batches: int = 0
     correct: int = 0
     evaluated: int = 0
     halted: bool = False
 
-    def add(self, status: np.ndarray, source: str) -> None:
+    def add(self, status: np.ndarray, source: np.ndarray) -> None:
         self.answered += int(np.count_nonzero(status == ANSWERED))
         self.abstained += int(np.count_nonzero(status == ABSTAINED))
         self.refused += int(np.count_nonzero(status == REFUSED))
-        if source == RELEASED_MODEL:
-            self.released_model += len(status)
+        self.released_model += int(np.count_nonzero(source == _MODEL))
+        self.duplicates += int(np.count_nonzero(source == _DUPLICATE))
         self.batches += 1
 
 
@@ -87,12 +112,6 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part]) -> Non
     futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column, pure=False)
     for future in futures:
         future.result()
-
-
-def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> tuple[pa.Table, np.ndarray]:
-    """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
-    table = query_table(part, features, id_column)
-    return table, np.asarray(hypothesis.predict(feature_matrix(table, features, part.file)), dtype=np.int8)
 
 
 VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
@@ -175,19 +194,22 @@ def release_answers(
     truth: Callable[[np.ndarray], np.ndarray] | None = None,
     on_batch: Callable[[int], None] | None = None,
     private: Dataset | None = None,
+    skip: int = 0,
 ) -> ReleaseCounts:
-    """Answer every query of ``queries`` in order; append the log; keep the session's state.
+    """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
+    earlier run), in order; commit each log batch; keep the session's state.
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes).
     """
     assert session.log_dir is not None
     log_dir: str = session.log_dir
-    parts = queries.parts(batch_rows)  # the caller has run validate_queries on them
+    parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
     coordinator = SparseVector(session.params, noise, session.sparse_vector)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
+    index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch)
     shared = client.scatter(ensemble, broadcast=True) if switch is None or not switch.done else None
     window = 2 * max(1, sum(client.nthreads().values())) + 2
     pending: list[tuple[Future, str]] = []
@@ -196,28 +218,37 @@ def release_answers(
     provenance["fallback_label"] = fallback_label
     id_column = queries.id_column or QUERY_ID
     features = list(queries.features)
+    seed = session.dedupe_seed
 
     def submit(i: int) -> None:
         args = (parts[i], queries.features, queries.id_column)
         if switch is not None and switch.done:
             pending.append((client.submit(model_batch, *args, switch.hypothesis, pure=False), LABELS))
         elif coordinator.halted:  # refused whatever the votes: do not compute them
-            pending.append((client.submit(refused_batch, *args, pure=False), REFUSED_ALL))
+            pending.append((client.submit(refused_batch, *args, seed, pure=False), REFUSED_ALL))
         else:
-            pending.append((client.submit(vote_batch, *args, shared, pure=False), VOTES))
+            pending.append((client.submit(vote_batch, *args, shared, seed, pure=False), VOTES))
 
-    def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: str) -> None:
-        """One log batch: save the private state, then append the public file."""
+    def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
+        """One log batch, committed in the order of pipeline.commit."""
         batch_provenance = provenance
-        if source == RELEASED_MODEL:
-            assert switch is not None
+        if switch is not None and switch.done and np.any(source == _MODEL):
             batch_provenance = {**provenance, "released_model": switch.provenance}
-        log = batch_table(table, id_column, features, status, label, session.next_batch, fallback_label, source)
+        batch = session.next_batch
+        log = batch_table(table, id_column, features, status, label, batch, fallback_label, source)
         data = encode_batch(log, batch_provenance, session.last_hash)
         counts.add(status, source)
-        _advance(session, status, sha256(data), noise, source)
-        save_session(state_dir, session)  # private state first: c never goes backwards
-        append_batch(log_dir, session.next_batch - 1, data)
+        if DURABLE:
+            stage(state_dir, batch, data)
+        _advance(session, status, source, sha256(data), noise)
+        save_session(state_dir, session)  # the commit: c, threshold, rows done, this batch's hash
+        if DURABLE:
+            publish(state_dir, log_dir, batch, data)
+        else:
+            append_batch(log_dir, batch, data)
+        if keys.shape[0]:
+            fresh = (status == ANSWERED) & (source != _DUPLICATE)
+            index.add(keys[fresh], label[fresh])
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
@@ -226,7 +257,18 @@ def release_answers(
         if on_batch is not None:
             on_batch(len(status))
 
-    def release(table: pa.Table, values: np.ndarray, kind: str) -> None:
+    def test(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Repeats get their logged answer; every other query goes through the coordinator."""
+        found, logged = index.lookup(keys)
+        status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
+        label = logged.copy()
+        source = np.where(found, _DUPLICATE, _SPARSE).astype(np.int8)
+        fresh = ~found
+        if fresh.any():
+            status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
+        return status, label, source
+
+    def release(table: pa.Table, values: np.ndarray, kind: str, keys: np.ndarray) -> None:
         """Queries in order: through the coordinator until the switch, by h_priv after it."""
         start = 0
         while start < table.num_rows:
@@ -234,36 +276,44 @@ def release_answers(
                 rest = table.slice(start)
                 labels = values[start:] if kind == LABELS else switch.hypothesis.predict(
                     feature_matrix(rest, features, "query batch"))
-                emit(rest, np.full(rest.num_rows, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
-                     RELEASED_MODEL)
+                n = rest.num_rows
+                emit(rest, np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
+                     np.full(n, _MODEL, dtype=np.int8), np.zeros(0, dtype=np.uint64))
                 return
             before = switch.rows_before() if switch is not None else None
             take = table.num_rows - start if before is None else min(table.num_rows - start, before)
-            status, label = coordinator.process(values[start : start + take], ensemble.size)
-            emit(table.slice(start, take), status, label, SPARSE_VECTOR)
+            status, label, source = test(values[start : start + take], keys[start : start + take])
+            emit(table.slice(start, take), status, label, source, keys[start : start + take])
             start += take
             if switch is not None and switch.due():
                 switch.run()
 
     for i in range(min(window, len(parts))):
         submit(i)
-    for i in range(len(parts)):
+    for i, part in enumerate(parts):
         future, kind = pending.pop(0)
-        table, values = future.result()
+        table, values, keys = future.result()
         if i + window < len(parts):
             submit(i + window)
+        if part.start < skip:  # the first rows were committed by an earlier run
+            done = skip - part.start
+            table, values, keys = table.slice(done), values[done:], keys[done:] if keys.shape[0] else keys
         # a task reads whole row groups; log batches are --batch-size queries
         for start in range(0, table.num_rows, batch_rows):
-            release(table.slice(start, batch_rows), values[start : start + batch_rows], kind)
+            chunk_keys = keys[start : start + batch_rows] if keys.shape[0] else keys
+            release(table.slice(start, batch_rows), values[start : start + batch_rows], kind, chunk_keys)
     counts.halted = coordinator.halted and (switch is None or not switch.done)
     return counts
 
 
-def _advance(session: Session, status: np.ndarray, batch_hash: str, noise: NoiseSource, source: str) -> None:
+def _advance(session: Session, status: np.ndarray, source: np.ndarray, batch_hash: str, noise: NoiseSource) -> None:
+    session.pending_batch = session.next_batch
     session.next_batch += 1
     session.last_hash = batch_hash
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
-    if source == RELEASED_MODEL:
-        session.totals["released_model"] = session.totals.get("released_model", 0) + len(status)
+    for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates")):
+        session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
+    if session.input is not None:
+        session.input["done"] += len(status)

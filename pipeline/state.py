@@ -5,7 +5,9 @@ Everything here is private and never goes under the public output::
     DIR/models.pkl     the k trained subsample models (an Ensemble), written once
     DIR/session.json   parameters, the log it writes to, and the sparse-vector
                        state (c, the current threshold noise), rewritten
-                       atomically after every batch
+                       atomically after every batch (the commit point of
+                       pipeline.commit)
+    DIR/pending/       a committed batch's bytes until they are in the log
 
 A later ``pcqr answer --state DIR`` continues the same session: same models,
 same parameters, same budget.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +61,9 @@ class Session:
     label: str | None = None  # label column of the private dataset
     universal: dict[str, Any] | None = None  # UniversalParameters (public)
     released: dict[str, Any] | None = None  # h_priv's public record once A_UnvPrivCl has switched
+    pending_batch: int | None = None  # the last committed batch (pipeline.commit); may await publication
+    input: dict[str, Any] | None = None  # the query dataset being answered: uri, fingerprint, rows, done
+    dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
 
     @property
     def processed(self) -> int:
@@ -113,6 +119,9 @@ class Session:
             "label": self.label,
             "universal": self.universal,
             "released": self.released,
+            "pending_batch": self.pending_batch,
+            "input": self.input,
+            "dedupe_seed": self.dedupe_seed,
         }
 
     @classmethod
@@ -137,6 +146,9 @@ class Session:
             label=data.get("label"),
             universal=data.get("universal"),
             released=data.get("released"),
+            pending_batch=data.get("pending_batch"),
+            input=data.get("input"),
+            dedupe_seed=int(data.get("dedupe_seed", 0)),
         )
 
 

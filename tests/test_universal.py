@@ -112,7 +112,7 @@ def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path,
     for extra in batches[len(keep):]:
         extra.unlink()
     (tmp_path / "log" / RELEASED_MODEL_FILE).unlink()
-    state.update(released=None, next_batch=len(keep),
+    state.update(released=None, next_batch=len(keep), pending_batch=len(keep) - 1,
                  totals={**state["totals"], "answered": state["totals"]["answered"] - state["totals"]["released_model"],
                          "released_model": 0})
     import hashlib
