@@ -21,9 +21,9 @@ from pipeline.errors import PcqrError
 
 
 def _jobs() -> dict[str, click.Command]:
-    from jobs import answer, demo, generate, learn, plan, train
+    from jobs import answer, demo, generate, learn, plan, release, train
 
-    return {m.command.name: m.command for m in (generate, train, answer, demo, plan, learn) if m.command.name}
+    return {m.command.name: m.command for m in (generate, train, answer, demo, plan, learn, release) if m.command.name}
 
 
 def spec_arguments(spec: dict[str, Any], command: click.Command, source: str) -> list[str]:
