@@ -13,10 +13,11 @@ from typing import Any
 
 import click
 
-from jobs.common import cluster_option, emit_summary, json_option, note, privacy_options, progress
-from jobs.train import plan_training, session_summary, train_session
+from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress
+from jobs.train import plan_training, session_charge, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.commit import recover
+from pipeline.ledger import charge_note
 from pipeline.data import Dataset, open_dataset, open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
@@ -104,6 +105,7 @@ def reopen_private(session: Session) -> Dataset | None:
 @click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
 @click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
 @privacy_options
+@ledger_option
 @cluster_option
 @json_option
 def command(**options: Any) -> None:
@@ -130,15 +132,18 @@ def command(**options: Any) -> None:
     truth = load_truth(options["truth"]) if options["truth"] else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     load_cluster_config(options["cluster"])
+    charged = None
     with open_client(options["cluster"], echo=note) as client:
         if plan is not None:
-            session, ensemble = train_session(client, plan)
+            validate_queries(client, queries, queries.parts(options["batch_size"]))  # before any charge
+            with session_charge(client, plan, options, "answer") as charged:
+                session, ensemble = train_session(client, plan)
             noise = plan.noise
         else:
             assert session is not None
             ensemble = load_models(state)
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
-        validate_queries(client, queries, queries.parts(options["batch_size"]))
+            validate_queries(client, queries, queries.parts(options["batch_size"]))
         if plan is not None:
             save_models(state, ensemble)
         session.log_dir = log_dir
@@ -171,6 +176,8 @@ def command(**options: Any) -> None:
         "session_totals": session.totals,
         **session_summary(session),
     }
+    if charged is not None:
+        summary["ledger"] = charge_note(charged)
     if session.released is not None:
         from pipeline.mechanisms.universal import RELEASED_MODEL_FILE
 

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from jobs import answer, demo, generate, learn, plan, release, run, train
+from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, train
 from pipeline import __version__
 from pipeline.errors import PcqrError
 
@@ -28,10 +28,12 @@ def pcqr() -> None:
       pcqr learn --private data/private --public pub --hypothesis threshold --out model.json
       pcqr release --private data/private --public pub --hypothesis threshold --out table.parquet
       pcqr release-answer table.parquet --query threshold=0.3
+      pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
+      pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
     """
 
 
-for _module in (generate, train, answer, run, demo, plan, learn, release):
+for _module in (generate, train, answer, run, demo, plan, learn, release, budget, replay):
     pcqr.add_command(_module.command)
 pcqr.add_command(learn.predict_command)
 pcqr.add_command(release.release_answer_command)

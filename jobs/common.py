@@ -29,6 +29,14 @@ def json_option(func: F) -> F:
     )(func)
 
 
+def ledger_option(func: F) -> F:
+    """``--ledger PATH``: the ledger database (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite)."""
+    return click.option(
+        "--ledger", "ledger", type=click.Path(dir_okay=False), default=None,
+        help="Privacy-budget ledger (SQLite; default: $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite).",
+    )(func)
+
+
 def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
     """Print a job summary: human-readable lines, or one JSON object as the last line."""
     if as_json:

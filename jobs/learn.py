@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, note, split_features
+from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, split_features
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
 from pipeline.errors import PcqrError
+from pipeline.ledger import charge_note, provisional_charge
 from pipeline.privacy import check_epsilon
 from pipeline.released_model import load_model, model_record, write_model
 from pipeline.subsample import PART_ROWS, load_part
@@ -35,6 +36,7 @@ from pipeline.subsample import PART_ROWS, load_part
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@ledger_option
 @cluster_option
 @json_option
 def learn_command(**o: Any) -> None:
@@ -54,8 +56,12 @@ def learn_command(**o: Any) -> None:
     points = read_public_features(public)
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
-        parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
-        h_priv, candidates = semi_private_learner(client, hclass, points, parts, o["epsilon"], noise)
+        with provisional_charge(private.files, private.uri, "learn", o["epsilon"], 0.0,
+                                {"hypothesis": o["hypothesis"], "epsilon": o["epsilon"], "public": public.uri,
+                                 "out": o["out"]}, o["ledger"], client) as charged:
+            parts = [client.submit(load_part, p, private.features, private.label, pure=False)
+                     for p in private.parts(PART_ROWS)]
+            h_priv, candidates = semi_private_learner(client, hclass, points, parts, o["epsilon"], noise)
     distinct = int(np.unique(points, axis=0).shape[0])
     radius = cover_radius(distinct, hclass.vc_dimension(), o["beta"])
     model = model_record(
@@ -67,7 +73,7 @@ def learn_command(**o: Any) -> None:
     )
     write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
-    emit_summary({"model": o["out"], **summary}, o["as_json"])
+    emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])
 
 
 def _predict_part(part: Any, features: list[str], id_column: str | None, hypothesis: Any) -> pa.Table:

@@ -22,12 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, note, progress, split_features
+from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, progress, split_features
 from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import load_features, open_dataset, open_matching, read_public_features
 from pipeline.errors import PcqrError
+from pipeline.ledger import charge_note, provisional_charge
 from pipeline.privacy import check_epsilon_delta
 
 TABLE_FORMAT = "pcqr.query-release/1"
@@ -78,6 +79,7 @@ def _table(release: Any, features: list[str]) -> pa.Table:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The released table (one Parquet file).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@ledger_option
 @cluster_option
 @json_option
 def release_command(**o: Any) -> None:
@@ -103,8 +105,12 @@ def release_command(**o: Any) -> None:
     domain = representative_domain(hclass, points)  # public only; refuses unsupported classes
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
-        parts = [client.submit(load_features, p, features, pure=False) for p in private.parts(500_000)]
-        with progress(1, "private multiplicative weights") as bar:
+        charge = provisional_charge(private.files, private.uri, "release", o["epsilon"], o["delta"],
+                                    {k: o[k] for k in ("hypothesis", "epsilon", "delta", "alpha", "beta", "out")}
+                                    | {"public": public.uri, "features": features}, o["ledger"], client)
+        with charge as charged, progress(1, "private multiplicative weights") as bar:
+            parts = [client.submit(load_features, p, features, pure=False) for p in private.parts(500_000)]
+
             def plan(params: Any) -> None:
                 bar.length = params.queries  # type: ignore[attr-defined]
 
@@ -124,6 +130,7 @@ def release_command(**o: Any) -> None:
         "pmw_rows_needed": accuracy["rows_needed"], "cover_radius_bound": radius,
         "error_bound": None if accuracy["error_bound"] is None else accuracy["error_bound"] + radius,
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
+        "ledger": charge_note(charged),
     }
     if accuracy["error_bound"] is None:
         note(f"at n = {private.rows} Theorem 4.15 of Dwork-Roth gives no accuracy guarantee for PMW "
@@ -134,7 +141,7 @@ def release_command(**o: Any) -> None:
         "class": o["hypothesis"], "class_features": [features[i] for i in domain.features], "features": features,
         "public": public.uri, "public_fingerprint": public_fingerprint(domain), "pmw": pmw.to_dict(),
         "answer": "fraction of private rows the query labels 1 (E[h] in the +-1 convention is 2 answer - 1)",
-        **{k: v for k, v in summary.items() if k not in ("out", "features", "class")},
+        **{k: v for k, v in summary.items() if k not in ("out", "features", "class", "ledger")},
     }
     table = _table(release, features)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, default=str).encode()})

@@ -15,6 +15,7 @@ from jobs.common import (
     cluster_option,
     emit_summary,
     json_option,
+    ledger_option,
     note,
     privacy_options,
     progress,
@@ -104,6 +105,20 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     return TrainingPlan(
         agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class, universal
     )
+
+
+def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job: str) -> Any:
+    """The ledger charge of a new session: its whole (eps, delta), before any private row is read
+    (pipeline.ledger), refunded if training fails on invalid input. A session is charged once,
+    however many answer calls follow; universal mode's A_SSPP is inside the same (eps, delta)."""
+    from pipeline.ledger import provisional_charge
+
+    public: dict[str, Any] = {k: options[k] for k in ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff",
+                                                      "queries_max", "beta", "subsamples", "threshold", "learner",
+                                                      "features") if k in options}
+    public["state"] = options.get("state")
+    return provisional_charge(plan.private.files, plan.private.uri, job, options["epsilon"], options["delta"],
+                              public, options.get("ledger"), client)
 
 
 def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
@@ -202,17 +217,21 @@ def session_summary(session: Session) -> dict[str, Any]:
 @click.option("--private", required=True, help="Private labelled dataset (Parquet file or directory, path or URI).")
 @click.option("--state", required=True, type=click.Path(file_okay=False), help="New private state directory for the session.")
 @privacy_options
+@ledger_option
 @cluster_option
 @json_option
 def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
+    from pipeline.ledger import charge_note
     from pipeline.state import save_models, save_session
 
     plan = plan_training(options)
     load_cluster_config(options["cluster"])
     with open_client(options["cluster"], echo=note) as client:
-        session, ensemble = train_session(client, plan)
+        with session_charge(client, plan, options, "train") as charged:
+            session, ensemble = train_session(client, plan)
     save_models(options["state"], ensemble)
     save_session(options["state"], session)
-    summary = {"state": options["state"], "models": ensemble.size, **session_summary(session)}
+    summary = {"state": options["state"], "models": ensemble.size, **session_summary(session),
+               "ledger": charge_note(charged)}
     emit_summary(summary, options["as_json"])

@@ -93,7 +93,7 @@ def encode_batch(table: pa.Table, provenance: dict[str, Any], prev_hash: str) ->
         PREV_HASH_KEY: prev_hash.encode(),
     }
     sink = io.BytesIO()
-    pq.write_table(table.replace_schema_metadata(metadata), sink, compression="zstd")
+    pq.write_table(table.replace_schema_metadata(metadata), sink, compression="zstd", write_page_checksum=True)
     return sink.getvalue()
 
 

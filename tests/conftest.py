@@ -14,6 +14,16 @@ from distributed import Client
 P_FAIL = 1e-6
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_ledger(tmp_path_factory) -> Iterator[str]:
+    """The suite charges its own ledger (never the user's ~/.local/share/pcqr/ledger.sqlite),
+    from the first fixture on; tests that need an empty one pass --ledger or set PCQR_LEDGER."""
+    path = str(tmp_path_factory.mktemp("ledger") / "ledger.sqlite")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PCQR_LEDGER", path)
+        yield path
+
+
 @pytest.fixture(scope="session")
 def client(tmp_path_factory) -> Iterator[Client]:
     """One small cluster of threads (loopback only, as pcqr opens it) for tests that call

@@ -1,0 +1,122 @@
+"""``pcqr budget set`` and ``pcqr budget show``: the privacy budget of a private dataset.
+
+The budget lives in the ledger (:mod:`pipeline.ledger`): ``set`` records the total (eps, delta)
+that every job reading DATASET may spend together under basic composition; ``show`` lists every
+charge (job, time, eps, delta, parameters), the budget and the total spent. DATASET is the
+private dataset's path or URI -- known by the fingerprint of its files' contents, hashed once and
+cached in the ledger -- or a name given earlier with ``set --name``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, TypeVar
+
+import click
+
+from jobs.common import emit_summary, json_option, ledger_option, note
+from pipeline.cluster import open_client
+from pipeline.data import open_dataset
+from pipeline.errors import PcqrError
+from pipeline.ledger import Ledger, dataset_identity, ledger_path, pair
+from pipeline.privacy import check_epsilon
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def hashing_cluster_option(func: F) -> F:
+    """``--cluster PATH``: hash the dataset's files on that cluster's workers instead of in this process."""
+    return click.option(
+        "--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
+        help="Fingerprint DATASET's files on this cluster's workers (default: in this process, 8 MB at a "
+        "time; the hashes are cached in the ledger, so unchanged files are not read again).",
+    )(func)
+
+
+def check_budget(epsilon: float, delta: float, name: str | None) -> None:
+    """Refuse an impossible budget or an empty name, naming the option."""
+    check_epsilon(epsilon)
+    if not (math.isfinite(delta) and 0 <= delta < 1):
+        raise PcqrError(f"--delta must be in [0, 1), got {delta}")
+    if name is not None and not name.strip():
+        raise PcqrError("--name must not be empty")
+
+
+def resolve(dataset: str, ledger: Ledger, cluster: str | None) -> tuple[str, str]:
+    """(identity, label) of DATASET: a name registered with ``--name``, else the dataset at that path/URI."""
+    named = ledger.find_name(dataset)
+    if named is not None:
+        registration = ledger.registration(named)
+        return named, str(registration["label"]) if registration else dataset
+    files = open_dataset(dataset, "private").files  # metadata only
+    if cluster is None:
+        return dataset_identity(files, None, ledger), dataset
+    with open_client(cluster, echo=note) as client:
+        return dataset_identity(files, client, ledger), dataset
+
+
+@click.group("budget")
+def command() -> None:
+    """Privacy budgets of private datasets: set a total (eps, delta), show every charge.
+
+    \b
+    pcqr budget set data/private --epsilon 3 --delta 3e-6   # jobs together may spend at most this
+    pcqr budget show data/private                            # every charge, the total spent
+    """
+
+
+@command.command("set")
+@click.argument("dataset")
+@click.option("--epsilon", type=float, required=True, help="Total eps all jobs on DATASET may spend together.")
+@click.option("--delta", type=float, required=True, help="Total delta all jobs on DATASET may spend together, in [0, 1).")
+@click.option("--name", default=None, help="A name for DATASET, usable in place of its path in pcqr budget set/show.")
+@ledger_option
+@hashing_cluster_option
+@json_option
+def set_command(dataset: str, epsilon: float, delta: float, name: str | None, ledger: str | None,
+                cluster: str | None, as_json: bool) -> None:
+    """Set DATASET's total privacy budget (basic composition: the eps and the deltas of its jobs add up).
+
+    A budget below what DATASET has already spent is refused."""
+    check_budget(epsilon, delta, name)
+    path = ledger_path(ledger)
+    with Ledger(path) as book:
+        identity, label = resolve(dataset, book, cluster)
+        book.set_budget(identity, label, epsilon, delta, name)
+        spent = book.spent(identity)
+        registered = book.registration(identity) or {}
+    emit_summary({"dataset": label, "name": registered.get("name"), "identity": identity, "epsilon": epsilon,
+                  "delta": delta, "spent_epsilon": spent[0], "spent_delta": spent[1], "ledger": path}, as_json)
+
+
+@command.command("show")
+@click.argument("dataset")
+@ledger_option
+@hashing_cluster_option
+@json_option
+def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json: bool) -> None:
+    """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent."""
+    path = ledger_path(ledger)
+    with Ledger(path) as book:
+        identity, label = resolve(dataset, book, cluster)
+        registered, charges, spent = book.registration(identity), book.charges(identity), book.spent(identity)
+        earlier = [i for i in book.labelled(label) if i != identity]
+    budget = None if registered is None else (float(registered["epsilon"]), float(registered["delta"]))
+    if as_json:
+        emit_summary({"dataset": label, "name": registered and registered["name"], "identity": identity,
+                      "ledger": path, "budget": budget and {"epsilon": budget[0], "delta": budget[1]},
+                      "spent": {"epsilon": spent[0], "delta": spent[1]}, "charges": charges,
+                      "earlier_identities": earlier}, True)
+        return
+    emit_summary({
+        "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
+        "budget": pair(*budget) if budget else f"none (pcqr budget set {label} --epsilon E --delta D)",
+        "spent": pair(*spent), "remaining": pair(max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])) if budget else "-",
+        "charges": len(charges), "ledger": path,
+    }, False)
+    for c in charges:
+        click.echo(f"  #{c['id']}  {c['time']}  {c['job']}  {pair(c['epsilon'], c['delta'])}  "
+                   f"{json.dumps(c['parameters'], sort_keys=True, default=str)}")
+    if earlier:
+        note(f"{label}: the ledger also holds {len(earlier)} other identities under this label "
+             "(its contents changed since): each has its own budget and charges")

@@ -1,0 +1,232 @@
+"""``pcqr replay LOG``: verify a public answered-query log and re-serve its answers.
+
+Reads the log only: no private data, no private state, no budget. The log is
+verified first (:func:`pipeline.replay.verify_log`: contiguous batches, Parquet,
+hash chain, batch numbers, provenance); on any problem the command stops with
+one line naming the log and the first bad batch, and writes nothing. Then
+
+* the answers go to stdout as CSV (``query_id,answer,status,source``; an empty
+  answer is null) or, with ``--out``, to one Parquet file whose answer columns
+  are the log's, value for value and type for type;
+* ``--truth`` adds the accuracy of the answered queries;
+* ``--into STATE`` runs the logged queries through another, existing session
+  with ``pcqr answer`` (spending THAT session's budget, appending to its log)
+  and reports how its answers agree with the log's.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from jobs.common import cluster_option, emit_summary, json_option, note
+from pipeline.atomic import write_atomic
+from pipeline.errors import PcqrError
+from pipeline.evaluation import load_truth
+from pipeline.log import PROVENANCE_KEY, batch_files
+from pipeline.replay import LogReport, read_answers, read_queries, status_counts, verify_log
+
+REPLAY_KEY = b"pcqr.replay"
+CSV_COLUMNS = ["query_id", "answer", "status", "source"]
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
+def check_options(log: str, out: str | None, into: str | None, new_log: str | None) -> None:
+    """Refuse option combinations that make no sense, before anything is read."""
+    if new_log is not None and into is None:
+        raise PcqrError("--log is the log of the --into session: it needs --into STATE")
+    if out is not None:
+        if os.path.isdir(out):
+            raise PcqrError(f"--out {out}: is a directory; give a Parquet file path")
+        if _inside(out, log):
+            raise PcqrError(f"--out {out}: is inside the log {log}; write the replay elsewhere")
+    if into is not None:
+        if _inside(into, log) or _inside(log, into):
+            raise PcqrError(f"--into {into} and the log {log} overlap: the private state must not "
+                            "live under public output")
+        if new_log is not None and os.path.abspath(new_log) == os.path.abspath(log):
+            raise PcqrError(f"--log {new_log}: is the log being replayed; the --into session writes its own log")
+
+
+def verified(log: str, last_hash: str | None) -> LogReport:
+    """The log's report, or a one-line PcqrError naming the log and the first bad batch."""
+    report = verify_log(log, expected_last_hash=last_hash)
+    if not report.ok:
+        more = len(report.problems) - 1
+        tail = f" ({more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
+        raise PcqrError(f"log {log}: {report.problem}{tail}")
+    return report
+
+
+def accuracy(answers: pa.Table, truth_uri: str) -> tuple[float | None, int, int]:
+    """Accuracy of the answered queries against a truth file, as ``pcqr answer --truth`` counts it
+    (an answered query missing from the truth counts as wrong): (accuracy, evaluated, missing)."""
+    lookup = load_truth(truth_uri)
+    answered = answers.column("status").to_numpy(zero_copy_only=False) == "answered"
+    ids = answers.column("query_id").to_numpy()[answered]
+    labels = answers.column("answer").to_numpy(zero_copy_only=False)[answered]
+    expected = lookup(ids)
+    correct = int(np.count_nonzero(expected == labels))
+    evaluated = int(np.count_nonzero(answered))
+    return (correct / evaluated if evaluated else None), evaluated, int(np.count_nonzero(expected < 0))
+
+
+def print_csv(answers: pa.Table, rows: int = 100_000) -> None:
+    """The answers as CSV on stdout (header first), a slice at a time."""
+    table = answers.select(CSV_COLUMNS)
+    click.echo(",".join(CSV_COLUMNS))  # pyarrow quotes header names whatever the quoting style
+    options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+    for start in range(0, table.num_rows, rows):
+        sink = io.BytesIO()
+        pacsv.write_csv(table.slice(start, rows), sink, options)
+        click.echo(sink.getvalue().decode(), nl=False)
+
+
+def write_out(path: str, answers: pa.Table, report: LogReport) -> None:
+    """One Parquet file of the answers, with batch 0's provenance and the replay's record."""
+    record = {"log": os.path.abspath(report.log), "batches": report.batches, "queries": report.queries,
+              "verified": True, "last_sha256": report.last_sha256, "last_vouched": report.last_vouched}
+    metadata = {
+        PROVENANCE_KEY: json.dumps(report.provenance, sort_keys=True, default=str).encode(),
+        REPLAY_KEY: json.dumps(record, sort_keys=True).encode(),
+    }
+    sink = io.BytesIO()
+    pq.write_table(answers.replace_schema_metadata(metadata), sink, compression="zstd")
+    write_atomic(path, sink.getvalue())
+
+
+def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log: str | None,
+             cluster: str | None) -> dict[str, Any]:
+    """Run the logged queries through the session in ``into`` (its budget, its log); compare."""
+    features = (report.provenance or {}).get("features")
+    if not isinstance(features, list) or not features:
+        raise PcqrError(f"log {log}: its provenance lists no features; cannot build the queries to replay")
+    batch_rows = max(1, *(pq.read_metadata(path).num_rows for _, path in batch_files(log)))
+    with tempfile.TemporaryDirectory(prefix="pcqr-replay-") as tmp:
+        queries = os.path.join(tmp, "queries", "part-00000.parquet")
+        os.makedirs(os.path.dirname(queries))
+        writer: pq.ParquetWriter | None = None
+        try:
+            for table in read_queries(log, [str(f) for f in features]):
+                if writer is None:
+                    writer = pq.ParquetWriter(queries, table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+        args = ["--state", into, "--queries", os.path.dirname(queries), "--batch-size", str(batch_rows), "--json"]
+        if new_log is not None:
+            args += ["--log", new_log]
+        if cluster is not None:
+            args += ["--cluster", cluster]
+        note(f"replaying {report.queries} queries of {log} into the session in {into} (spends its budget)")
+        from jobs.answer import command as answer_command
+
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            answer_command.main(args, prog_name="pcqr answer", standalone_mode=False)
+    lines = captured.getvalue().strip().splitlines()
+    summary: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    other_log = str(summary.get("log") or new_log or "")
+    written = int(summary.get("batches", 0))
+    files = batch_files(other_log)[-written:] if written else []
+    theirs = pa.concat_tables(
+        [pq.ParquetFile(path).read(columns=["query_id", "answer", "status"]).replace_schema_metadata(None)
+         for _, path in files]) if files else None
+    if theirs is None or theirs.num_rows != answers.num_rows or not theirs.column("query_id").equals(
+            answers.column("query_id")):
+        raise PcqrError(f"--into {into}: its log {other_log} does not hold the replayed queries in order "
+                        "(was it written to concurrently?)")
+    mine_status = answers.column("status").to_numpy(zero_copy_only=False)
+    their_status = theirs.column("status").to_numpy(zero_copy_only=False)
+    both = (mine_status == "answered") & (their_status == "answered")
+    mine_answer = answers.column("answer").to_numpy(zero_copy_only=False)
+    their_answer = theirs.column("answer").to_numpy(zero_copy_only=False)
+    equal = int(np.count_nonzero(mine_answer[both] == their_answer[both]))
+    n_both = int(np.count_nonzero(both))
+    other = verify_log(other_log)
+    return {
+        "into": into,
+        "into_log": other_log,
+        "into_batches": written,
+        "into_log_verified": other.ok if other.ok else f"no: {other.problem}",
+        "both_answered": n_both,
+        "equal_answers": equal,
+        "agreement": equal / n_both if n_both else None,
+        "statuses": {"log": status_counts(answers), "into": status_counts(theirs)},
+        "into_summary": {key: summary[key] for key in (
+            "budget_used", "budget_spent", "epsilon", "delta", "cutoff", "subsamples", "threshold", "privacy")
+            if key in summary},
+    }
+
+
+@click.command("replay")
+@click.argument("log", type=click.Path(file_okay=False))
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Write the answers to this Parquet file (default: CSV on stdout).")
+@click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+@click.option("--into", "into", default=None, type=click.Path(file_okay=False),
+              help="Run the logged queries through the existing session in this private state directory "
+              "(spends ITS budget, appends to ITS log) and report agreement with the log.")
+@click.option("--log", "new_log", default=None, type=click.Path(file_okay=False),
+              help="With --into: that session's log (default: the one it records).")
+@click.option("--last-hash", default=None,
+              help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
+              "which no later batch does.")
+@cluster_option
+@json_option
+def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
+            last_hash: str | None, cluster: str | None, as_json: bool) -> None:
+    """Verify the public log LOG and re-serve its answers (no private data, no budget)."""
+    check_options(log, out, into, new_log)
+    report = verified(log, last_hash)
+    for remark in report.notes:
+        note(remark)
+    answers = read_answers(log)
+    if answers.num_rows != report.queries or len(batch_files(log)) != report.batches:
+        raise PcqrError(f"log {log}: changed while it was being replayed; replay it again")
+    summary: dict[str, Any] = {
+        "log": log,
+        "batches": report.batches,
+        "queries": report.queries,
+        **status_counts(answers),
+        "verified": True,
+        "last_batch_vouched": report.last_vouched,
+        "last_sha256": report.last_sha256,
+        "session_id": (report.provenance or {}).get("session_id"),
+        "privacy": (report.provenance or {}).get("privacy"),
+    }
+    sources = answers.column("source").to_numpy(zero_copy_only=False)
+    summary["sources"] = {str(s): int(np.count_nonzero(sources == s)) for s in sorted(set(sources))}
+    if report.other_files:
+        summary["other_files"] = ",".join(report.other_files)
+    if truth is not None:
+        summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
+        if missing:
+            summary["truth_missing"] = missing
+    if into is not None:
+        summary.update(run_into(log, report, answers, into, new_log, cluster))
+    if out is not None:
+        write_out(out, answers, report)
+        summary["out"] = out
+    elif into is None:
+        print_csv(answers)
+    if out is None and into is None and not as_json:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout stays pure CSV
+            emit_summary(summary, as_json)
+    else:
+        emit_summary(summary, as_json)

@@ -1,0 +1,317 @@
+"""The privacy-budget ledger: basic composition, refusal with nothing recorded, the dataset identity
+and its cache, `pcqr budget set/show`, and concurrent charges from separate processes."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+
+import pipeline.ledger as ledger_module
+from jobs.budget import command
+from pipeline.data import open_dataset
+from pipeline.errors import PcqrError
+from pipeline.ledger import Ledger, charge_private_use, dataset_identity, ledger_path
+from tests.conftest import threshold_data, write_parquet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def private_dataset(directory: str, rows: int = 1000) -> str:
+    """Two Parquet files of private rows; returns the directory (the dataset's URI)."""
+    write_parquet(os.path.join(directory, "part-0.parquet"), threshold_data(rows, seed=1))
+    write_parquet(os.path.join(directory, "part-1.parquet"), threshold_data(rows // 2, seed=2))
+    return directory
+
+
+def flip_byte(path: str, position: int = 100) -> None:
+    """Change one byte of a file in place (same size)."""
+    with open(path, "r+b") as handle:
+        handle.seek(position)
+        byte = handle.read(1)
+        handle.seek(position)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(command, list(args))
+
+
+def last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+# --- where the ledger lives ------------------------------------------------------------------
+
+def test_ledger_path_is_the_option_then_the_environment_then_the_default(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PCQR_LEDGER", raising=False)
+    default = tmp_path / "home" / ".local" / "share" / "pcqr" / "ledger.sqlite"
+    assert ledger_path(None) == str(default) and default.parent.is_dir()
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "env" / "l.sqlite"))
+    assert ledger_path(None) == str(tmp_path / "env" / "l.sqlite") and (tmp_path / "env").is_dir()
+    assert ledger_path(str(tmp_path / "opt" / "x.sqlite")) == str(tmp_path / "opt" / "x.sqlite")
+    # the command uses the environment's ledger when --ledger is absent
+    uri = private_dataset(str(tmp_path / "private"))
+    assert invoke("set", uri, "--epsilon", "1", "--delta", "0").exit_code == 0
+    with Ledger(str(tmp_path / "env" / "l.sqlite")) as ledger:
+        assert ledger.budget(dataset_identity(open_dataset(uri, "private").files)) == (1.0, 0.0)
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_in_one_line(tmp_path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(PcqrError, match="not a usable SQLite database"):
+        Ledger(str(bad))
+    newer = str(tmp_path / "newer.sqlite")
+    Ledger(newer).close()
+    with sqlite3.connect(newer) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(PcqrError, match="schema version 99 is newer"):
+        Ledger(newer)
+
+
+# --- basic composition -----------------------------------------------------------------------
+
+def test_basic_composition_adds_eps_and_deltas_and_refuses_with_nothing_recorded(tmp_path) -> None:
+    with Ledger(str(tmp_path / "l.sqlite")) as ledger:
+        ledger.set_budget("sha256:x", "data/x", 3.0, 3e-6)
+        for i in range(3):  # 3 x 1e-6 rounds to 3.0000000000000004e-06: the tolerance admits it
+            charged = ledger.charge("sha256:x", "data/x", "train", 1.0, 1e-6, {"i": i})
+        assert charged["limited"] and charged["spent_epsilon"] == 3.0
+        assert ledger.spent("sha256:x") == pytest.approx((3.0, 3e-6), rel=1e-12)
+        message = (r"privacy budget of data/x exceeded: spent \(3, 3e-06\) \+ this job \(0.001, 0\) > "
+                   r"budget \(3, 3e-06\); see pcqr budget show data/x")
+        with pytest.raises(PcqrError, match=message):
+            ledger.charge("sha256:x", "data/x", "learn", 1e-3, 0.0, {})
+        assert [c["parameters"] for c in ledger.charges("sha256:x")] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        # delta alone can exhaust a budget; eps alone too
+        ledger.set_budget("sha256:y", "data/y", 10.0, 1e-6)
+        ledger.charge("sha256:y", "data/y", "release", 1.0, 6e-7, {})
+        with pytest.raises(PcqrError, match="exceeded"):
+            ledger.charge("sha256:y", "data/y", "release", 1.0, 5e-7, {})
+        ledger.charge("sha256:y", "data/y", "release", 8.0, 4e-7, {})
+        with pytest.raises(PcqrError, match="exceeded"):
+            ledger.charge("sha256:y", "data/y", "learn", 1.5, 0.0, {})
+        assert ledger.spent("sha256:y") == pytest.approx((9.0, 1e-6), rel=1e-12)
+        assert len(ledger.charges("sha256:y")) == 2
+        with pytest.raises(PcqrError, match="--epsilon must be >= 0"):
+            ledger.charge("sha256:y", "data/y", "learn", -1.0, 0.0, {})
+
+
+def test_without_a_budget_charges_are_recorded_unlimited_and_a_budget_cannot_undercut_them(tmp_path) -> None:
+    with Ledger(str(tmp_path / "l.sqlite")) as ledger:
+        charged = ledger.charge("sha256:z", "data/z", "train", 2.0, 1e-6, {})
+        assert charged["limited"] is False and charged["budget_epsilon"] is None
+        assert ledger.budget("sha256:z") is None and ledger.spent("sha256:z") == (2.0, 1e-6)
+        with pytest.raises(PcqrError, match=r"below what data/z has already spent \(2, 1e-06\)"):
+            ledger.set_budget("sha256:z", "data/z", 1.0, 1e-5)
+        assert ledger.budget("sha256:z") is None
+        ledger.set_budget("sha256:z", "data/z", 2.0, 1e-6, name="zed")
+        assert ledger.find_name("zed") == "sha256:z"
+        with pytest.raises(PcqrError, match="--name zed: already names another dataset"):
+            ledger.set_budget("sha256:w", "data/w", 1.0, 0.0, name="zed")
+        with pytest.raises(PcqrError, match="exceeded"):
+            ledger.charge("sha256:z", "data/z", "train", 0.1, 0.0, {})
+
+
+# --- identity ----------------------------------------------------------------------------------
+
+def test_identity_is_stable_for_the_same_bytes_and_changes_with_one_byte(tmp_path) -> None:
+    files = open_dataset(private_dataset(str(tmp_path / "a")), "private").files
+    identity = dataset_identity(files)
+    assert identity.startswith("sha256:") and len(identity) == len("sha256:") + 64
+    assert dataset_identity(list(reversed(files))) == identity
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # a copy elsewhere: same contents, same identity
+    copy = [str(tmp_path / "b" / os.path.basename(f)) for f in files]
+    assert dataset_identity(copy) == identity
+    flip_byte(copy[1])
+    assert dataset_identity(copy) != identity
+    flip_byte(copy[1])  # flipped back: the same bytes again
+    assert dataset_identity(copy) == identity
+    os.rename(copy[1], str(tmp_path / "b" / "part-9.parquet"))  # the names are part of the identity
+    assert dataset_identity([copy[0], str(tmp_path / "b" / "part-9.parquet")]) != identity
+
+
+def test_unchanged_files_are_not_hashed_again(tmp_path, monkeypatch) -> None:
+    files = open_dataset(private_dataset(str(tmp_path / "private")), "private").files
+    hashed: list[str] = []
+    real = ledger_module.file_sha256
+    monkeypatch.setattr(ledger_module, "file_sha256", lambda f: hashed.append(f) or real(f))
+    path = str(tmp_path / "l.sqlite")
+    with Ledger(path) as ledger:
+        identity = dataset_identity(files, ledger=ledger)
+        assert len(hashed) == 2
+        assert dataset_identity(files, ledger=ledger) == identity and len(hashed) == 2
+    with Ledger(path) as ledger:  # the cache is in the database, not in memory
+        assert dataset_identity(files, ledger=ledger) == identity and len(hashed) == 2
+        stat = os.stat(files[0])
+        os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: hashed again
+        assert dataset_identity(files, ledger=ledger) == identity and hashed[2:] == [files[0]]
+        flip_byte(files[1])  # same size, new mtime: hashed again, new identity
+        os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))
+        assert dataset_identity(files, ledger=ledger) != identity and hashed[3:] == [files[1]]
+
+
+def test_identity_computed_by_worker_tasks_equals_the_local_one(tmp_path, client) -> None:
+    from distributed import get_task_stream
+
+    files = open_dataset(private_dataset(str(tmp_path / "private")), "private").files
+    with get_task_stream(client) as tasks:
+        on_workers = dataset_identity(files, client)
+    assert on_workers == dataset_identity(files)
+    assert sum("fingerprint_file" in str(t["key"]) for t in tasks.data) == len(files)  # one task per file
+
+
+# --- the jobs' entry point ---------------------------------------------------------------------
+
+def test_a_refused_job_reads_no_private_row_and_records_nothing(tmp_path, monkeypatch) -> None:
+    uri = private_dataset(str(tmp_path / "private"))
+    path = str(tmp_path / "l.sqlite")
+    files = open_dataset(uri, "private").files
+    lines: list[str] = []
+    charge_private_use(files, uri, "train", 1.0, 1e-6, {"cutoff": 50}, path, echo=lines.append)
+    assert lines == [f"ledger: charged (1, 1e-06) to {uri}: spent (1, 1e-06); no budget set for {uri} "
+                     f"(pcqr budget set {uri} --epsilon E --delta D)"]
+    assert invoke("set", uri, "--epsilon", "1.5", "--delta", "1e-6", "--ledger", path).exit_code == 0
+    reads: list[str] = []
+
+    def forbidden(name: str):
+        def read(*args: object, **kwargs: object) -> None:
+            reads.append(name)
+            raise AssertionError(f"a private row was read ({name})")
+        return read
+
+    for name in ("read", "read_row_group", "read_row_groups", "iter_batches"):
+        monkeypatch.setattr(pq.ParquetFile, name, forbidden(name))
+    monkeypatch.setattr(pq, "read_table", forbidden("read_table"))
+    monkeypatch.setattr("pipeline.data.read_part", forbidden("read_part"))
+    dataset = open_dataset(uri, "private")  # what a job does first: metadata only
+    with pytest.raises(PcqrError, match=f"privacy budget of {uri} exceeded"):
+        charge_private_use(dataset.files, uri, "train", 1.0, 0.0, {}, path)
+    assert reads == []
+    with Ledger(path) as ledger:
+        assert len(ledger.charges(dataset_identity(files))) == 1
+    lines.clear()
+    charged = charge_private_use(dataset.files, uri, "learn", 0.5, 0.0, {}, path, echo=lines.append)
+    assert charged["limited"] and lines == [f"ledger: charged (0.5, 0) to {uri}: spent (1.5, 1e-06) of (1.5, 1e-06)"]
+
+
+def test_changed_contents_are_a_new_identity_and_the_charge_says_so(tmp_path) -> None:
+    uri = private_dataset(str(tmp_path / "private"))
+    path = str(tmp_path / "l.sqlite")
+    assert invoke("set", uri, "--epsilon", "1", "--delta", "1e-6", "--ledger", path).exit_code == 0
+    write_parquet(os.path.join(uri, "part-1.parquet"), threshold_data(501, seed=2))  # one more row
+    lines: list[str] = []
+    charged = charge_private_use(open_dataset(uri, "private").files, uri, "train", 5.0, 0.0, {}, path,
+                                 echo=lines.append)
+    assert charged["limited"] is False and len(charged["earlier_identities"]) == 1
+    assert len(lines) == 2 and "other contents on record" in lines[1]
+
+
+# --- pcqr budget set / show ------------------------------------------------------------------
+
+def test_budget_set_then_show_lists_every_charge(tmp_path) -> None:
+    uri = private_dataset(str(tmp_path / "private"))
+    path = str(tmp_path / "l.sqlite")
+    result = invoke("set", uri, "--epsilon", "3", "--delta", "3e-6", "--name", "census", "--ledger", path, "--json")
+    assert result.exit_code == 0, result.output
+    files = open_dataset(uri, "private").files
+    assert last_json(result.stdout)["identity"] == dataset_identity(files)
+    charge_private_use(files, uri, "train", 1.0, 1e-6, {"cutoff": 50}, path)
+    charge_private_use(files, uri, "learn", 0.5, 0.0, {"hypothesis": "threshold"}, path)
+    for name in ("census", uri):  # by its registered name or by its path
+        result = invoke("show", name, "--ledger", path, "--json")
+        assert result.exit_code == 0, result.output
+        shown = last_json(result.stdout)
+        assert shown["dataset"] == uri and shown["name"] == "census"
+        assert shown["budget"] == {"epsilon": 3.0, "delta": 3e-6}
+        assert shown["spent"] == {"epsilon": 1.5, "delta": 1e-6}
+        assert [(c["job"], c["epsilon"], c["delta"], c["parameters"]) for c in shown["charges"]] == [
+            ("train", 1.0, 1e-6, {"cutoff": 50}), ("learn", 0.5, 0.0, {"hypothesis": "threshold"})]
+        for c in shown["charges"]:
+            assert datetime.datetime.fromisoformat(c["time"]).utcoffset() == datetime.timedelta(0)
+    text = invoke("show", uri, "--ledger", path).stdout
+    assert "(3, 3e-06)" in text and "(1.5, 1e-06)" in text and "(1.5, 2e-06)" in text
+    assert '{"cutoff": 50}' in text and '{"hypothesis": "threshold"}' in text
+    # raising the budget is allowed; lowering it below what is spent is not
+    assert invoke("set", "census", "--epsilon", "4", "--delta", "3e-6", "--ledger", path).exit_code == 0
+    refused = invoke("set", "census", "--epsilon", "1", "--delta", "3e-6", "--ledger", path)
+    assert isinstance(refused.exception, PcqrError) and "already spent (1.5, 1e-06)" in str(refused.exception)
+    with Ledger(path) as ledger:
+        assert ledger.budget(dataset_identity(files)) == (4.0, 3e-6)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--epsilon", "0", "--delta", "1e-6"], "--epsilon must be a positive number"),
+    (["--epsilon", "nan", "--delta", "1e-6"], "--epsilon must be a positive number"),
+    (["--epsilon", "1", "--delta", "1"], "--delta must be in [0, 1)"),
+    (["--epsilon", "1", "--delta", "-1e-9"], "--delta must be in [0, 1)"),
+    (["--epsilon", "1", "--delta", "0", "--name", " "], "--name must not be empty"),
+])
+def test_budget_set_refuses_bad_options_in_one_line(tmp_path, args: list[str], needle: str) -> None:
+    uri = private_dataset(str(tmp_path / "private"))
+    result = invoke("set", uri, *args, "--ledger", str(tmp_path / "l.sqlite"))
+    assert isinstance(result.exception, PcqrError) and needle in str(result.exception)
+    assert "\n" not in str(result.exception)
+
+
+def test_budget_show_of_a_missing_dataset_names_it(tmp_path) -> None:
+    result = invoke("show", str(tmp_path / "nowhere"), "--ledger", str(tmp_path / "l.sqlite"))
+    assert isinstance(result.exception, PcqrError) and "nowhere" in str(result.exception)
+
+
+# --- concurrency: separate processes ---------------------------------------------------------
+
+CHILD = r"""
+import os, sys, time
+from pipeline.errors import PcqrError
+from pipeline.ledger import Ledger
+path, identity, ready, go = sys.argv[1:5]
+with Ledger(path) as ledger:
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    try:
+        ledger.charge(identity, "data/private", "job", 1.0, 0.0, {"pid": os.getpid()})
+    except PcqrError as exc:
+        print(exc)
+        sys.exit(3)
+"""
+
+
+def test_ten_processes_started_together_charge_exactly_what_the_budget_admits(tmp_path) -> None:
+    path, identity = str(tmp_path / "l.sqlite"), "sha256:" + "ab" * 32
+    with Ledger(path) as ledger:
+        ledger.set_budget(identity, "data/private", 3.0, 1e-9)
+    go = str(tmp_path / "go")
+    ready = [str(tmp_path / f"ready-{i}") for i in range(10)]
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, path, identity, r, go], cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(r) for r in ready):  # every child holds an open ledger
+            assert time.monotonic() < deadline and all(c.poll() is None for c in children)
+            time.sleep(0.01)
+        open(go, "w").close()  # ... and all charge at once
+        outcomes = [(c.wait(timeout=120), *c.communicate()) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    codes = sorted(code for code, _, _ in outcomes)
+    assert codes == [0] * 3 + [3] * 7, [err for _, _, err in outcomes]
+    assert all("privacy budget of data/private exceeded" in out for code, out, _ in outcomes if code == 3)
+    with Ledger(path) as ledger:
+        charges = ledger.charges(identity)
+        assert len(charges) == 3 and len({c["pid"] for c in charges}) == 3
+        assert {c["pid"] for c in charges} <= {c.pid for c in children}
+        assert ledger.spent(identity) == (3.0, 0.0)
