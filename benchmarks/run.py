@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
+    "safety_overhead",
 )
 CLUSTER_YAML = "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worker: 1}}\n"
 SUBPROCESS_TIMEOUT = 3600
@@ -112,6 +113,15 @@ import jobs.train  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and tra
 timed(jobs.train, "_relabel", "relabel")
 timed(jobs.train, "train_models_on", "train_models_on_resampled")
 timed(jobs.answer, "train_session", "train_session")  # imported by name there
+import contextlib, os
+if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's baseline
+    qr.DURABLE = False  # log batch written straight after the session save (no pending copy)
+    @contextlib.contextmanager
+    def no_charge(*args, **kwargs):
+        yield {"label": "-", "epsilon": 0.0, "delta": 0.0, "spent_epsilon": 0.0, "spent_delta": 0.0,
+               "limited": False}
+    jobs.train.session_charge = no_charge
+    jobs.answer.session_charge = no_charge
 from jobs.cli import main
 started = time.perf_counter()
 rc = main(argv)
@@ -1077,6 +1087,63 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
     return result
 
 
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the subprocesses started inside the block."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def bench_safety_overhead(quick: bool) -> dict[str, Any]:
+    """One-shot ``pcqr answer --private`` (ledger charge + training + 10^6 answers) with the ledger
+    and the crash-safe commit on, against both off (CHILD_CODE's PCQR_BENCH_SAFETY=off: no ledger
+    charge, log batch written straight after the session save). Runs alternate on/off."""
+    rows, queries, repeats = (50_000, 10**5, 2) if quick else (200_000, 10**6, 3)
+    privacy = ["--subsamples", "100", "--threshold", "10", "--cutoff", "10", "--epsilon", "8",
+               "--queries-max", str(2 * queries), "--learner", "stump"]
+    result: dict[str, Any] = {
+        "queries": queries, "private_rows": rows, "repeats": repeats, "options": " ".join(privacy),
+        "how": "pcqr answer --private (one shot: ledger charge, training, answers) through CHILD_CODE; "
+        "loop = seconds inside release_answers; on and off alternate, medians compared",
+        "batch_sizes": {},
+    }
+    with temp_dir("safety") as work:
+        cluster = str(write_cluster_yaml(work))
+        pcqr(work, "generate", "generate", "--kind", "realizable", "--rows", str(rows), "--features", "5",
+             "--queries", str(queries), "--out", "data", "--cluster", cluster)
+        for batch in (100_000, 10_000):
+            runs: dict[str, dict[str, list[float]]] = {"on": {"wall": [], "loop": []}, "off": {"wall": [], "loop": []}}
+            for r in range(repeats):
+                for mode in ("on", "off"):
+                    label = f"answer-{batch}-{mode}-{r}"
+                    log(f"safety_overhead: batch {batch:,}, {mode}, run {r + 1}")
+                    with environment(PCQR_BENCH_SAFETY=mode, PCQR_LEDGER=str(work / "ledger.sqlite")):
+                        wall, summary, report = pcqr_instrumented(
+                            work, label, "answer", "--private", "data/private", "--queries", "data/queries",
+                            "--state", f"state-{label}", "--log", f"log-{label}", "--batch-size", str(batch),
+                            *privacy, "--cluster", cluster)
+                    runs[mode]["wall"].append(wall)
+                    runs[mode]["loop"].append(report["timings"]["release_answers"]["seconds"])
+            med = {m: {k: statistics.median(v) for k, v in runs[m].items()} for m in runs}
+            result["batch_sizes"][str(batch)] = {
+                "runs": runs, "median": med,
+                "loop_queries_per_second": {m: rate(queries, med[m]["loop"]) for m in med},
+                "overhead_loop": med["on"]["loop"] / med["off"]["loop"] - 1,
+                "overhead_wall": med["on"]["wall"] / med["off"]["wall"] - 1,
+                "answered": summary.get("answered"),
+            }
+    result["aim_overhead"] = 0.10
+    return result
+
+
 # --------------------------------------------------------------------------- driver
 
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
@@ -1089,6 +1156,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sharded_em": bench_sharded_em,
     "sspp_intervals": bench_sspp_intervals,
     "pap_thresholds": bench_pap_thresholds,
+    "safety_overhead": bench_safety_overhead,
 }
 
 
@@ -1195,6 +1263,14 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             rows.append(("pap_thresholds", f"max error, {label}", _fmt(v["max_error"]), ""))
             rows.append(("pap_thresholds", f"public-only error, {label}", _fmt(v["public_only_error"]), ""))
             rows.append(("pap_thresholds", f"PMW updates, {label}", _fmt(v["pmw_updates"]), ""))
+    r = results.get("safety_overhead")
+    if r and "error" not in r:
+        for batch, v in r["batch_sizes"].items():
+            label = f"{r['queries']:,} queries, batches of {int(batch):,}"
+            rows.append(("safety_overhead", f"loop q/s on / off, {label}",
+                         f"{_fmt(v['loop_queries_per_second']['on'])} / {_fmt(v['loop_queries_per_second']['off'])}", ""))
+            rows.append(("safety_overhead", f"overhead in the answer loop, {label}", _fmt(v["overhead_loop"]), "< 0.10"))
+            rows.append(("safety_overhead", f"overhead of the whole command, {label}", _fmt(v["overhead_wall"]), ""))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
@@ -1218,6 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"), help="JSON file to write")
     args = parser.parse_args(argv)
     names = [n for n in BENCHMARKS if not args.only or n in args.only]
+    scratch = tempfile.mkdtemp(prefix="pcqr-bench-ledger-")
+    os.environ.setdefault("PCQR_LEDGER", os.path.join(scratch, "ledger.sqlite"))  # never the user's ledger
     results: dict[str, Any] = {
         "machine": machine_info(),
         "run": {"quick": args.quick, "benchmarks": names, "seconds": {}},

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, train
+from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
 from pipeline import __version__
 from pipeline.errors import PcqrError
 
@@ -22,6 +22,7 @@ def pcqr() -> None:
       pcqr train  --private data/private --state st  # k subsample models (private)
       pcqr answer --state st --queries data/queries --log answers   # public log
       pcqr run jobs/examples/answer.yaml             # the same from a YAML spec
+      pcqr submit job.yaml --cluster cluster.yaml    # the same on an existing cluster
       pcqr demo                                      # all of it on a local cluster
       pcqr plan --hypothesis interval --alpha 0.05 --epsilon 1 --queries-max 10000
                                                      # the sample sizes the papers require
@@ -33,7 +34,7 @@ def pcqr() -> None:
     """
 
 
-for _module in (generate, train, answer, run, demo, plan, learn, release, budget, replay):
+for _module in (generate, train, answer, run, submit, demo, plan, learn, release, budget, replay):
     pcqr.add_command(_module.command)
 pcqr.add_command(learn.predict_command)
 pcqr.add_command(release.release_answer_command)

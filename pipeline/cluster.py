@@ -219,6 +219,11 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
                 raise where.error(key, f"is set but no backend is chosen (default: local); add backend: {name}")
     opts = {key: where.expect(key, options[key], *_TYPES[key]) for key in _BACKEND_KEYS[backend]}
     _CHECKS[backend](where, opts, (source.parent if source is not None else Path()).absolute())
+    dask_tls = all(dask.config.get(f"distributed.comm.tls.{k}", None, config=merged)
+                   for k in ("ca-file", "client.cert"))
+    if backend == "address" and opts["address"].startswith("tls://") and not any(opts["tls"].values()) and not dask_tls:
+        raise where.error("tls", "a tls:// address needs the client's certificates: "
+                                 "tls: {ca-file, cert, key} (or dask's distributed.comm.tls keys)")
     return ClusterConfig(source, backend, opts, overlay)
 
 
@@ -237,6 +242,11 @@ def _connect(config: ClusterConfig, stack: ExitStack, key: str, **kwargs: Any) -
     except (OSError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
         raise where.error(key, f"cannot reach the scheduler (timeout {timeout}): {reason}") from None
+    except TypeError as exc:  # distributed: "TLS expects a `ssl_context` argument" (tls://, no certificates)
+        if "ssl_context" not in str(exc):
+            raise
+        raise where.error(key, "the scheduler uses TLS but no client certificate is configured "
+                               "(dask's distributed.comm.tls.ca-file and client.cert/key)") from None
 
 
 def _start(config: ClusterConfig, stack: ExitStack) -> Client:
@@ -293,3 +303,13 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
         if echo is not None:
             echo(f"dashboard: {link or 'unavailable'}")
         yield client
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def hold(client: Any, value: Any) -> Any:
+    """A driver-made value on the cluster as a task result: unlike ``client.scatter``, Dask can
+    recompute it (from the task's own arguments) if every worker holding it dies."""
+    return client.submit(_identity, value, pure=False)

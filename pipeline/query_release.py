@@ -20,6 +20,7 @@ import pyarrow as pa
 from distributed import Client, Future
 
 from pipeline.answered import AnsweredIndex, index_from_log, row_keys
+from pipeline.cluster import hold
 from pipeline.commit import publish, stage
 from pipeline.data import Dataset, Part, feature_matrix, read_part
 from pipeline.errors import PcqrError
@@ -210,7 +211,8 @@ def release_answers(
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
     index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch)
-    shared = client.scatter(ensemble, broadcast=True) if switch is None or not switch.done else None
+    # a task, not scatter: Dask can recompute it if every worker holding the models dies
+    shared = hold(client, ensemble) if switch is None or not switch.done else None
     window = 2 * max(1, sum(client.nthreads().values())) + 2
     pending: list[tuple[Future, str]] = []
     counts = ReleaseCounts()

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pipeline.cluster import hold
 from pipeline.errors import PcqrError
 from pipeline.hypotheses.representatives import RepresentativeDomain, representative_domain
 from pipeline.mechanisms.pmw import PMWParameters, PMWResult, private_multiplicative_weights
@@ -114,7 +115,7 @@ class ShardedQueries:
 
     def values(self, weights: np.ndarray, lo: int, hi: int) -> np.ndarray:
         pieces = self._pieces(lo, hi)
-        shared = self.client.scatter(weights) if len(pieces) > 1 else weights
+        shared = hold(self.client, weights) if len(pieces) > 1 else weights
         futures = [self.client.submit(_values, m, shared, a, b, pure=False) for m, a, b in pieces]
         return np.concatenate(self.client.gather(futures)) if futures else np.zeros(0)
 
@@ -168,7 +169,7 @@ def release_queries(
     params = PMWParameters.dwork_roth(epsilon, delta, alpha / 2, beta / 2, rows, domain.size(), size)
     if on_plan:
         on_plan(params)
-    points = client.scatter(domain.points(), broadcast=True)
+    points = hold(client, domain.points())  # recomputable if its worker dies
     shards = client.submit(_shards, enumeration, max(1, _SHARD_CELLS // domain.size()), pure=False).result()
     matrices = [client.submit(query_matrix, enumeration, s, points, pure=False) for s in shards]
     described = [client.submit(describe, enumeration, s, m, cells, pure=False) for s, m in zip(shards, matrices)]
