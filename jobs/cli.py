@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 import click
+from distributed.scheduler import KilledWorker
 
 from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
 from pipeline import __version__
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     except PcqrError as exc:
         click.echo(f"pcqr: error: {exc}", err=True)
         return exc.exit_code
+    except KilledWorker as exc:
+        click.echo(f"pcqr: error: a task kept killing its workers and was given up ({exc}); "
+                   "nothing uncommitted was released; re-running the command retries (pcqr answer resumes)", err=True)
+        return 3
     except click.exceptions.Abort:
         click.echo("pcqr: aborted", err=True)
         return 130
