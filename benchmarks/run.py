@@ -1059,13 +1059,14 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
         for shift, private in privates.items():
             (work / f"private-{shift}").mkdir()
             pq.write_table(pa.table({"x0": private}), work / f"private-{shift}" / "p.parquet", row_group_size=250_000)
-        for shift, alpha in ((0.0, 0.1), (0.5, 0.1), (0.5, 0.3)):
+        for shift, alpha, constants in ((0.0, 0.1, "dwork-roth"), (0.5, 0.1, "dwork-roth"),
+                                        (0.5, 0.3, "dwork-roth"), (0.5, 0.3, "calibrated")):
             private = privates[shift]
-            out = work / f"table-{shift}-{alpha}.parquet"
-            seconds, summary = pcqr(work, f"release-{shift}-{alpha}", "release", "--private",
+            out = work / f"table-{shift}-{alpha}-{constants}.parquet"
+            seconds, summary = pcqr(work, f"release-{shift}-{alpha}-{constants}", "release", "--private",
                                     str(work / f"private-{shift}"), "--public", str(work / "public"),
                                     "--hypothesis", "threshold", "--epsilon", "1", "--alpha", str(alpha),
-                                    "--out", str(out), "--cluster", str(cluster))
+                                    "--pmw-constants", constants, "--out", str(out), "--cluster", str(cluster))
             table = pq.read_table(out)
             answer = dict(zip(table.column("public_labelling").to_pylist(), table.column("answer").to_pylist()))
             v = np.unique(public)
@@ -1073,7 +1074,7 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
             def prior(labels: Any) -> float:
                 return float(labels.mean()) if labels.size else 0.0  # uniform weight on the u public cells
 
-            result["settings"][f"shift {shift}, alpha {alpha}"] = {
+            result["settings"][f"shift {shift}, alpha {alpha}, {constants}"] = {
                 "wall_seconds": seconds,
                 "queries": summary["queries"],
                 "pmw_updates": summary["pmw_updates"],

@@ -76,6 +76,9 @@ def _table(release: Any, features: list[str]) -> pa.Table:
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (PMW runs with beta/2).")
+@click.option("--pmw-constants", type=click.Choice(["dwork-roth", "calibrated"]), default="dwork-roth", show_default=True,
+              help="dwork-roth: PMW's noise and threshold exactly as Dwork-Roth 4.2 (certifies about eps/2 under "
+              "pcqr's accountant); calibrated: all scaled down by one factor until the accountant certifies exactly eps.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The released table (one Parquet file).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
@@ -115,7 +118,8 @@ def release_command(**o: Any) -> None:
                 bar.length = params.queries  # type: ignore[attr-defined]
 
             release = release_queries(client, hclass, points, parts, private.rows, o["epsilon"], o["delta"],
-                                      o["alpha"], o["beta"], noise, on_progress=bar.update, on_plan=plan)
+                                      o["alpha"], o["beta"], noise, on_progress=bar.update, on_plan=plan,
+                                      constants=o["pmw_constants"])
     pmw = release.pmw
     eps, delta = pmw.guarantee()
     accuracy = pmw.accuracy()
@@ -126,7 +130,7 @@ def release_command(**o: Any) -> None:
         "private_rows": private.rows, "epsilon": o["epsilon"], "delta": o["delta"],
         "proven_epsilon": eps, "proven_delta": delta, "alpha": o["alpha"], "beta": o["beta"],
         "pmw_updates": release.result.updates, "pmw_updates_max": pmw.updates, "pmw_halted": release.result.halted,
-        "pmw_threshold": pmw.threshold, "pmw_error_bound": accuracy["error_bound"],
+        "pmw_constants": pmw.constants, "pmw_threshold": pmw.threshold, "pmw_error_bound": accuracy["error_bound"],
         "pmw_rows_needed": accuracy["rows_needed"], "cover_radius_bound": radius,
         "error_bound": None if accuracy["error_bound"] is None else accuracy["error_bound"] + radius,
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",

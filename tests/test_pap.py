@@ -112,6 +112,14 @@ def test_pmw_parameters_follow_dwork_roth_and_certify() -> None:
     assert eps <= 1.0 and delta <= 1e-6
     with pytest.raises(PcqrError, match="--alpha"):
         PMWParameters.dwork_roth(1.0, 1e-6, 1.5, 0.05, 100, 10, 10)
+    # calibrated: one factor on every noise scale and T, spending the whole eps (and no more)
+    tuned = p.calibrated()
+    f = tuned.noise_factor
+    assert 0.3 < f < 0.9 and tuned.constants == "calibrated"
+    assert tuned.sparse_scale == pytest.approx(f * p.sparse_scale) and tuned.threshold == pytest.approx(f * p.threshold)
+    assert tuned.release_scale == pytest.approx(f * p.release_scale)
+    assert 0.999 < tuned.guarantee()[0] <= 1.0 and tuned.guarantee()[1] <= 1e-6
+    assert tuned.accuracy()["rows_needed"] == pytest.approx(f * p.accuracy()["rows_needed"], rel=1e-6)
 
 
 def test_max_threshold_error_equals_brute_force() -> None:
@@ -187,6 +195,15 @@ def test_release_then_answer(files, capsys, thread_cluster_yaml) -> None:
     assert ((public > member["threshold"]) == (public > 0.1)).all() and member["direction"] == "up"
     assert up["answer"] == member["answer"]
     assert table.slice(down["member"], 1).to_pylist()[0]["direction"] == "down"
+
+
+def test_calibrated_constants_spend_the_whole_budget(files, capsys, thread_cluster_yaml) -> None:
+    tmp, _, _ = files
+    assert main(_release(tmp, tmp / "private", thread_cluster_yaml, "--pmw-constants", "calibrated")) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["pmw_constants"] == "calibrated" and 3.99 < summary["proven_epsilon"] <= 4.0
+    meta = json.loads(pq.read_schema(tmp / "table.parquet").metadata[b"pcqr.release"])
+    assert meta["pmw"]["constants"] == "calibrated" and meta["pmw"]["noise_factor"] < 1
 
 
 def test_stumps_over_binary_and_real_features(files, capsys, thread_cluster_yaml) -> None:

@@ -153,9 +153,11 @@ def release_queries(
     noise: NoiseSource,
     on_progress: Callable[[int], None] | None = None,
     on_plan: Callable[[PMWParameters], None] | None = None,
+    constants: str = "dwork-roth",
 ) -> Release:
     """Run A_PAP on the cluster. ``public`` is the public feature matrix (the driver may hold
-    it); ``private_parts`` futures of the private feature matrices; ``rows`` their total (public)."""
+    it); ``private_parts`` futures of the private feature matrices; ``rows`` their total (public);
+    ``constants`` "dwork-roth" or "calibrated" (:meth:`PMWParameters.calibrated`)."""
     domain = representative_domain(hypothesis_class, public)
     cells = public_cells(domain, public)
     enumeration = client.submit(_enumerate, hypothesis_class, public, pure=False)
@@ -167,6 +169,8 @@ def release_queries(
             f"the {MAX_MATRIX} supported: use fewer public points"
         )
     params = PMWParameters.dwork_roth(epsilon, delta, alpha / 2, beta / 2, rows, domain.size(), size)
+    if constants == "calibrated":
+        params = params.calibrated()
     if on_plan:
         on_plan(params)
     points = hold(client, domain.points())  # recomputable if its worker dies

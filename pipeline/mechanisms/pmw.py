@@ -48,7 +48,7 @@ noise and the thresholds stay in it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -77,6 +77,8 @@ class PMWParameters:
     threshold: float  # T, in fractions (T n in counts)
     sparse_scale: float  # sigma(eps1): threshold noise; the per-test noise is twice it
     release_scale: float  # sigma(eps2)
+    constants: str = "dwork-roth"  # or "calibrated": every noise scale and T times the same factor < 1
+    noise_factor: float = 1.0  # that factor (1 for Dwork-Roth's constants)
 
     @classmethod
     def dwork_roth(
@@ -99,6 +101,28 @@ class PMWParameters:
         params.certify()
         return params
 
+    def calibrated(self) -> PMWParameters:
+        """The same mechanism with every noise scale (and T, which is a multiple of the noise) shrunk
+        by the one factor f at which our per-run accountant certifies exactly eps (bisection, then
+        certified again). Dwork-Roth's constants certify only about eps/2 under it; the
+        calibrated run spends the whole budget for about half the noise. Privacy rests on the
+        accountant (:meth:`guarantee`), not on the book's constants."""
+        def scaled(f: float) -> PMWParameters:
+            return replace(self, threshold=self.threshold * f, sparse_scale=self.sparse_scale * f,
+                           release_scale=self.release_scale * f, constants="calibrated", noise_factor=f)
+
+        lo, hi = 1e-3, 1.0  # scaled(hi) is certified (this run), find the smallest certified factor
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            eps, delta = scaled(mid).guarantee()
+            if eps <= self.epsilon and delta <= self.delta:
+                hi = mid
+            else:
+                lo = mid
+        params = scaled(hi)
+        params.certify()
+        return params
+
     def guarantee(self) -> tuple[float, float]:
         """(eps, delta) of the run: c AboveThreshold instances plus c releases (module docstring)."""
         e_sparse, d_sparse = composition_guarantee(2 / self.sparse_scale, self.updates, self.delta)
@@ -112,9 +136,10 @@ class PMWParameters:
 
     def accuracy(self) -> dict[str, Any]:
         """Theorem 4.15 of Dwork-Roth for this run: every answer within 3 alpha of the private
-        sample's value (w.p. >= 1 - beta) when alpha >= the bound below; else no guarantee."""
+        sample's value (w.p. >= 1 - beta) when alpha >= the bound below; else no guarantee. The
+        bound is linear in the noise scale, so a calibrated run's is ``noise_factor`` times it."""
         logx = math.log(max(self.domain, 2))
-        need = ((2 + 32 * math.sqrt(2)) * math.sqrt(logx * math.log(2 / self.delta))
+        need = self.noise_factor * ((2 + 32 * math.sqrt(2)) * math.sqrt(logx * math.log(2 / self.delta))
                 * (math.log(max(self.queries, 2)) + math.log(32 * logx / (self.alpha**2 * self.beta)))
                 / (self.epsilon * self.alpha))
         met = self.alpha >= need / self.rows
