@@ -24,6 +24,7 @@ TITLES = {
     "agprivcl": "A_AgPrivCl (Algorithm 3)",
     "unvprivcl": "A_UnvPrivCl (Algorithm 4: any number of queries)",
     "sspp": "A_SSPP (ABM19 semi-private learner; public n_pub, private n)",
+    "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class)",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
          "kept); O~() = constant 1 and the hidden log factors dropped")

@@ -219,6 +219,19 @@ def sspp(d: int, alpha: float, beta: float, epsilon: float) -> Algorithm:
             "error": fig("alpha + gamma", "exact", ref)}
 
 
+def pap(d: int, alpha: float, beta: float, epsilon: float, delta: float) -> Algorithm:
+    """A_PAP (003 Algorithm 3, Theorem 10 L427-446 with the dual VC dimension p < 2^{d+1}, Fact 4
+    L210): n = O((d log(1/alpha) + log(1/beta))^{3/2} sqrt(p log(1/delta)) / (eps alpha^2));
+    n_pub: the cover must be an alpha/4-cover w.p. 1 - beta/2 (Lemma 11 = 004 Lemma 3.3), solved."""
+    ref = "003 Theorem 10 L427-446, Fact 4 L210"
+    base = d * math.log(1 / alpha) + math.log(1 / beta)
+    return {"n": fig(base**1.5 * math.sqrt(2 ** (d + 1) * math.log(1 / delta)) / (epsilon * alpha**2), "O()", ref),
+            "n_pub": fig(sspp_public_size(d, alpha / 4, beta / 2), "exact",
+                         "003 Lemma 11 (004 Lemma 3.3 at alpha/4, beta/2), solved"),
+            "n_pub_theorem": fig(base / alpha, "O()", ref),
+            "error": fig("alpha (every query of the class)", "exact", ref)}
+
+
 def related_work_factor(m: float, alpha: float) -> float:
     """max(1, min(sqrt(m alpha), 1/alpha)): 001 "Related work" L44 (000 L191-210)."""
     return max(1.0, min(math.sqrt(m * alpha), 1 / alpha))
@@ -241,7 +254,7 @@ def plan(d: int, alpha: float, beta: float, epsilon: float, delta: float, m: int
     algorithms = {"subsamp_realizable": subsamp_realizable(*args),
                   "subsamp_agnostic": subsamp_agnostic(*args, gamma=gamma),
                   "agprivcl": agprivcl(*args), "unvprivcl": unvprivcl(*args),
-                  "sspp": sspp(d, alpha, beta, epsilon)}
+                  "sspp": sspp(d, alpha, beta, epsilon), "pap": pap(d, alpha, beta, epsilon, delta)}
     ratio = btt_to_agprivcl_ratio(algorithms["subsamp_agnostic"], algorithms["agprivcl"])
     return {"algorithms": algorithms, "ratio_btt_agnostic_to_agprivcl": ratio,
             "ratio_related_work": related_work_factor(m, alpha)}

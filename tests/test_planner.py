@@ -16,7 +16,7 @@ from pipeline.planner import (
 from pipeline.privacy import SubSampParameters
 
 KINDS = {"exact", "O()", "O~()"}
-ALGORITHMS = {"subsamp_realizable", "subsamp_agnostic", "agprivcl", "unvprivcl", "sspp"}
+ALGORITHMS = {"subsamp_realizable", "subsamp_agnostic", "agprivcl", "unvprivcl", "sspp", "pap"}
 M_GRID = [10 ** (e / 2) for e in range(2, 17)]  # 10 .. 1e8, half decades
 ALPHA_GRID = [0.01, 0.02, 0.05, 0.1, 0.2, 0.3]
 # The ratio must stay within [C_LO, C_HI] times the Related-work factor. Both bounds are
