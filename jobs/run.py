@@ -72,6 +72,14 @@ def load_spec(path: str) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (last line).")
 def command(spec_path: str, overrides: tuple[str, ...], cluster: str | None, as_json: bool) -> None:
     """Run the job a YAML spec describes (`job:` plus the command's options)."""
+    job, args = job_arguments(spec_path, overrides, cluster, as_json)
+    job.main(args=args, prog_name=f"pcqr {job.name}", standalone_mode=False)
+
+
+def job_arguments(
+    spec_path: str, overrides: tuple[str, ...], cluster: str | None, as_json: bool
+) -> tuple[click.Command, list[str]]:
+    """The job command a spec names and its argument list, every key checked (nothing runs)."""
     spec = load_spec(spec_path)
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -86,5 +94,6 @@ def command(spec_path: str, overrides: tuple[str, ...], cluster: str | None, as_
     jobs = _jobs()
     if job not in jobs:
         raise PcqrError(f"{spec_path}: key 'job' must be one of {', '.join(sorted(jobs))}, got {job!r}")
-    args = spec_arguments(spec, jobs[job], spec_path)
-    jobs[job].main(args=args, prog_name=f"pcqr {job}", standalone_mode=False)
+    if cluster is not None and not any("--cluster" in p.opts for p in jobs[job].params if isinstance(p, click.Option)):
+        raise PcqrError(f"{spec_path}: job {job!r} does not use a cluster; run it with pcqr run")
+    return jobs[job], spec_arguments(spec, jobs[job], spec_path)

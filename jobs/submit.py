@@ -121,9 +121,7 @@ def check_scheduler(config: ClusterConfig) -> tuple[str, int] | None:
               help="cluster.yaml of the cluster to run on: backend address, scheduler-file or spec (required).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a key of the spec.")
 @json_option
-@click.pass_context
-def command(ctx: click.Context, spec_path: str, cluster: str, overrides: tuple[str, ...],
-            as_json: bool) -> None:
+def command(spec_path: str, cluster: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Run a job spec (as `pcqr run`) on an existing or external Dask cluster.
 
     \b
@@ -141,6 +139,7 @@ def command(ctx: click.Context, spec_path: str, cluster: str, overrides: tuple[s
     the same data from the workers (a shared folder or a URI). For a local cluster
     use `pcqr run`.
     """
+    job, args = run.job_arguments(spec_path, overrides, cluster, as_json)  # the spec is checked first
     config = load_cluster_config(cluster)
     if config.backend not in REMOTE_BACKENDS:
         raise _error(config, "backend", "pcqr submit runs on an existing or external cluster: choose address, "
@@ -151,4 +150,4 @@ def command(ctx: click.Context, spec_path: str, cluster: str, overrides: tuple[s
         address, workers = reached
         note(f"scheduler {address}: reachable, {workers} worker{'s' if workers != 1 else ''}"
              + ("" if workers else " (tasks wait until one joins)"))
-    ctx.invoke(run.command, spec_path=spec_path, overrides=overrides, cluster=cluster, as_json=as_json)
+    job.main(args=args, prog_name=f"pcqr {job.name}", standalone_mode=False)

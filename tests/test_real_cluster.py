@@ -530,5 +530,14 @@ def test_submit_needs_a_reachable_external_cluster(tmp_path: Path, capsys: pytes
 
     code, _, err = _pcqr(capsys, "submit", str(spec))
     assert code == 2 and "Missing option '--cluster'" in err
+    # the spec is checked before the scheduler is contacted
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("job: plan\nvc: 1\nqueries-max: 100\n")
+    code, _, err = _pcqr(capsys, "submit", str(plan), "--cluster", str(unreachable))
+    assert code == 2 and "job 'plan' does not use a cluster" in err and "cannot reach" not in err
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("job: answer\nprivat: x\n")
+    code, _, err = _pcqr(capsys, "submit", str(typo), "--cluster", str(unreachable))
+    assert code == 2 and "privat" in err and "cannot reach" not in err
     with pytest.raises(PcqrError, match="scheduler-file"):
         submit.scheduler_address(load_cluster_config(str(missing)), 0.1)
