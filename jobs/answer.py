@@ -134,8 +134,8 @@ def command(**options: Any) -> None:
     load_cluster_config(options["cluster"])
     charged = None
     with open_client(options["cluster"], echo=note) as client:
+        validate_queries(client, queries, queries.parts(options["batch_size"]))  # before any charge
         if plan is not None:
-            validate_queries(client, queries, queries.parts(options["batch_size"]))  # before any charge
             with session_charge(client, plan, options, "answer") as charged:
                 session, ensemble = train_session(client, plan)
             noise = plan.noise
@@ -143,7 +143,6 @@ def command(**options: Any) -> None:
             assert session is not None
             ensemble = load_models(state)
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
-            validate_queries(client, queries, queries.parts(options["batch_size"]))
         if plan is not None:
             save_models(state, ensemble)
         session.log_dir = log_dir

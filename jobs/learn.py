@@ -21,9 +21,9 @@ from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.ledger import charge_note, provisional_charge
-from pipeline.privacy import check_epsilon
-from pipeline.released_model import load_model, model_record, write_model
-from pipeline.subsample import PART_ROWS, load_part
+from pipeline.privacy import check_epsilon, check_fraction
+from pipeline.released_model import load_model, write_model
+from pipeline.subsample import PART_ROWS
 
 @click.command("learn")
 @click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
@@ -43,34 +43,22 @@ def learn_command(**o: Any) -> None:
     """Release h_priv = A_SSPP(private, public): the cover from public points, the
     exponential mechanism on the private rows (eps-DP; ABM19, Lemma 3.2 of papers/004)."""
     from pipeline.hypotheses import make_class
-    from pipeline.mechanisms.sspp import cover_radius, semi_private_learner
+    from pipeline.mechanisms.sspp import release_classifier
     from pipeline.noise import noise_source
 
     check_epsilon(o["epsilon"])
-    if not 0 < o["beta"] < 1:
-        raise PcqrError(f"--beta must be in (0, 1), got {o['beta']}")
+    check_fraction(o["beta"], "--beta")
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
-    hclass = make_class(o["hypothesis"], len(private.features))
+    make_class(o["hypothesis"], len(private.features))  # refuses a bad class before the cluster starts
     points = read_public_features(public)
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
         with provisional_charge(private.files, private.uri, "learn", o["epsilon"], 0.0,
                                 {"hypothesis": o["hypothesis"], "epsilon": o["epsilon"], "public": public.uri,
                                  "out": o["out"]}, o["ledger"], client) as charged:
-            parts = [client.submit(load_part, p, private.features, private.label, pure=False)
-                     for p in private.parts(PART_ROWS)]
-            h_priv, candidates = semi_private_learner(client, hclass, points, parts, o["epsilon"], noise)
-    distinct = int(np.unique(points, axis=0).shape[0])
-    radius = cover_radius(distinct, hclass.vc_dimension(), o["beta"])
-    model = model_record(
-        h_priv, list(private.features), noise.private, **{
-            "class": o["hypothesis"], "mechanism": "A_SSPP (Alon-Bassily-Moran 2019)", "epsilon": o["epsilon"],
-            "private_rows": private.rows, "public_points": distinct, "candidates": candidates,
-            "cover_radius_bound": radius, "beta": o["beta"],
-        },
-    )
+            _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise)
     write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])

@@ -29,7 +29,7 @@ from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import load_features, open_dataset, open_matching, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.ledger import charge_note, provisional_charge
-from pipeline.privacy import check_epsilon_delta
+from pipeline.privacy import check_epsilon_delta, check_fraction
 
 TABLE_FORMAT = "pcqr.query-release/1"
 METADATA_KEY = b"pcqr.release"
@@ -96,9 +96,8 @@ def release_command(**o: Any) -> None:
     from pipeline.noise import noise_source
 
     check_epsilon_delta(o["epsilon"], o["delta"])
-    for name in ("alpha", "beta"):
-        if not 0 < o[name] < 1:
-            raise PcqrError(f"--{name} must be in (0, 1), got {o[name]}")
+    check_fraction(o["alpha"], "--alpha")
+    check_fraction(o["beta"], "--beta")
     noise = noise_source(o["seed"], o["insecure_seed"])
     public = open_dataset(o["public_uri"], "public", features=split_features(o["features"]))
     features = list(public.features)

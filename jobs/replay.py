@@ -33,6 +33,7 @@ from jobs.common import cluster_option, emit_summary, json_option, note
 from pipeline.atomic import write_atomic
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
+from pipeline.state import check_private_location
 from pipeline.log import PROVENANCE_KEY, batch_files
 from pipeline.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 
@@ -55,9 +56,7 @@ def check_options(log: str, out: str | None, into: str | None, new_log: str | No
         if _inside(out, log):
             raise PcqrError(f"--out {out}: is inside the log {log}; write the replay elsewhere")
     if into is not None:
-        if _inside(into, log) or _inside(log, into):
-            raise PcqrError(f"--into {into} and the log {log} overlap: the private state must not "
-                            "live under public output")
+        check_private_location(into, [log])
         if new_log is not None and os.path.abspath(new_log) == os.path.abspath(log):
             raise PcqrError(f"--log {new_log}: is the log being replayed; the --into session writes its own log")
 

@@ -69,7 +69,7 @@ class Dataset:
         return parts
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" in uri:
         try:
             return pafs.FileSystem.from_uri(uri)
@@ -86,7 +86,7 @@ def _full_uri(uri: str, path: str) -> str:
 
 
 def _list_files(uri: str, role: str) -> list[str]:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         raise PcqrError(f"{role} dataset {uri}: no such file or directory")
@@ -106,7 +106,7 @@ def _list_files(uri: str, role: str) -> list[str]:
 
 
 def _open_parquet(file: str) -> pq.ParquetFile:
-    fs, path = _filesystem(file)
+    fs, path = filesystem(file)
     try:
         return pq.ParquetFile(fs.open_input_file(path))
     except (pa.ArrowInvalid, OSError) as exc:

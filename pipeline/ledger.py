@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow.fs as pafs
 
-from pipeline.data import _filesystem
+from pipeline.data import filesystem
 from pipeline.errors import PcqrError
 
 SCHEMA_VERSION = 1
@@ -289,7 +289,7 @@ def _normalise(file: str) -> str:
 
 def file_stat(file: str) -> tuple[int, int] | None:
     """(size, mtime_ns) of a file from its file system's metadata, or None when either is unknown."""
-    fs, path = _filesystem(file)
+    fs, path = filesystem(file)
     info = fs.get_file_info(path)
     if info.type != pafs.FileType.File:
         raise PcqrError(f"{file}: no such file (fingerprinting the private dataset)")
@@ -299,7 +299,7 @@ def file_stat(file: str) -> tuple[int, int] | None:
 
 def file_sha256(file: str) -> str:
     """SHA-256 of a file's bytes, read in 8 MB chunks (runs on a worker)."""
-    fs, path = _filesystem(file)
+    fs, path = filesystem(file)
     digest = hashlib.sha256()
     try:
         with fs.open_input_stream(path) as stream:

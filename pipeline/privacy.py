@@ -44,6 +44,17 @@ def check_epsilon(epsilon: float) -> None:
         raise PcqrError(f"--epsilon must be a positive number, got {epsilon}")
 
 
+def check_fraction(value: float, option: str) -> None:
+    """Refuse a parameter that must lie in (0, 1) (--alpha, --beta), naming it."""
+    if not (0 < value < 1):
+        raise PcqrError(f"{option} must be in (0, 1), got {value}")
+
+
+def check_queries_max(queries_max: int) -> None:
+    if queries_max < 1:
+        raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+
+
 def check_epsilon_delta(epsilon: float, delta: float) -> None:
     """Refuse impossible (eps, delta) with a one-line error naming the parameter."""
     check_epsilon(epsilon)
@@ -81,10 +92,8 @@ class SubSampParameters:
         check_epsilon_delta(epsilon, delta)
         if cutoff < 1:
             raise PcqrError(f"--cutoff (T) must be at least 1, got {cutoff}")
-        if queries_max < 1:
-            raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
-        if not (0 < beta < 1):
-            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
+        check_queries_max(queries_max)
+        check_fraction(beta, "--beta")
         if subsamples is not None and subsamples < 1:
             raise PcqrError(f"--subsamples must be at least 1, got {subsamples}")
         if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):

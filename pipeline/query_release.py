@@ -45,22 +45,23 @@ DURABLE = True
 _SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
 
 
-def query_table(part: Part, features: Sequence[str], id_column: str | None) -> pa.Table:
-    """Worker: read a query part, check its features, give it a query_id column."""
+def query_table(part: Part, features: Sequence[str], id_column: str | None) -> tuple[pa.Table, np.ndarray]:
+    """Worker: read a query part, check its features (NaN / inf / null raise), give it a query_id
+    column; returns the table and its feature matrix."""
     columns = [*features] + ([id_column] if id_column else [])
     table = read_part(part, columns)
-    feature_matrix(table, features, part.file)  # raises on NaN / inf / null
+    X = feature_matrix(table, features, part.file)
     if id_column is None:
         ids = pa.array(np.arange(part.start, part.start + table.num_rows, dtype=np.int64))
         table = table.append_column(QUERY_ID, ids)
     elif table.column(id_column).null_count:
         raise PcqrError(f"{part.file}: query id column {id_column!r} has missing values")
-    return table
+    return table, X
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None) -> int:
     """Worker: the validation pass over queries before any answer is released."""
-    return query_table(part, features, id_column).num_rows
+    return query_table(part, features, id_column)[0].num_rows
 
 
 Batch = tuple[pa.Table, np.ndarray, np.ndarray]  # queries, per-query values, row keys
@@ -68,23 +69,20 @@ Batch = tuple[pa.Table, np.ndarray, np.ndarray]  # queries, per-query values, ro
 
 def vote_batch(part: Part, features: Sequence[str], id_column: str | None, ensemble: Ensemble, seed: int) -> Batch:
     """Worker: a query batch, its private vote counts ct(1) and its row keys."""
-    table = query_table(part, features, id_column)
-    X = feature_matrix(table, features, part.file)
+    table, X = query_table(part, features, id_column)
     return table, ensemble.count_ones(X), row_keys(X, seed)
 
 
 def refused_batch(part: Part, features: Sequence[str], id_column: str | None, seed: int) -> Batch:
     """Worker: a query batch of a halted session: no votes are needed (only repeats get answers)."""
-    table = query_table(part, features, id_column)
-    X = feature_matrix(table, features, part.file)
+    table, X = query_table(part, features, id_column)
     return table, np.zeros(table.num_rows, dtype=np.int32), row_keys(X, seed)
 
 
 def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> Batch:
     """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
-    table = query_table(part, features, id_column)
-    labels = np.asarray(hypothesis.predict(feature_matrix(table, features, part.file)), dtype=np.int8)
-    return table, labels, np.zeros(0, dtype=np.uint64)
+    table, X = query_table(part, features, id_column)
+    return table, np.asarray(hypothesis.predict(X), dtype=np.int8), np.zeros(0, dtype=np.uint64)
 
 
 @dataclass

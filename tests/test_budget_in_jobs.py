@@ -53,11 +53,9 @@ def _no_private_reads(monkeypatch) -> None:
     def read(*args, **kwargs):
         raise AssertionError("a private row was read")
 
-    monkeypatch.setattr(pipeline.subsample, "load_part", read)  # training, relabelling, A_SSPP in answer
-    import jobs.learn
+    monkeypatch.setattr(pipeline.subsample, "load_part", read)  # training, relabelling, A_SSPP (learn, answer)
     import jobs.release
 
-    monkeypatch.setattr(jobs.learn, "load_part", read)
     monkeypatch.setattr(jobs.release, "load_features", read)
 
 

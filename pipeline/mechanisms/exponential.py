@@ -153,11 +153,13 @@ def _shard_pick(enumeration: Any, shard: Any, mistakes: np.ndarray, level: int, 
     return enumeration.hypothesis(shard.start + pick_in_shard(mistakes, level, rank))
 
 
-def _shards(enumeration: Any, shard_size: int) -> list[Any]:
+def enumeration_shards(enumeration: Any, shard_size: int) -> list[Any]:
+    """Worker: an enumeration's shard descriptors."""
     return enumeration.shards(shard_size)
 
 
-def _sum(*arrays: np.ndarray) -> np.ndarray:
+def sum_arrays(*arrays: np.ndarray) -> np.ndarray:
+    """Worker: the elementwise sum of partial results."""
     return np.sum(arrays, axis=0)
 
 
@@ -176,11 +178,11 @@ def select_hypothesis(
     mechanism releases it.
     """
     parts = data if isinstance(data, list) else [data]
-    shards = client.submit(_shards, enumeration, shard_size, pure=False).result()
+    shards = client.submit(enumeration_shards, enumeration, shard_size, pure=False).result()
     mistakes = []
     for s in shards:
         partial = [client.submit(_shard_mistakes, enumeration, s, part, pure=False) for part in parts]
-        mistakes.append(partial[0] if len(partial) == 1 else client.submit(_sum, *partial, pure=False))
+        mistakes.append(partial[0] if len(partial) == 1 else client.submit(sum_arrays, *partial, pure=False))
     futures = [client.submit(histogram, m, epsilon, pure=False) for m in mistakes]
     choice = choose(client.gather(futures), epsilon, noise)
     chosen = mistakes[choice.shard]

@@ -31,7 +31,9 @@ import numpy as np
 from pipeline.cluster import hold
 from pipeline.errors import PcqrError
 from pipeline.hypotheses.representatives import RepresentativeDomain, representative_domain
+from pipeline.mechanisms.exponential import enumeration_shards, sum_arrays
 from pipeline.mechanisms.pmw import PMWParameters, PMWResult, private_multiplicative_weights
+from pipeline.mechanisms.sspp import enumerate_public, enumeration_size
 from pipeline.noise import NoiseSource
 
 #: Largest query matrix (members x representatives) we build, over all workers.
@@ -51,18 +53,6 @@ def public_key(labels: np.ndarray) -> str:
     return hashlib.sha256(np.packbits(np.asarray(labels, dtype=np.uint8)).tobytes()).hexdigest()
 
 
-def _enumerate(hypothesis_class: Any, public: np.ndarray) -> Any:
-    return hypothesis_class.enumerate(public)
-
-
-def _size(enumeration: Any) -> int:
-    return int(enumeration.size())
-
-
-def _shards(enumeration: Any, shard_size: int) -> list[Any]:
-    return enumeration.shards(shard_size)
-
-
 def query_matrix(enumeration: Any, shard: Any, points: np.ndarray) -> np.ndarray:
     """Worker: the members ``shard`` of H_tilde evaluated on every representative (uint8)."""
     rows = [enumeration.hypothesis(i).predict(points) for i in range(shard.start, shard.stop)]
@@ -80,8 +70,6 @@ def private_histogram(X: np.ndarray, domain: RepresentativeDomain) -> np.ndarray
     return np.bincount(domain.index(X), minlength=domain.size()).astype(np.int64)
 
 
-def _sum(*arrays: np.ndarray) -> np.ndarray:
-    return np.sum(arrays, axis=0)
 
 
 def _values(matrix: np.ndarray, weights: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -160,8 +148,8 @@ def release_queries(
     ``constants`` "dwork-roth" or "calibrated" (:meth:`PMWParameters.calibrated`)."""
     domain = representative_domain(hypothesis_class, public)
     cells = public_cells(domain, public)
-    enumeration = client.submit(_enumerate, hypothesis_class, public, pure=False)
-    size = int(client.submit(_size, enumeration, pure=False).result())
+    enumeration = client.submit(enumerate_public, hypothesis_class, public, pure=False)
+    size = int(client.submit(enumeration_size, enumeration, pure=False).result())
     if size * domain.size() > MAX_MATRIX:
         raise PcqrError(
             f"--hypothesis {hypothesis_class.name}: the cover has {size} members and the representative "
@@ -174,11 +162,11 @@ def release_queries(
     if on_plan:
         on_plan(params)
     points = hold(client, domain.points())  # recomputable if its worker dies
-    shards = client.submit(_shards, enumeration, max(1, _SHARD_CELLS // domain.size()), pure=False).result()
+    shards = client.submit(enumeration_shards, enumeration, max(1, _SHARD_CELLS // domain.size()), pure=False).result()
     matrices = [client.submit(query_matrix, enumeration, s, points, pure=False) for s in shards]
     described = [client.submit(describe, enumeration, s, m, cells, pure=False) for s, m in zip(shards, matrices)]
     pieces = [client.submit(private_histogram, part, domain, pure=False) for part in private_parts]
-    histogram = pieces[0] if len(pieces) == 1 else client.submit(_sum, *pieces, pure=False)
+    histogram = pieces[0] if len(pieces) == 1 else client.submit(sum_arrays, *pieces, pure=False)
     queries = ShardedQueries(client, [s.start for s in shards], matrices, histogram)
     result = private_multiplicative_weights(queries, params, noise, on_progress)
     members: list[dict[str, Any]] = []

@@ -55,7 +55,7 @@ import numpy as np
 
 from pipeline.errors import PcqrError
 from pipeline.noise import NoiseSource
-from pipeline.privacy import check_epsilon_delta, composition_guarantee
+from pipeline.privacy import check_epsilon_delta, check_fraction, composition_guarantee
 
 _SPARSE_SHARE = math.sqrt(512) / (math.sqrt(512) + 1)  # eps1 / eps of NumericSparse (delta > 0)
 _FIRST_STRETCH = 256
@@ -85,10 +85,8 @@ class PMWParameters:
         cls, epsilon: float, delta: float, alpha: float, beta: float, rows: int, domain: int, queries: int
     ) -> PMWParameters:
         check_epsilon_delta(epsilon, delta)
-        if not (0 < alpha < 1):
-            raise PcqrError(f"--alpha must be in (0, 1), got {alpha}")
-        if not (0 < beta < 1):
-            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
+        check_fraction(alpha, "--alpha")
+        check_fraction(beta, "--beta")
         if rows < 1:
             raise PcqrError("the private dataset has no rows")
         c = max(1, math.ceil(4 * math.log(max(domain, 2)) / alpha**2))

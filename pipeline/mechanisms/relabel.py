@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipeline.errors import PcqrError
-from pipeline.privacy import SubSampParameters, check_epsilon_delta
+from pipeline.privacy import SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max
 
 RELABEL_EPSILON = 1.0  # eps~ of Algorithm 2, fixed by the paper
 
@@ -90,12 +90,9 @@ class AgnosticParameters:
     ) -> AgnosticParameters:
         """Step 1 of Algorithm 3, then A_SubSamp's parameters for (eps_hat, delta_hat, T)."""
         check_epsilon_delta(epsilon, delta)
-        if not (0 < alpha < 1):
-            raise PcqrError(f"--alpha must be in (0, 1), got {alpha}")
-        if not (0 < beta < 1):
-            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
-        if queries_max < 1:
-            raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+        check_fraction(alpha, "--alpha")
+        check_fraction(beta, "--beta")
+        check_queries_max(queries_max)
         m, log2d = queries_max, math.log(2 / delta)
         sample_rows = math.floor(epsilon * rows / 56)
         if sample_rows < 1:

@@ -30,13 +30,46 @@ def cover_radius(public_points: int, vc: int, beta: float) -> float:
     return 4 / n * (math.log(2 / beta) + 2 * d * math.log(2 * math.e * n / d))
 
 
-def _enumerate(hypothesis_class: Any, public: np.ndarray) -> Any:
+def enumerate_public(hypothesis_class: Any, public: np.ndarray) -> Any:
     """Worker: the dichotomies of H on the public points (no private data involved)."""
     return hypothesis_class.enumerate(public)
 
 
-def _size(enumeration: Any) -> int:
+def enumeration_size(enumeration: Any) -> int:
+    """Worker: |H_tilde| (public: a function of the public points)."""
     return int(enumeration.size())
+
+
+def release_classifier(
+    client: Any,
+    hypothesis_name: str,
+    private: Any,
+    public: np.ndarray,
+    epsilon: float,
+    beta: float,
+    noise: Any,
+    mechanism: str = "A_SSPP (Alon-Bassily-Moran 2019)",
+    **provenance: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """A_SSPP on a private Dataset (its parts read by the workers) and ``public`` points:
+    (h_priv, its public record in the released-model format, with |H_tilde|, the distinct
+    public points and Lemma 3.3's cover radius at ``beta``)."""
+    from pipeline.hypotheses import make_class
+    from pipeline.released_model import model_record
+    from pipeline.subsample import PART_ROWS, load_part
+
+    hclass = make_class(hypothesis_name, len(private.features))
+    parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
+    h_priv, candidates = semi_private_learner(client, hclass, public, parts, epsilon, noise)
+    distinct = int(np.unique(public, axis=0).shape[0])
+    record = model_record(
+        h_priv, list(private.features), noise.private, **{
+            "class": hypothesis_name, "mechanism": mechanism, "epsilon": epsilon, "private_rows": private.rows,
+            "public_points": distinct, "candidates": candidates,
+            "cover_radius_bound": cover_radius(distinct, hclass.vc_dimension(), beta), "beta": beta, **provenance,
+        },
+    )
+    return h_priv, record
 
 
 def semi_private_learner(
@@ -50,6 +83,6 @@ def semi_private_learner(
 ) -> tuple[Any, int]:
     """Run A_SSPP on the cluster: (h_priv, |H_tilde|). ``public`` is a feature matrix (public);
     ``private_parts`` futures of the private labelled parts (X, y)."""
-    enumeration = client.submit(_enumerate, hypothesis_class, public, pure=False)
-    size = client.submit(_size, enumeration, pure=False).result()
+    enumeration = client.submit(enumerate_public, hypothesis_class, public, pure=False)
+    size = client.submit(enumeration_size, enumeration, pure=False).result()
     return select_hypothesis(client, enumeration, list(private_parts), epsilon, noise, shard_size), size

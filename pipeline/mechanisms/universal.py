@@ -33,7 +33,7 @@ from pipeline.errors import PcqrError
 from pipeline.log import batch_files
 from pipeline.mechanisms.relabel import AgnosticParameters
 from pipeline.noise import NoiseSource
-from pipeline.privacy import check_epsilon_delta
+from pipeline.privacy import check_epsilon_delta, check_fraction, check_queries_max
 
 MECHANISM = "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)"
 RELEASED_MODEL_FILE = "_released-model.json"  # "_": Parquet readers of the log skip it
@@ -74,12 +74,9 @@ class UniversalParameters:
     ) -> UniversalParameters:
         """Step 1, and A_AgPrivCl's parameters for the first m' queries at half the budget."""
         check_epsilon_delta(epsilon, delta)
-        if not (0 < alpha < 1):
-            raise PcqrError(f"--alpha must be in (0, 1), got {alpha}")
-        if not (0 < beta < 1):
-            raise PcqrError(f"--beta must be in (0, 1), got {beta}")
-        if queries_max < 1:
-            raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+        check_fraction(alpha, "--alpha")
+        check_fraction(beta, "--beta")
+        check_queries_max(queries_max)
         m_o = public_queries(vc, alpha, beta)
         first = min(m_o, queries_max)
         agnostic = AgnosticParameters.algorithm3(
@@ -156,22 +153,9 @@ def release_classifier(
     noise: NoiseSource,
 ) -> tuple[Any, dict[str, Any]]:
     """Step 3 on the cluster: (h_priv, its public record). Workers read the private parts."""
-    from pipeline.hypotheses import make_class
-    from pipeline.mechanisms.sspp import cover_radius, semi_private_learner
-    from pipeline.released_model import model_record
-    from pipeline.subsample import PART_ROWS, load_part
+    from pipeline.mechanisms import sspp
 
-    assert private.label is not None
-    hclass = make_class(hypothesis_name, len(private.features))
-    parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
-    h_priv, candidates = semi_private_learner(client, hclass, public, parts, params.sspp_epsilon, noise)
-    distinct = int(np.unique(public, axis=0).shape[0])
-    record = model_record(
-        h_priv, list(private.features), noise.private, **{
-            "class": hypothesis_name, "mechanism": "A_SSPP (Alon-Bassily-Moran 2019) inside " + MECHANISM,
-            "epsilon": params.sspp_epsilon, "private_rows": private.rows, "public_queries": params.public_queries,
-            "public_points": distinct, "candidates": candidates,
-            "cover_radius_bound": cover_radius(distinct, hclass.vc_dimension(), params.beta), "beta": params.beta,
-        },
+    return sspp.release_classifier(
+        client, hypothesis_name, private, public, params.sspp_epsilon, params.beta, noise,
+        mechanism="A_SSPP (Alon-Bassily-Moran 2019) inside " + MECHANISM, public_queries=params.public_queries,
     )
-    return h_priv, record
