@@ -4,34 +4,38 @@ Algorithm 5 of papers/001 (BTT18, restated in ALGORITHMS.md section 2):
 
     lambda = sqrt(32 T log(2/delta)) / eps
     k      = 34 sqrt(2) lambda log(4 m T / min(delta, beta/2))
-    w      = 2 lambda log(2 m / delta)
+    w      = the smallest threshold whose stability term fits (below); the paper's
+             2 lambda log(2 m / delta) is a conservative value of the same bound
 
-Only lambda and T enter the privacy proof; k and w decide accuracy, so
-``--subsamples`` and ``--threshold`` may override them without changing the
-guarantee.
+k decides accuracy only; lambda, T AND w enter the proof. The run's delta is the sum of
+three terms, each computed and reported (:class:`DeltaTerms`), none rounded down:
 
-The proof this module checks (:func:`sparse_vector_guarantee`): between two
-bottoms the coordinator is one AboveThreshold instance (Dwork-Roth,
-"The Algorithmic Foundations of Differential Privacy", Thm 3.23, run on the
-negated statistic) on the distance to instability (gap / 2, sensitivity 1) with
-threshold noise Lap(lambda) = Lap(2/eps0) and query noise Lap(2 lambda) =
-Lap(4/eps0): each instance is eps0 = 2/lambda -DP. The session halts after T
-bottoms, so at most T instances run, and their composition is the better of
+* ``delta_composition``: between two bottoms the coordinator is one AboveThreshold instance
+  (Dwork-Roth, "The Algorithmic Foundations of Differential Privacy", Thm 3.23, run on the
+  negated statistic) on the distance to instability (gap / 2, sensitivity 1) with threshold
+  noise Lap(lambda) = Lap(2/eps0) and query noise Lap(2 lambda) = Lap(4/eps0): each instance is
+  eps0 = 2/lambda -DP. The session halts after T bottoms, so at most T instances run, and their
+  composition is the better of basic composition (T eps0, 0) and advanced composition
+  (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20) with delta' = delta/2:
+  sqrt(2 T log(2/delta)) eps0 + T eps0 (e^eps0 - 1). With the paper's lambda the advanced
+  bound's first term is exactly eps/2.
+* ``delta_stability``: the released label is the exact majority, which one record can flip on
+  an unstable query; T * p1 bounds the probability that one is ever answered
+  (:mod:`pipeline.stability`). This is what w pays for.
+* ``delta_sampler``: the per-query tail bits are within TAIL_SAMPLER_ERROR of exact, over at
+  most m queries: (1 + e^eps) m TAIL_SAMPLER_ERROR.
 
-* basic composition: T eps0, delta 0;
-* advanced composition (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20) with
-  delta' = delta/2: sqrt(2 T log(2/delta)) eps0 + T eps0 (e^eps0 - 1).
-
-With the paper's lambda the advanced bound's first term is exactly eps/2. A run
-whose parameters this bound cannot certify at (eps, delta) is refused.
+A run whose eps or summed delta exceeds the request, by any amount, is refused before
+anything is read; a --threshold that does not fit is refused with the smallest one that does.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pipeline.errors import PcqrError
+from pipeline.stability import answer_probability, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pipeline.noise): its bits differ
 # from exact discrete-Laplace tails by at most this much in probability.
@@ -63,6 +67,30 @@ def check_epsilon_delta(epsilon: float, delta: float) -> None:
 
 
 @dataclass(frozen=True)
+class DeltaTerms:
+    """The run's delta, term by term (each an upper bound, none rounded down)."""
+
+    composition: float
+    stability: float
+    sampler: float
+
+    @property
+    def total(self) -> float:
+        """The proven delta: the terms' sum, rounded up."""
+        total = math.fsum((self.composition, self.stability, self.sampler))
+        return math.nextafter(total, math.inf) if total > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        """The summary's keys (a contract: users' scripts read them)."""
+        return {
+            "delta_composition": self.composition,
+            "delta_stability": self.stability,
+            "delta_sampler": self.sampler,
+            "proven_delta": self.total,
+        }
+
+
+@dataclass(frozen=True)
 class SubSampParameters:
     """Every parameter of one A_SubSamp session (all public)."""
 
@@ -75,7 +103,7 @@ class SubSampParameters:
     subsamples: int
     threshold: float
     subsamples_source: str  # "paper" or "override"
-    threshold_source: str
+    threshold_source: str  # "smallest_certifiable" or "override"
 
     @classmethod
     def paper(
@@ -88,7 +116,8 @@ class SubSampParameters:
         subsamples: int | None = None,
         threshold: float | None = None,
     ) -> SubSampParameters:
-        """Algorithm 5's lambda, k and w, with optional overrides of k and w."""
+        """Algorithm 5's lambda and k, the smallest certifiable w, with optional overrides of
+        k and w; refused (one line) unless the whole (eps, delta) is certified."""
         check_epsilon_delta(epsilon, delta)
         if cutoff < 1:
             raise PcqrError(f"--cutoff (T) must be at least 1, got {cutoff}")
@@ -100,7 +129,6 @@ class SubSampParameters:
             raise PcqrError(f"--threshold must be a non-negative number, got {threshold}")
         lam = math.sqrt(32 * cutoff * math.log(2 / delta)) / epsilon
         k = 34 * math.sqrt(2) * lam * math.log(4 * queries_max * cutoff / min(delta, beta / 2))
-        w = 2 * lam * math.log(2 * queries_max / delta)
         params = cls(
             epsilon=epsilon,
             delta=delta,
@@ -109,10 +137,13 @@ class SubSampParameters:
             queries_max=queries_max,
             lam=lam,
             subsamples=subsamples if subsamples is not None else math.ceil(k),
-            threshold=threshold if threshold is not None else w,
+            threshold=threshold if threshold is not None else 0.0,
             subsamples_source="paper" if subsamples is None else "override",
-            threshold_source="paper" if threshold is None else "override",
+            threshold_source="smallest_certifiable" if threshold is None else "override",
         )
+        params.check_composition()
+        if threshold is None:
+            params = replace(params, threshold=params.smallest_threshold())
         params.certify()
         return params
 
@@ -126,20 +157,101 @@ class SubSampParameters:
         """Scale of the per-query noise in gap units (2 x Lap(2 lambda) on dist = gap/2)."""
         return 4 * self.lam
 
+    def _composition(self) -> tuple[float, float, float]:
+        """(eps, delta_composition, delta_sampler)."""
+        eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
+        sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
+        return eps, delta, sampler
+
+    def delta_terms(self) -> DeltaTerms:
+        """Each term of the run's delta; see the module docstring."""
+        _, composition, sampler = self._composition()
+        stab = stability_delta(self.threshold, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
+        return DeltaTerms(composition, stab, sampler)
+
     def guarantee(self) -> tuple[float, float]:
         """The (eps, delta) this session provably satisfies; see the module docstring."""
-        eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
-        return eps, delta + (1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR
+        return self._composition()[0], self.delta_terms().total
 
-    def certify(self) -> None:
-        """Refuse parameters for which the composition bound does not reach (eps, delta)."""
-        eps, delta = self.guarantee()
-        if eps > self.epsilon * (1 + 1e-12) or delta > self.delta:
+    def certificate(self) -> dict[str, float]:
+        """The summary's privacy keys: proven_epsilon and every delta term."""
+        return {"proven_epsilon": self._composition()[0], **self.delta_terms().to_dict()}
+
+    def stability_budget(self) -> float:
+        """What is left of delta for delta_stab once composition and sampler are paid."""
+        _, composition, sampler = self._composition()
+        return self.delta - composition - sampler  # float error here only shrinks w's search by ulps
+
+    def smallest_threshold(self) -> float:
+        """The smallest w (a multiple of 1/2) whose whole delta fits the request."""
+        budget = self.stability_budget()
+        w = smallest_threshold(budget, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
+        if w is None:
+            raise PcqrError(
+                f"--delta {self.delta}: the composition and sampler terms leave no room for the stability "
+                "term of the released label; use a larger --delta or --epsilon"
+            )
+        while replace(self, threshold=w).guarantee()[1] > self.delta:  # the total, rounded up, must fit too
+            w += 0.5
+        return w
+
+    def check_composition(self) -> None:
+        """Refuse (lambda, T) for which the composition bound does not reach eps (no tolerance)."""
+        eps, composition, sampler = self._composition()
+        if eps > self.epsilon or composition + sampler >= self.delta:
             raise PcqrError(
                 f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
-                f"Algorithm 5's lambda only certifies ({eps:.4g}, {delta:.3g})-DP by composition; "
+                f"Algorithm 5's lambda only certifies ({eps:.4g}, {composition + sampler:.3g})-DP by composition; "
                 "use a smaller --epsilon or a larger --cutoff"
             )
+
+    def certify(self) -> None:
+        """Refuse parameters whose eps or summed delta exceed the request, by any amount."""
+        self.check_composition()
+        if self.guarantee()[1] > self.delta:
+            smallest = self.smallest_threshold()
+            raise PcqrError(
+                f"--threshold {self.threshold:g}: the released label's stability term "
+                f"{self.delta_terms().stability:.3g} does not fit --delta {self.delta}; "
+                f"the smallest --threshold that fits is {smallest:g}"
+            )
+
+    def unanimous_abstention(self) -> float:
+        """P(a unanimous query, gap = k, is answered bottom) by a fresh instance (about)."""
+        answered = answer_probability(self.subsamples, self.threshold, self.query_noise_scale,
+                                      self.threshold_noise_scale)
+        return max(0.0, 1.0 - answered)
+
+    def useful_subsamples(self) -> int:
+        """The smallest k at which a unanimous query abstains with probability at most
+        min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation."""
+        target = min(0.5, self.cutoff / self.queries_max)
+
+        def works(k: int) -> bool:
+            return replace(self, subsamples=k).unanimous_abstention() <= target
+
+        lo, hi = 0, max(1, 2 * math.ceil(self.threshold))
+        while not works(hi):
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if works(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def usefulness_warning(self) -> str | None:
+        """One line when k / 2 is not comfortably above w plus the noise, else None."""
+        abstain = self.unanimous_abstention()
+        if abstain <= 0.5:
+            return None
+        return (
+            f"k = {self.subsamples} models is too few for w = {self.threshold:g} at lambda = {self.lam:.4g}: "
+            f"even a unanimous query abstains with probability {abstain:.2f}; k >= {self.useful_subsamples()} "
+            f"would answer most (for eps {self.epsilon:g}, delta {self.delta:g}, T {self.cutoff}, "
+            f"m {self.queries_max})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,17 +15,19 @@ def test_paper_profile_formulas() -> None:
     lam = math.sqrt(32 * T * math.log(2 / delta)) / eps
     assert p.lam == pytest.approx(lam)
     assert p.subsamples == math.ceil(34 * math.sqrt(2) * lam * math.log(4 * m * T / min(delta, beta / 2)))
-    assert p.threshold == pytest.approx(2 * lam * math.log(2 * m / delta))
-    assert (p.subsamples_source, p.threshold_source) == ("paper", "paper")
+    assert p.threshold <= 2 * lam * math.log(2 * m / delta)  # the smallest certifiable w, not the paper's
+    assert (p.subsamples_source, p.threshold_source) == ("paper", "smallest_certifiable")
     assert p.threshold_noise_scale == pytest.approx(2 * lam)  # Lap(lambda) on gap/2
     assert p.query_noise_scale == pytest.approx(4 * lam)  # Lap(2 lambda) on gap/2
 
 
 def test_overrides_change_k_and_w_but_not_lambda() -> None:
     a = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05)
-    b = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05, subsamples=2000, threshold=150)
-    assert b.lam == a.lam and b.guarantee() == a.guarantee()
-    assert (b.subsamples, b.threshold) == (2000, 150)
+    b = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05, subsamples=2000, threshold=2000)
+    assert b.lam == a.lam and b.guarantee()[0] == a.guarantee()[0]
+    assert b.delta_terms().composition == a.delta_terms().composition
+    assert b.delta_terms().stability < a.delta_terms().stability  # a larger w pays less
+    assert (b.subsamples, b.threshold) == (2000, 2000)
     assert (b.subsamples_source, b.threshold_source) == ("override", "override")
 
 
@@ -36,7 +38,7 @@ def test_overrides_change_k_and_w_but_not_lambda() -> None:
 def test_composed_guarantee_is_within_budget(eps: float, delta: float, T: int) -> None:
     p = SubSampParameters.paper(eps, delta, T, 10**6, 0.05)
     got_eps, got_delta = p.guarantee()
-    assert got_eps <= eps * (1 + 1e-12) and got_delta <= delta
+    assert got_eps <= eps and got_delta <= delta
     # the advanced-composition term is exactly eps/2 with the paper's lambda
     eps0 = 2 / p.lam
     assert math.sqrt(2 * T * math.log(2 / delta)) * eps0 == pytest.approx(eps / 2)
