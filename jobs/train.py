@@ -66,7 +66,15 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
     learner = LearnerSpec(options["learner"], parse_learner_params(options["learner_param"]))
     learner.build()  # fails now, not on a worker, if the learner is unusable
     check_subsamples(private.rows, params.subsamples, learner.min_rows)
+    warn_if_useless(params)
     return TrainingPlan(params, learner, private, noise, options["seed"])
+
+
+def warn_if_useless(params: SubSampParameters) -> None:
+    """Say so, in one line, when even a unanimous query would mostly abstain (issue 10)."""
+    warning = params.usefulness_warning()
+    if warning is not None:
+        note(f"warning: {warning}")
 
 
 def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
@@ -88,6 +96,7 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     else:
         agnostic = AgnosticParameters.algorithm3(*args, options["subsamples"], options["threshold"])
     k = agnostic.subsamp.subsamples
+    warn_if_useless(agnostic.subsamp)
     if agnostic.sample_rows < k:
         raise PcqrError(
             f"agnostic mode trains k = {k} subsamples on n' = eps n / 56 = {agnostic.sample_rows} rows: "
@@ -175,7 +184,6 @@ def _relabel(client: Any, plan: TrainingPlan) -> tuple[Any, Any]:
 def session_summary(session: Session) -> dict[str, Any]:
     """The parameters every summary reports."""
     p = session.params
-    eps, delta = p.guarantee()
     summary: dict[str, Any] = {
         "mode": session.mode,
         "epsilon": p.epsilon,
@@ -188,8 +196,7 @@ def session_summary(session: Session) -> dict[str, Any]:
         "subsamples_source": p.subsamples_source,
         "threshold": p.threshold,
         "threshold_source": p.threshold_source,
-        "proven_epsilon": eps,
-        "proven_delta": delta,
+        **p.certificate(),
         "private_rows": session.private_rows,
         "learner": session.learner["name"],
         "privacy": "private" if session.private else "NOT PRIVATE (seeded noise)",
