@@ -11,7 +11,8 @@ import click
 
 from jobs.common import emit_summary, json_option
 from pipeline.errors import PcqrError
-from pipeline.planner import check_inputs, plan, stump_vc
+from pipeline.planner import TABLE_EPSILONS, check_inputs, plan, rows_needed, stump_vc
+from pipeline.privacy import SubSampParameters
 
 # VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
 # ``--learner threshold`` fits both directions, VC 2: plan it with --vc 2. halfspace: in R^2.
@@ -76,6 +77,39 @@ def print_table(summary: dict[str, Any]) -> None:
                f"~max(1, min(sqrt(m alpha), 1/alpha)) = {_show(summary['ratio_related_work'])}")
 
 
+def print_rows_table(table: list[dict[str, Any]], inputs: dict[str, Any]) -> None:
+    """Private rows needed per eps, one row per eps."""
+    click.echo(f"A_SubSamp: private rows needed at {inputs['rows_per_model']} rows per model "
+               f"(delta={_show(inputs['delta'])} T={inputs['cutoff']} m={inputs['queries_max']}; "
+               "k = the smallest at which a unanimous query abstains w.p. <= min(1/2, T/m))")
+    click.echo(f"  {'epsilon':>8} {'lambda':>10} {'w':>10} {'k':>10} {'private_rows':>14} {'delta_stability':>16}")
+    for row in table:
+        if "refused" in row:
+            click.echo(f"  {_show(row['epsilon']):>8} refused: {row['refused']}")
+            continue
+        click.echo(f"  {_show(row['epsilon']):>8} {_show(row['lambda']):>10} {_show(row['w']):>10} "
+                   f"{row['k']:>10} {row['private_rows']:>14} {_show(row['delta_stability']):>16}")
+
+
+def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float, cutoff: int,
+                       queries_max: int | None, beta: float, subsamples: int | None, as_json: bool) -> None:
+    """``plan --rows-per-model R``: the private rows A_SubSamp needs per eps."""
+    m = 10_000 if queries_max is None else queries_max
+    epsilons = sorted({*TABLE_EPSILONS, *([epsilon] if epsilon is not None else [])})
+    table = rows_needed(epsilons, delta, cutoff, m, beta, rows_per_model)
+    inputs = {"rows_per_model": rows_per_model, "delta": delta, "cutoff": cutoff, "queries_max": m, "beta": beta}
+    summary: dict[str, Any] = {"inputs": inputs, "rows_needed": table}
+    if subsamples is not None and epsilon is not None:
+        warning = SubSampParameters.paper(epsilon, delta, cutoff, m, beta, subsamples=subsamples).usefulness_warning()
+        summary["warning"] = warning
+        if warning and not as_json:
+            click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        emit_summary(summary, as_json=True)
+    else:
+        print_rows_table(table, inputs)
+
+
 @click.command("plan")
 @click.option("--vc", type=int, default=None, help="VC dimension d of the hypothesis class.")
 @click.option("--hypothesis", default=None, metavar="CLASS",
@@ -89,11 +123,21 @@ def print_table(summary: dict[str, Any]) -> None:
 @click.option("--queries-max", type=int, default=None, help="m, the most queries to answer (>= 1). Required.")
 @click.option("--gamma", type=float, default=0.0, show_default=True,
               help="Best error in the class (agnostic A_SubSamp's T and error alpha + 3 gamma).")
+@click.option("--rows-per-model", type=int, default=None,
+              help="Rows your learner needs per model: print instead a table of the private rows A_SubSamp "
+                   "needs per eps (k x rows, k the smallest useful at the smallest certifiable w).")
+@click.option("--cutoff", type=int, default=50, show_default=True, help="T, for --rows-per-model.")
+@click.option("--subsamples", type=int, default=None,
+              help="With --rows-per-model and --epsilon: say whether this k is enough.")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
-            queries_max: int | None, gamma: float, as_json: bool) -> None:
+            queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
+            subsamples: int | None, as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
+
+    \b
+    With --rows-per-model R: a table of the private rows A_SubSamp needs per eps instead.
 
     \b
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
@@ -101,6 +145,10 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     Every figure is marked exact (an explicit formula), O() (constant 1 assumed) or
     O~() (constant 1, log factors dropped), with the paper and line it comes from.
     """
+    if rows_per_model is not None:
+        assert beta is not None and delta is not None
+        rows_table_command(rows_per_model, epsilon, delta, cutoff, queries_max, beta, subsamples, as_json)
+        return
     given = {"--alpha": alpha, "--beta": beta, "--epsilon": epsilon, "--delta": delta,
              "--queries-max": queries_max}
     for option, value in given.items():

@@ -69,9 +69,36 @@ def _subsamp(epsilon: float, delta: float, cutoff: float, m: int, beta: float) -
     except PcqrError as exc:
         why = str(exc).split(":", 1)[-1].split(";")[0]
         none = fig(None, "exact", "refused by SubSampParameters.certify:" + why)
-        return {**out, "lambda": none, "k": none, "w": none}
+        return {**out, "lambda": none, "k": none, "w": none, "delta_stability": none, "k_useful": none}
+    stab = "ALGORITHMS.md section 2: smallest w (a multiple of 1/2) with T p1 within delta (pipeline.stability)"
     return {**out, "lambda": fig(p.lam, "exact", src), "k": fig(p.subsamples, "exact", src),
-            "w": fig(p.threshold, "exact", src)}
+            "w": fig(p.threshold, "exact", stab),
+            "delta_stability": fig(p.delta_terms().stability, "exact", "T p1 at that w"),
+            "k_useful": fig(p.useful_subsamples(), "exact", USEFUL)}
+
+
+USEFUL = "smallest k at which a unanimous query abstains w.p. <= min(1/2, T/m) (SubSampParameters.useful_subsamples)"
+TABLE_EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def rows_needed(epsilons: list[float], delta: float, cutoff: int, m: int, beta: float,
+                rows_per_model: int) -> list[dict[str, Any]]:
+    """Per eps: A_SubSamp's lambda, smallest certifiable w, the smallest useful k, and the private
+    rows that k needs at ``rows_per_model`` rows per model (k x rows_per_model); a refused eps
+    gets its one-line reason instead."""
+    if rows_per_model < 1:
+        raise PcqrError(f"--rows-per-model must be at least 1, got {rows_per_model}")
+    table = []
+    for eps in epsilons:
+        try:
+            p = SubSampParameters.paper(eps, delta, cutoff, m, beta)
+        except PcqrError as exc:
+            table.append({"epsilon": eps, "refused": str(exc)})
+            continue
+        k = p.useful_subsamples()
+        table.append({"epsilon": eps, "lambda": p.lam, "w": p.threshold, "k": k,
+                      "private_rows": k * rows_per_model, **p.delta_terms().to_dict()})
+    return table
 
 
 def _with_subsamp(n: float, t: float, error: float, ref: str, epsilon: float, delta: float,

@@ -187,3 +187,25 @@ def test_bad_input_is_one_line_naming_the_option(args: list[str], option: str) -
     message = str(result.exception)
     assert "\n" not in message and option in message
     assert result.stdout == ""
+
+
+def test_rows_table_gives_the_smallest_useful_k_per_epsilon() -> None:
+    result = _invoke("--rows-per-model", "200", "--epsilon", "3", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    rows = summary["rows_needed"]
+    assert [r["epsilon"] for r in rows] == sorted(r["epsilon"] for r in rows) and 3.0 in [r["epsilon"] for r in rows]
+    for row in rows:
+        assert row["private_rows"] == 200 * row["k"] and row["proven_delta"] <= 1e-6
+        p = SubSampParameters.paper(row["epsilon"], 1e-6, 50, 10_000, 0.05, subsamples=row["k"])
+        assert p.unanimous_abstention() <= 50 / 10_000
+        fewer = SubSampParameters.paper(row["epsilon"], 1e-6, 50, 10_000, 0.05, subsamples=row["k"] - 1)
+        assert fewer.unanimous_abstention() > 50 / 10_000
+    ks = [r["k"] for r in rows]
+    assert ks == sorted(ks, reverse=True)  # more eps, fewer models
+
+
+def test_rows_table_says_when_a_given_k_is_too_few() -> None:
+    result = _invoke("--rows-per-model", "200", "--epsilon", "3", "--subsamples", "2000", "--json")
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert "k >= 4657" in summary["warning"]
