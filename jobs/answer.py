@@ -22,6 +22,7 @@ from pipeline.data import Dataset, open_dataset, open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
 from pipeline.log import batch_files
+from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
 from pipeline.query_release import QUERY_ID, release_answers, validate_queries
 from pipeline.state import (
@@ -81,7 +82,8 @@ def resume_point(session: Session | None, queries: Dataset) -> int:
 
 
 def reopen_private(session: Session) -> Dataset | None:
-    """Universal mode before its switch: the private dataset A_SSPP will read (metadata only here)."""
+    """Universal mode before its switch: the private dataset A_SSPP will read (metadata only here;
+    its contents are checked against the session's fingerprint once the cluster is up)."""
     if session.universal is None or session.released is not None:
         return None
     if session.label is None:
@@ -135,6 +137,8 @@ def command(**options: Any) -> None:
     charged = None
     with open_client(options["cluster"], echo=note) as client:
         validate_queries(client, queries, queries.parts(options["batch_size"]))  # before any charge
+        if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
+            check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
         if plan is not None:
             with session_charge(client, plan, options, "answer") as charged:
                 session, ensemble = train_session(client, plan)

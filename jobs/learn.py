@@ -41,9 +41,10 @@ from pipeline.subsample import PART_ROWS
 @json_option
 def learn_command(**o: Any) -> None:
     """Release h_priv = A_SSPP(private, public): the cover from public points, the
-    exponential mechanism on the private rows (eps-DP; ABM19, Lemma 3.2 of papers/004)."""
+    exponential mechanism on the private rows ((eps, delta_EM)-DP: ABM19, Lemma 3.2 of
+    papers/004, plus the sampler's delta_EM, tiny; see pipeline/mechanisms/sspp.py)."""
     from pipeline.hypotheses import make_class
-    from pipeline.mechanisms.sspp import release_classifier
+    from pipeline.mechanisms.sspp import certificate, release_classifier
     from pipeline.noise import noise_source
 
     check_epsilon(o["epsilon"])
@@ -55,7 +56,8 @@ def learn_command(**o: Any) -> None:
     points = read_public_features(public)
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
-        with provisional_charge(private.files, private.uri, "learn", o["epsilon"], 0.0,
+        proven = certificate(o["epsilon"], private.rows)
+        with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
                                 {"hypothesis": o["hypothesis"], "epsilon": o["epsilon"], "public": public.uri,
                                  "out": o["out"]}, o["ledger"], client) as charged:
             _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise)

@@ -30,7 +30,7 @@ from pipeline.privacy import SubSampParameters
 from pipeline.sparse_vector import SparseVector
 from pipeline.state import Session, has_session
 from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
-from pipeline.mechanisms.universal import UniversalParameters
+from pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
 from pipeline.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pipeline.votes import Ensemble
 
@@ -134,6 +134,7 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
     """Train the k models on the cluster; returns the new session (not yet saved) and its models."""
     k = plan.params.subsamples
     relabeller = None
+    fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
     if plan.agnostic is not None:
         relabeller, resampled = _relabel(client, plan)
         sources, rows = [resampled], [plan.agnostic.sample_rows]
@@ -165,6 +166,7 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
         relabeller=relabeller.to_dict() if relabeller is not None else None,
         label=plan.private.label,
         universal=plan.universal.to_dict() if plan.universal else None,
+        private_fingerprint=fingerprint,
     )
     return session, ensemble
 
@@ -203,18 +205,15 @@ def session_summary(session: Session) -> dict[str, Any]:
     }
     if session.agnostic is not None:
         agnostic = AgnosticParameters.from_dict(session.agnostic)
-        chain = agnostic.privacy_chain()
         summary.update(
-            epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha,
-            proven_epsilon=chain[-1][1], proven_delta=chain[-1][2],
+            epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha, **agnostic.certificate(),
             subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner.get("hypothesis"),
             agnostic=agnostic.summary(),
         )
     if session.universal is not None:
         universal = UniversalParameters.from_dict(session.universal)
-        eps, delta = universal.guarantee()
         summary.update(
-            epsilon=universal.epsilon, delta=universal.delta, proven_epsilon=eps, proven_delta=delta,
+            epsilon=universal.epsilon, delta=universal.delta, **universal.certificate(),
             universal=universal.summary(),
         )
     return summary

@@ -64,6 +64,7 @@ class Session:
     pending_batch: int | None = None  # the last committed batch (pipeline.commit); may await publication
     input: dict[str, Any] | None = None  # the query dataset being answered: uri, fingerprint, rows, done
     dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
+    private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
 
     @property
     def processed(self) -> int:
@@ -122,6 +123,7 @@ class Session:
             "pending_batch": self.pending_batch,
             "input": self.input,
             "dedupe_seed": self.dedupe_seed,
+            "private_fingerprint": self.private_fingerprint,
         }
 
     @classmethod
@@ -149,6 +151,7 @@ class Session:
             pending_batch=data.get("pending_batch"),
             input=data.get("input"),
             dedupe_seed=int(data.get("dedupe_seed", 0)),
+            private_fingerprint=data.get("private_fingerprint"),
         )
 
 

@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import total_variation
 from pipeline.mechanisms.relabel import AgnosticParameters, binomial_upper_tail
 
 
@@ -16,7 +17,7 @@ from pipeline.mechanisms.relabel import AgnosticParameters, binomial_upper_tail
      (0.5, 1e-8, 0.05, 0.1, 100, 10**6), (2.0, 1e-5, 0.2, 0.05, 10**5, 10**7)],
 )
 def test_derived_parameters_are_algorithm_3(eps, delta, alpha, beta, m, n) -> None:
-    p = AgnosticParameters.algorithm3(eps, delta, alpha, beta, m, n, subsamples=10, threshold=5.0)
+    p = AgnosticParameters.algorithm3(eps, delta, alpha, beta, m, n, subsamples=10)
     log2d = math.log(2 / delta)
     assert p.sample_rows == math.floor(eps * n / 56)
     t = max(1, m * alpha / 8 + 0.25 * math.sqrt(3 * m * alpha * math.log(m / beta)))
@@ -33,22 +34,41 @@ def test_derived_parameters_are_algorithm_3(eps, delta, alpha, beta, m, n) -> No
     repeats = math.floor(log2d)
     assert e1 <= p.eps_hat and d1 <= p.delta_hat
     assert e2 == pytest.approx(repeats * e1) and e2 <= 1
-    assert (e3, d3) == (4.0, pytest.approx(4 * math.e * d2))
+    # Lemma 3.1's link adds (1 + e^4) TV(n') for the sampled EM of A_Relabel; every link rounds up
+    em = (1 + math.e**4) * total_variation(p.sample_rows)
+    assert e3 == 4.0 and d3 >= 4 * math.e * d2 + em and d3 == pytest.approx(4 * math.e * d2 + em, rel=1e-9)
     rate = p.sample_rows / n
-    assert e4 == pytest.approx(math.log1p(rate * math.expm1(4.0))) and d4 == pytest.approx(rate * d3)
+    assert e4 >= math.log1p(rate * math.expm1(4.0)) and e4 == pytest.approx(math.log1p(rate * math.expm1(4.0)))
+    assert d4 >= rate * d3 and d4 == pytest.approx(rate * d3)
     assert e4 <= eps and d4 <= delta
+    # the certificate reports the chain's last link term by term; the terms add up to proven_delta
+    cert = p.certificate()
+    assert (cert["proven_epsilon"], cert["proven_delta"]) == (e4, d4)
+    terms = [cert[f"delta_{k}"] for k in ("composition", "stability", "sampler", "resampling")]
+    assert math.fsum(terms) <= d4 and cert["delta_stability"] > 0 and cert["delta_sampler"] > 0
+    assert cert["delta_sampler"] >= rate * em  # the relabelling EM's term is in delta_sampler
 
 
 def test_the_issue_benchmark_configuration() -> None:
     """eps 1, delta 1e-6, alpha 0.1, beta 0.05, m 1000 on 5e7 rows: n' ~ 8.9e5, lambda ~ 1,823."""
-    p = AgnosticParameters.algorithm3(1.0, 1e-6, 0.1, 0.05, 1000, 5 * 10**7, subsamples=40_000, threshold=4000)
+    p = AgnosticParameters.algorithm3(1.0, 1e-6, 0.1, 0.05, 1000, 5 * 10**7, subsamples=40_000)
     assert p.sample_rows == 892_857
     assert 1800 < p.subsamp.lam < 1880  # 1,823 with the fractional T; we round T up to 27
 
 
-def test_resampling_tail_is_exact_binomial() -> None:
-    for n, r in ((100, 3), (5000, 14), (10**6, 10)):
-        assert binomial_upper_tail(n, 1 / n, r) == pytest.approx(float(stats.binom.sf(r, n, 1 / n)), rel=1e-6)
+def test_resampling_tail_is_an_upper_bound_on_the_binomial() -> None:
+    for n, r in ((100, 3), (5000, 14), (10**6, 10), (300, 250)):
+        exact = float(stats.binom.sf(r, n, 1 / n))
+        assert binomial_upper_tail(n, 1 / n, r) >= exact
+        assert binomial_upper_tail(n, 1 / n, r) == pytest.approx(exact, rel=1e-6)
+
+
+def test_more_sampled_rows_than_rows_is_refused() -> None:
+    """n' = floor(eps n / 56) > n when eps > 56: one line naming --epsilon, before anything is read."""
+    with pytest.raises(PcqrError, match="--epsilon") as refused:
+        AgnosticParameters.algorithm3(60.0, 1e-6, 0.1, 0.05, 100, 1000)
+    assert "n' = floor(eps n / 56) = 1071 of n = 1000" in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 def test_too_few_rows_is_refused() -> None:

@@ -9,6 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.cli import main
+from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import total_variation
 from pipeline.mechanisms.universal import RELEASED_MODEL_FILE, UniversalParameters, public_queries
 from pipeline.released_model import load_model
 from tests.conftest import write_parquet
@@ -28,11 +30,17 @@ def test_budget_is_split_and_the_whole_run_is_certified() -> None:
     assert params.agnostic.epsilon == 0.5 and params.sspp_epsilon == 0.5
     assert params.agnostic.queries_max == 2433  # A_AgPrivCl is run for m' queries, not m
     eps, delta = params.guarantee()
-    chain_eps = params.agnostic.privacy_chain()[-1][1]
-    assert eps == pytest.approx(chain_eps + 0.5) and eps <= 1.0 and delta <= 1e-6
+    _, chain_eps, chain_delta = params.agnostic.privacy_chain()[-1]
+    assert eps >= chain_eps + 0.5 and eps == pytest.approx(chain_eps + 0.5) and eps <= 1.0 and delta <= 1e-6
+    # A_SSPP's sampled EM at eps/2 on the n rows adds (1 + e^(eps/2)) TV(n), in delta_sampler
+    em = (1 + math.exp(0.5)) * total_variation(ROWS)
+    assert params.sspp_delta() >= em and delta >= chain_delta + em
+    cert = params.certificate()
+    assert cert["delta_sampler"] >= params.agnostic.certificate()["delta_sampler"] + em
+    assert (cert["proven_epsilon"], cert["proven_delta"]) == (eps, delta)
+    assert math.fsum(cert[f"delta_{k}"] for k in ("composition", "stability", "sampler", "resampling")) <= delta
     few = UniversalParameters.algorithm4(1.0, 1e-6, ALPHA, 0.05, 1000, ROWS, vc=2)
-    assert not few.switches and few.first_queries == 1000 and few.guarantee()[0] == pytest.approx(
-        few.agnostic.privacy_chain()[-1][1])
+    assert not few.switches and few.first_queries == 1000 and few.guarantee() == few.agnostic.privacy_chain()[-1][1:]
     assert UniversalParameters.from_dict(params.to_dict()) == params
 
 
@@ -52,7 +60,7 @@ def data(tmp_path_factory):
 def _answer(data, tmp_path, cluster, queries: str, *extra: str) -> list[str]:
     return ["answer", "--mode", "universal", "--hypothesis", "threshold", "--private", str(data / "private"),
             "--queries", str(data / queries), "--state", str(tmp_path / "state"), "--log", str(tmp_path / "log"),
-            "--epsilon", "1", "--alpha", str(ALPHA), "--subsamples", "50", "--threshold", "10",
+            "--epsilon", "1", "--alpha", str(ALPHA), "--subsamples", "50",
             "--batch-size", "1000", "--truth", str(data / "truth"), "--cluster", cluster, "--json", *extra]
 
 
@@ -151,21 +159,53 @@ def test_universal_bad_input(data, tmp_path, capsys, thread_cluster_yaml, extra,
     assert not (tmp_path / "log").exists() and not (tmp_path / "state").exists()
 
 
-def test_a_changed_private_dataset_is_refused_before_the_switch(data, tmp_path, capsys, thread_cluster_yaml) -> None:
-    """The session is trained; the private data later loses rows: A_SSPP would run on other data."""
+def _trained_before_the_switch(data, tmp_path, capsys, cluster):
+    """A session on a private copy, trained and past 100 queries (m_o not reached): (copy, its table)."""
     private = tmp_path / "private"
     table = pq.read_table(data / "private")
     write_parquet(str(private / "part.parquet"), {c: table.column(c) for c in table.column_names})
-    args = _answer(data, tmp_path, thread_cluster_yaml, "first", "--queries-max", "10000")
+    args = _answer(data, tmp_path, cluster, "first", "--queries-max", "10000")
     args[args.index("--private") + 1] = str(private)
     small = pq.read_table(data / "first").slice(0, 100)
     write_parquet(str(tmp_path / "few" / "part.parquet"), {c: small.column(c) for c in small.column_names})
     args[args.index("--queries") + 1] = str(tmp_path / "few")
-    _run(args, capsys)
-    write_parquet(str(private / "part.parquet"), {c: table.column(c).slice(0, ROWS - 1) for c in table.column_names})
+    first = _run(args, capsys)
+    assert "released_model" not in first  # m_o not reached: A_SSPP has not run
+    return private, table
+
+
+def _refused_before_the_switch(tmp_path, data, capsys, cluster, needle: str) -> None:
     before = (tmp_path / "state" / "session.json").read_text()
     code = main(["answer", "--state", str(tmp_path / "state"), "--queries", str(data / "second"),
-                 "--cluster", thread_cluster_yaml])
+                 "--cluster", cluster])
     _, err = capsys.readouterr()
-    assert code != 0 and "the session was trained on 400000" in err, err
+    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    assert code != 0 and len(lines) == 1 and needle in lines[0], err
     assert (tmp_path / "state" / "session.json").read_text() == before
+    assert not (tmp_path / "log" / RELEASED_MODEL_FILE).exists()
+
+
+def test_a_changed_private_dataset_is_refused_before_the_switch(data, tmp_path, capsys, thread_cluster_yaml) -> None:
+    """The session is trained; the private data later loses rows: A_SSPP would run on other data."""
+    private, table = _trained_before_the_switch(data, tmp_path, capsys, thread_cluster_yaml)
+    write_parquet(str(private / "part.parquet"), {c: table.column(c).slice(0, ROWS - 1) for c in table.column_names})
+    _refused_before_the_switch(tmp_path, data, capsys, thread_cluster_yaml, "the session was trained on 400000")
+
+
+def test_changed_contents_with_the_same_row_count_are_refused(data, tmp_path, capsys, thread_cluster_yaml) -> None:
+    """Same rows, one label flipped: the content fingerprint (the ledger's SHA-256 hashes) differs."""
+    private, table = _trained_before_the_switch(data, tmp_path, capsys, thread_cluster_yaml)
+    state = json.loads((tmp_path / "state" / "session.json").read_text())
+    assert state["private_fingerprint"].startswith("sha256:")  # private state only, never in the log
+    assert state["private_fingerprint"].encode() not in b"".join(p.read_bytes() for p in (tmp_path / "log").iterdir())
+    labels = table.column("label").to_numpy().copy()
+    labels[0] ^= 1
+    columns = {c: table.column(c) for c in table.column_names}
+    write_parquet(str(private / "part.parquet"), {**columns, "label": labels})
+    _refused_before_the_switch(tmp_path, data, capsys, thread_cluster_yaml, "its contents changed since the session")
+
+
+def test_more_sampled_rows_than_rows_is_refused() -> None:
+    """Universal mode runs A_AgPrivCl at eps / 2: eps / 2 > 56 can make n' > n; one line naming --epsilon."""
+    with pytest.raises(PcqrError, match="--epsilon too large"):
+        UniversalParameters.algorithm4(120.0, 1e-6, ALPHA, 0.05, 10_000, 1000, vc=1)

@@ -23,11 +23,31 @@ tasks carry no randomness, so Dask re-running one changes nothing; all draws
 happen once, in the driver, from the noise source; no score, noisy or not,
 is released.
 
-Error bound of step 2: level weights are computed in 60-digit decimal
-arithmetic relative to the best level, levels whose total weight is below
-2^-160 of the best are dropped, and the uniform is a 192-bit fraction: the
-sampled distribution is within total variation 2^-140 of the exact EM
-(negligible next to any delta; stated in docs/privacy.md).
+Sampler error, and its delta (:func:`total_variation`, :func:`sampler_delta`). Step 2
+is exact up to three approximations; measured in units of the best candidate's weight
+(1, so the whole weight W >= 1), with the scores counted on ``rows`` rows (levels are
+mistake counts 0..rows, so at most ``rows`` levels besides the best):
+
+(a) the driver drops every level whose whole weight N_j e^{-eps (j - best)/2} is below
+    2^-160 (a float test: below 2^-159 with its rounding): at most ``rows`` levels,
+    less than rows * 2^-159 of mass;
+(b) a shard leaves out levels more than 311/eps mistakes above its own best (so above
+    the global best): each such candidate weighs below e^-155.5 = 2^-224.3 and there are
+    at most MAX_CANDIDATES = 2^64 of them (:func:`select_hypothesis` refuses more):
+    less than 2^-160;
+(c) the kept levels' weights are held as integers floor(weight 2^400), computed in
+    80-digit decimals (relative error below 2^-239; every kept weight is at least
+    2^240), and the level is drawn exactly from these integers (:func:`uniform_below`):
+    total variation below 2^-237 from the exact restriction.
+
+The candidate within the level is exactly uniform over those the shards reported. The
+output is therefore within total variation TV(rows) = (rows + 2) 2^-159 of the exact EM
+(the EM restricted to a set A is within TV EM(not A) of the EM). A mechanism within TV
+tau of an eps-DP one is (eps, (1 + e^eps) tau)-DP: P[M'(S) in E] <= P[M(S) in E] + tau
+<= e^eps P[M(S') in E] + tau <= e^eps P[M'(S') in E] + (1 + e^eps) tau. So a pure eps
+claim for this sampler is (eps, delta_EM) with delta_EM = (1 + e^eps) TV(rows),
+:func:`sampler_delta`; every certificate that uses it adds that term to its
+``delta_sampler`` (A_Relabel inside A_AgPrivCl, A_SSPP, A_UnvPrivCl).
 """
 from __future__ import annotations
 
@@ -38,13 +58,36 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from pipeline.errors import PcqrError
 from pipeline.noise import NoiseSource, uniform_below
 
 Histogram = Mapping[int, int]
-_DIGITS = 60
-_UNIFORM_BITS = 192
+MAX_CANDIDATES = 1 << 64  # (b) of the module docstring assumes at most this many candidates
+_DIGITS = 80
+_WEIGHT_BITS = 400
 _DROP_BELOW_LOG2 = -160
 _NEGLIGIBLE_SPAN = 311.0  # (2 / eps) * (160 + 64) ln 2 mistakes, times eps
+_ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
+
+
+def total_variation(rows: int) -> float:
+    """TV(rows) = (rows + 2) 2^-159: the sampler's total variation distance from the exact EM
+    when the scores are mistake counts on ``rows`` rows (module docstring, (a)-(c))."""
+    return math.ldexp(max(int(rows), 0) + 2, -159)
+
+
+def round_up(value: float) -> float:
+    """``value`` enlarged past the float rounding of the few operations that computed it
+    (at most 2^-53 relative each): what a certificate reports, never rounded in its favour."""
+    return value * _ROUND_UP
+
+
+def sampler_delta(epsilon: float, rows: int) -> float:
+    """delta_EM = (1 + e^epsilon) TV(rows), rounded up: the delta a certificate adds for one run
+    of this sampler inside an ``epsilon``-DP mechanism (capped at 1, where it says nothing)."""
+    if epsilon > 700:  # e^epsilon overflows; (1 + e^700) 2^-159 is far above 1
+        return 1.0
+    return min(1.0, round_up((1 + math.exp(epsilon)) * total_variation(rows)))
 
 
 @dataclass(frozen=True)
@@ -76,28 +119,37 @@ def pick_in_shard(mistakes: np.ndarray, level: int, rank: int) -> int:
     return int(np.flatnonzero(np.asarray(mistakes) == level)[rank])
 
 
-def sample_level(totals: Histogram, epsilon: float, noise: NoiseSource) -> int:
-    """Draw a mistake level j with probability proportional to N_j exp(-epsilon j / 2)."""
-    if not totals:
-        raise ValueError("the exponential mechanism needs at least one candidate")
+def level_weights(totals: Histogram, epsilon: float) -> tuple[list[int], list[int]]:
+    """The kept levels, in order, and their weights as integers floor(N_j e^{-eps (j - best)/2} 2^400).
+
+    A level is kept when its whole weight is at least 2^-160 of the best candidate's
+    ((a) of the module docstring); the weights are correct to a relative 2^-239 ((c)).
+    """
     best = min(totals)
-    # keep levels whose whole weight N_j q^(j - best) can matter (>= 2^-160 of level `best`)
     kept = [
         j for j in sorted(totals)
         if math.log2(totals[j]) - epsilon * (j - best) / (2 * math.log(2)) >= _DROP_BELOW_LOG2
     ]
     with localcontext() as ctx:
         ctx.prec = _DIGITS
-        q = (Decimal(-epsilon) / 2).exp()
-        weights = [Decimal(totals[j]) * q ** (j - best) for j in kept]
-        total = sum(weights, Decimal(0))
-        u = Decimal(uniform_below(noise, 1 << _UNIFORM_BITS)) / Decimal(1 << _UNIFORM_BITS) * total
-        running = Decimal(0)
-        for j, weight in zip(kept, weights):
-            running += weight
-            if u < running:
-                return j
-    return kept[-1]
+        half = Decimal(epsilon) / 2
+        scale = Decimal(1 << _WEIGHT_BITS)
+        weights = [int(Decimal(totals[j]) * (-(half * (j - best))).exp() * scale) for j in kept]
+    return kept, weights
+
+
+def sample_level(totals: Histogram, epsilon: float, noise: NoiseSource) -> int:
+    """Draw a mistake level j with probability proportional to N_j exp(-epsilon j / 2)
+    (exactly proportional to the integer weights of :func:`level_weights`)."""
+    if not totals:
+        raise ValueError("the exponential mechanism needs at least one candidate")
+    kept, weights = level_weights(totals, epsilon)
+    u = uniform_below(noise, sum(weights))
+    for j, weight in zip(kept, weights):
+        if u < weight:
+            return j
+        u -= weight
+    raise AssertionError("unreachable: u is below the sum of the weights")
 
 
 def choose(histograms: Sequence[Histogram], epsilon: float, noise: NoiseSource) -> Choice:
@@ -122,6 +174,15 @@ def choose(histograms: Sequence[Histogram], epsilon: float, noise: NoiseSource) 
             return Choice(shard, level, rank)
         rank -= count
     raise AssertionError("unreachable: the ranks of a level cover its shards")
+
+
+def check_candidates(count: int) -> None:
+    """Refuse more than MAX_CANDIDATES candidates, beyond which :func:`total_variation` is not proven."""
+    if count > MAX_CANDIDATES:
+        raise PcqrError(
+            f"the exponential mechanism has {count} candidates, above the {MAX_CANDIDATES} its sampler's "
+            "error bound covers: use fewer points"
+        )
 
 
 def exponential_mechanism(
@@ -179,6 +240,7 @@ def select_hypothesis(
     """
     parts = data if isinstance(data, list) else [data]
     shards = client.submit(enumeration_shards, enumeration, shard_size, pure=False).result()
+    check_candidates(sum(s.stop - s.start for s in shards))
     mistakes = []
     for s in shards:
         partial = [client.submit(_shard_mistakes, enumeration, s, part, pure=False) for part in parts]

@@ -54,6 +54,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import round_up
 from pipeline.noise import NoiseSource
 from pipeline.privacy import check_epsilon_delta, check_fraction, composition_guarantee
 
@@ -122,14 +123,18 @@ class PMWParameters:
         return params
 
     def guarantee(self) -> tuple[float, float]:
-        """(eps, delta) of the run: c AboveThreshold instances plus c releases (module docstring)."""
+        """(eps, delta) of the run: c AboveThreshold instances plus c releases (module docstring).
+
+        eps is rounded up past its float rounding; delta is a sum of the exact halves delta / 2
+        (or 0). No other term: the noise is exact discrete Laplace (OpenDP) and the tests are
+        exact integer comparisons, so there is no sampler error or dropped tail to count."""
         e_sparse, d_sparse = composition_guarantee(2 / self.sparse_scale, self.updates, self.delta)
         e_release, d_release = composition_guarantee(1 / self.release_scale, self.updates, self.delta)
-        return e_sparse + e_release, d_sparse + d_release
+        return round_up(e_sparse + e_release), d_sparse + d_release
 
     def certify(self) -> None:
         eps, delta = self.guarantee()
-        if eps > self.epsilon * (1 + 1e-12) or delta > self.delta:
+        if eps > self.epsilon or delta > self.delta:
             raise PcqrError(f"PMW's composition only certifies ({eps:.4g}, {delta:.3g}); refusing the run")
 
     def accuracy(self) -> dict[str, Any]:

@@ -17,19 +17,29 @@ Privacy: the chain of Lemma 3.4 (Lemma 8 of papers/000), each link computed for
 the actual run by :meth:`AgnosticParameters.privacy_chain`:
 
 1. A_SubSamp on S_hat is (e1, d1)-DP with (e1, d1) <= (eps_hat, delta_hat): the
-   sparse-vector composition bound of :mod:`pipeline.privacy` for its lambda, T.
+   sparse-vector composition bound of :mod:`pipeline.privacy` for its lambda, T,
+   d1 its delta terms (composition, stability, sampler).
 2. Resampling: one record of S'' appears r times in S_hat, r ~ Bin(n', 1/n').
-   With R = floor(log(2/delta)), P(r > R) is computed exactly (the paper's
-   Chernoff bound says <= delta/2). Group privacy over R copies:
-   (e2, d2) = (R e1, R e^(R e1) d1 + P(r > R)) in S''.
+   With R = floor(log(2/delta)), P(r > R) is bounded from above (summed exactly,
+   :func:`binomial_upper_tail`; the paper's Chernoff bound says <= delta/2). Group
+   privacy over R copies: (e2, d2) = (R e1, R e^(R e1) d1 + P(r > R)) in S''.
 3. Lemma 3.1 (BNS15 Lemma 4.1): an algorithm that is (1, d2)-DP on the
    relabelled data is (4, 4 e d2)-DP on S' once A_Relabel (EM with eps~ = 1) is
-   put in front; it needs e2 <= 1.
+   put in front; it needs e2 <= 1. The lemma is about the exact EM; ours is
+   within total variation TV(n') of it (:func:`pipeline.mechanisms.exponential.total_variation`,
+   the scores are mistake counts on the n' rows of S'), and so is the whole
+   composition A(Relabel(.)) (post-processing cannot increase TV). A mechanism
+   within TV tau of a (4, d)-DP one is (4, d + (1 + e^4) tau)-DP, so this link is
+   (4, 4 e d2 + (1 + e^4) TV(n')); the added term is reported in delta_sampler.
 4. Amplification by subsampling without replacement (n' of n rows; Balle,
    Barthe, Gaboardi 2018 Thm 9 for substitution neighbours; [KLN+08, LQS12]):
-   (log(1 + (n'/n)(e^4 - 1)), (n'/n) 4 e d2).
+   (log(1 + (n'/n)(e^4 - 1)), (n'/n) d3). It needs n' <= n: eps > 56 can give
+   n' > n, which is refused.
 
-The run is refused when the chain does not end within (eps, delta).
+Each link's delta is linear in the earlier one, so the chain carries the delta term
+by term (composition, stability, sampler, resampling), each multiplied by the links'
+factors; every product and sum is rounded up (:func:`pipeline.mechanisms.exponential.round_up`).
+The run is refused when the chain does not end within (eps, delta), by any amount.
 """
 from __future__ import annotations
 
@@ -40,22 +50,50 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import round_up, sampler_delta
 from pipeline.privacy import SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max
 
 RELABEL_EPSILON = 1.0  # eps~ of Algorithm 2, fixed by the paper
 
 
 def binomial_upper_tail(trials: int, p: float, above: int) -> float:
-    """P(X > above) for X ~ Bin(trials, p), summed in log space (exact up to float rounding)."""
+    """An upper bound on P(X > above) for X ~ Bin(trials, p) with trials p <= 1, tight to ~1e-9.
+
+    The first 200 terms are summed in log space; the rest, whose consecutive ratios are
+    at most trials p / ((i + 1)(1 - p)) < 1/2 there, are at most the last summed term.
+    The sum is enlarged by 1e-9 relative for the rounding of lgamma, log and exp.
+    """
     if above >= trials:
         return 0.0
+    last = min(trials, above + 200)
     log_terms = [
         math.lgamma(trials + 1) - math.lgamma(i + 1) - math.lgamma(trials - i + 1)
         + i * math.log(p) + (trials - i) * math.log1p(-p)
-        for i in range(above + 1, min(trials, above + 200) + 1)
+        for i in range(above + 1, last + 1)
     ]
+    if last < trials:
+        log_terms.append(log_terms[-1])  # the omitted tail, at most the last term
     peak = max(log_terms)
-    return float(min(1.0, math.exp(peak) * sum(math.exp(t - peak) for t in log_terms)))
+    return float(min(1.0, math.exp(peak) * sum(math.exp(t - peak) for t in log_terms) * (1 + 1e-9)))
+
+
+#: The delta terms an A_AgPrivCl certificate reports (DeltaTerms' three and the resampling tail).
+DELTA_TERMS = ("composition", "stability", "sampler", "resampling")
+
+
+def delta_certificate(epsilon: float, terms: dict[str, float]) -> dict[str, float]:
+    """The summary's privacy keys for a chain's last link: proven_epsilon, each delta_<term>
+    and proven_delta (their sum, rounded up)."""
+    return {"proven_epsilon": epsilon, **{f"delta_{k}": terms[k] for k in DELTA_TERMS},
+            "proven_delta": _total(terms)}
+
+
+def _total(terms: dict[str, float]) -> float:
+    return round_up(math.fsum(terms.values()))
+
+
+def _scaled(terms: dict[str, float], factor: float) -> dict[str, float]:
+    return {k: round_up(v * factor) for k, v in terms.items()}
 
 
 @dataclass(frozen=True)
@@ -95,6 +133,12 @@ class AgnosticParameters:
         check_queries_max(queries_max)
         m, log2d = queries_max, math.log(2 / delta)
         sample_rows = math.floor(epsilon * rows / 56)
+        if sample_rows > rows:
+            raise PcqrError(
+                f"--epsilon too large: A_AgPrivCl at eps = {epsilon:g} samples n' = floor(eps n / 56) = "
+                f"{sample_rows} of n = {rows} rows; n' <= n needs its eps <= 56 (universal mode runs it at "
+                "--epsilon / 2)"
+            )
         if sample_rows < 1:
             raise PcqrError(
                 f"agnostic mode samples n' = eps n / 56 = {epsilon * rows / 56:.3g} rows: "
@@ -113,31 +157,46 @@ class AgnosticParameters:
             eps_prime, eps_star, eps_hat, delta_hat, subsamp,
         )
         eps_final, delta_final = params.privacy_chain()[-1][1:]
-        if eps_final > epsilon * (1 + 1e-12) or delta_final > delta:
+        if eps_final > epsilon or delta_final > delta:
             raise PcqrError(
                 f"--epsilon {epsilon} --delta {delta}: Algorithm 3's chain only certifies "
                 f"({eps_final:.4g}, {delta_final:.3g})-DP for n = {rows}; see docs/privacy.md"
             )
         return params
 
-    def privacy_chain(self) -> list[tuple[str, float, float]]:
-        """(step, eps, delta) for each link of Lemma 3.4's argument, for this run."""
-        e1, d1 = self.subsamp.guarantee()
+    def links(self) -> list[tuple[str, float, dict[str, float]]]:
+        """(step, eps, delta terms) for each link of Lemma 3.4's argument, for this run."""
+        e1, terms = self.subsamp.guarantee()[0], asdict(self.subsamp.delta_terms())
+        terms1 = {**terms, "resampling": 0.0}
         repeats = math.floor(math.log(2 / self.delta))
         tail = binomial_upper_tail(self.sample_rows, 1 / self.sample_rows, repeats)
-        e2 = repeats * e1
-        d2 = repeats * math.exp(e2) * d1 + tail
+        e2 = round_up(repeats * e1)
         if e2 > 1:
             raise PcqrError(f"agnostic mode: group privacy over {repeats} repeats gives eps {e2:.3g} > 1")
-        e3, d3 = 4.0, 4 * math.e * d2
+        terms2 = _scaled(terms1, repeats * math.exp(e2))
+        terms2["resampling"] = round_up(terms2["resampling"] + tail)
+        e3 = 4.0
+        terms3 = _scaled(terms2, 4 * math.e)
+        relabel_em = sampler_delta(e3, self.sample_rows)
+        terms3["sampler"] = round_up(terms3["sampler"] + relabel_em)
         rate = self.sample_rows / self.rows
-        e4, d4 = math.log1p(rate * math.expm1(e3)), rate * d3
+        e4, terms4 = round_up(math.log1p(rate * math.expm1(e3))), _scaled(terms3, rate)
         return [
-            ("A_SubSamp on S_hat (sparse-vector composition)", e1, d1),
-            (f"resampling: group privacy over r <= {repeats} repeats, P(r > {repeats}) = {tail:.3g}", e2, d2),
-            ("A_Relabel in front (Lemma 3.1: (1, d) -> (4, 4 e d))", e3, d3),
-            (f"subsampling n'/n = {rate:.4g} without replacement (amplification)", e4, d4),
+            ("A_SubSamp on S_hat (sparse-vector composition)", e1, terms1),
+            (f"resampling: group privacy over r <= {repeats} repeats, P(r > {repeats}) <= {tail:.3g}", e2, terms2),
+            (f"A_Relabel in front (Lemma 3.1: (1, d) -> (4, 4 e d)), plus (1 + e^4) TV = {relabel_em:.3g} "
+             "for its sampled EM", e3, terms3),
+            (f"subsampling n'/n = {rate:.4g} without replacement (amplification)", e4, terms4),
         ]
+
+    def privacy_chain(self) -> list[tuple[str, float, float]]:
+        """(step, eps, delta) for each link of Lemma 3.4's argument, for this run."""
+        return [(step, eps, _total(terms)) for step, eps, terms in self.links()]
+
+    def certificate(self) -> dict[str, float]:
+        """The whole run's proven_epsilon, each delta term and proven_delta (the chain's last link)."""
+        _, eps, terms = self.links()[-1]
+        return delta_certificate(eps, terms)
 
     def summary(self) -> dict[str, Any]:
         """Every derived parameter, for the job summary."""

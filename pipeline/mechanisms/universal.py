@@ -14,10 +14,19 @@ on the same private S; basic composition (Dwork-Roth Thm 3.16, which holds for
 adaptively chosen mechanisms, so T_pub may depend on earlier answers) gives
 (2 eps, delta), while Theorem 4.1 states (eps, delta) without an argument for the
 sum. We split the budget: A_AgPrivCl runs at (eps/2, delta) -- its Lemma 3.4 chain,
-computed per run, must end within (eps/2, delta) -- and A_SSPP at eps/2 (pure,
-Lemma 3.2 of papers/004). The whole run is (eps_chain + eps/2, delta_chain) <=
-(eps, delta). The switch happens after a fixed, public number of queries m_o, so
-when it happens reveals nothing; T_pub holds only public query features.
+computed per run, must end within (eps/2, delta) -- and A_SSPP at eps/2 (Lemma 3.2 of
+papers/004: pure eps/2-DP for the exact EM; our sampled EM on the n private rows is
+(eps/2, delta_EM)-DP with delta_EM = (1 + e^(eps/2)) TV(n),
+:func:`pipeline.mechanisms.exponential.sampler_delta`). The whole run is
+(eps_chain + eps/2, delta_chain + delta_EM), added to ``delta_sampler``, and is refused
+unless that is within (eps, delta), by any amount. The switch happens after a fixed,
+public number of queries m_o, so when it happens reveals nothing; T_pub holds only
+public query features.
+
+Before A_SSPP reads the private data again, the data must be the data the session was
+trained on: :func:`check_private_fingerprint` compares the content fingerprint recorded
+at training (the ledger's per-file SHA-256 hashes, computed on the workers) with the
+data's current one.
 """
 from __future__ import annotations
 
@@ -31,7 +40,8 @@ import pyarrow.parquet as pq
 from pipeline.data import Dataset, feature_matrix
 from pipeline.errors import PcqrError
 from pipeline.log import batch_files
-from pipeline.mechanisms.relabel import AgnosticParameters
+from pipeline.mechanisms.exponential import round_up, sampler_delta
+from pipeline.mechanisms.relabel import AgnosticParameters, delta_certificate
 from pipeline.noise import NoiseSource
 from pipeline.privacy import check_epsilon_delta, check_fraction, check_queries_max
 
@@ -82,29 +92,48 @@ class UniversalParameters:
         agnostic = AgnosticParameters.algorithm3(
             epsilon / 2, delta, alpha, beta, first, rows, subsamples, threshold
         )
-        return cls(epsilon, delta, alpha, beta, vc, queries_max, m_o, first, epsilon / 2, agnostic)
+        params = cls(epsilon, delta, alpha, beta, vc, queries_max, m_o, first, epsilon / 2, agnostic)
+        eps, total = params.guarantee()
+        if eps > epsilon or total > delta:
+            raise PcqrError(
+                f"--epsilon {epsilon} --delta {delta}: Algorithm 4 (A_AgPrivCl chain plus A_SSPP) only "
+                f"certifies ({eps:.4g}, {total:.3g})-DP for n = {rows}; see docs/privacy.md"
+            )
+        return params
 
     @property
     def switches(self) -> bool:
         """Whether step 3 runs: m' = m_o (otherwise the session is A_AgPrivCl for m queries)."""
         return self.first_queries == self.public_queries
 
+    def certificate(self) -> dict[str, float]:
+        """proven_epsilon, each delta term and proven_delta of the whole run: the A_AgPrivCl
+        chain's, plus A_SSPP's eps / 2 and its sampler's delta_EM (basic composition)."""
+        _, eps, terms = self.agnostic.links()[-1]
+        if self.switches:
+            eps = round_up(eps + self.sspp_epsilon)
+            terms = {**terms, "sampler": round_up(terms["sampler"] + self.sspp_delta())}
+        return delta_certificate(eps, terms)
+
+    def sspp_delta(self) -> float:
+        """delta_EM of A_SSPP's sampled exponential mechanism at eps / 2 on the n private rows."""
+        return sampler_delta(self.sspp_epsilon, self.agnostic.rows)
+
     def guarantee(self) -> tuple[float, float]:
-        """The whole run's (eps, delta): the A_AgPrivCl chain plus A_SSPP's eps (basic composition)."""
-        _, eps, delta = self.agnostic.privacy_chain()[-1]
-        return eps + (self.sspp_epsilon if self.switches else 0.0), delta
+        """The whole run's (eps, delta) (:meth:`certificate`)."""
+        certificate = self.certificate()
+        return certificate["proven_epsilon"], certificate["proven_delta"]
 
     def summary(self) -> dict[str, Any]:
-        eps, delta = self.guarantee()
         return {
             "public_queries": self.public_queries,
             "first_queries": self.first_queries,
             "switches": self.switches,
             "agprivcl_epsilon": self.epsilon / 2,
             "sspp_epsilon": self.sspp_epsilon if self.switches else 0.0,
-            "composition": "basic: A_AgPrivCl chain + A_SSPP (pure)",
-            "proven_epsilon": eps,
-            "proven_delta": delta,
+            "sspp_delta_sampler": self.sspp_delta() if self.switches else 0.0,
+            "composition": "basic: A_AgPrivCl chain + A_SSPP (sampled EM: eps / 2, delta_EM)",
+            **self.certificate(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +171,28 @@ def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
             "as its public sample (is a batch file missing?)"
         )
     return np.concatenate(pieces)
+
+
+def private_fingerprint(client: Any, private: Dataset) -> str:
+    """The private dataset's content fingerprint: the ledger's identity (SHA-256 of each file's
+    bytes, hashed on the workers, combined), computed afresh (no cache). Private: it is kept in
+    the session's private state, never in public output."""
+    from pipeline.ledger import dataset_identity
+
+    return dataset_identity(private.files, client)
+
+
+def check_private_fingerprint(client: Any, private: Dataset, recorded: str | None) -> None:
+    """Refuse (one line) a private dataset whose contents are not those the session was trained on:
+    A_SSPP's guarantee is about the same S as A_AgPrivCl's."""
+    if recorded is None:
+        raise PcqrError("this session's state predates universal mode's fingerprint of the private data; "
+                        "start a new session")
+    if private_fingerprint(client, private) != recorded:
+        raise PcqrError(
+            f"{private.uri}: its contents changed since the session was trained (content fingerprint); "
+            "A_SSPP must run on the same private dataset"
+        )
 
 
 def release_classifier(
