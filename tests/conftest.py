@@ -13,6 +13,28 @@ from distributed import Client
 # A false-failure rate fixed for every statistical test in the suite.
 P_FAIL = 1e-6
 
+# Certifiable A_SubSamp settings for tests (issue 10: w is a privacy parameter, so no test passes
+# --threshold; pcqr takes the smallest certifiable w). Both certificates are true; their eps is
+# meaningless as privacy, which is fine for tests of mechanics.
+#
+# MECHANICS: k = 50 models answer almost every unanimous query (lambda 0.70, w 14, a unanimous
+# query abstains with probability 3e-4, proven (57.4, 9.7e-4)); abstentions are the queries near
+# the concept's boundary. For the ledger, the CLI, replay and the cluster.
+MECHANICS = {"epsilon": 100.0, "delta": 1e-3, "cutoff": 20, "subsamples": 50}
+# DENSE_BOTTOMS: T = 400 and about half of all queries abstain (lambda 12.5, w 330, k = 660 = 2w:
+# a unanimous query abstains with probability 0.50; proven (23.6, 1.0e-3)). For crash tests,
+# where abstentions must come often and at random.
+DENSE_BOTTOMS = {"epsilon": 25.0, "delta": 1e-3, "cutoff": 400, "subsamples": 660}
+
+
+def privacy_options(setting: dict[str, float]) -> list[str]:
+    """A setting above as command-line options: ``--epsilon 100 --delta 0.001 ...``."""
+    return [arg for key, value in setting.items() for arg in (f"--{key}", f"{value:g}")]
+
+
+MECHANICS_PRIVACY = privacy_options(MECHANICS)
+DENSE_BOTTOMS_PRIVACY = privacy_options(DENSE_BOTTOMS)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def test_ledger(tmp_path_factory) -> Iterator[str]:

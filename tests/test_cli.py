@@ -11,10 +11,13 @@ import pytest
 
 from jobs.cli import main
 from pipeline.log import PROVENANCE_KEY
-from tests.conftest import threshold_data, write_parquet
+from pipeline.privacy import SubSampParameters
+from tests.conftest import MECHANICS, MECHANICS_PRIVACY, threshold_data, write_parquet
 
-PARAMS = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "20", "--queries-max", "100000",
-          "--subsamples", "50", "--threshold", "10"]
+PARAMS = [*MECHANICS_PRIVACY, "--queries-max", "100000"]
+# no --threshold: the session takes the smallest certifiable w
+SESSION = SubSampParameters.paper(MECHANICS["epsilon"], MECHANICS["delta"], int(MECHANICS["cutoff"]), 100_000, 0.05,
+                                  subsamples=int(MECHANICS["subsamples"]))
 
 
 @pytest.fixture
@@ -64,8 +67,9 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
                 "subsamples", "threshold", "accuracy"):
         assert key in first
     assert first["answered"] + first["abstained"] + first["refused"] == 2000
-    assert first["subsamples"] == 50 and first["threshold"] == 10 and first["privacy"] == "private"
-    assert first["accuracy"] > 0.95
+    assert first["subsamples"] == 50 and first["threshold"] == SESSION.threshold and first["privacy"] == "private"
+    assert first["proven_epsilon"] <= MECHANICS["epsilon"] and first["proven_delta"] <= MECHANICS["delta"]
+    assert first["accuracy"] > 0.95 and first["answered"] > 1900  # w certifiable and still answering
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
     sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
     assert sizes == [300, 300, 100, 300, 300, 100, 300, 300]
@@ -110,8 +114,9 @@ def test_spec_runs_the_same_job(data, capsys, thread_cluster_yaml, tmp_path) -> 
     spec = tmp_path / "job.yaml"
     spec.write_text(
         f"job: answer\nprivate: {data / 'private'}\nqueries: {data / 'queries'}\nstate: {data / 'state'}\n"
-        f"log: {data / 'log'}\nepsilon: 4\ndelta: 1.0e-6\ncutoff: 20\nqueries_max: 100000\n"
-        f"subsamples: 50\nthreshold: 10\ncluster: {thread_cluster_yaml}\n"
+        f"log: {data / 'log'}\nepsilon: {MECHANICS['epsilon']}\ndelta: {MECHANICS['delta']}\n"
+        f"cutoff: {MECHANICS['cutoff']}\nqueries_max: 100000\nsubsamples: {MECHANICS['subsamples']}\n"
+        f"cluster: {thread_cluster_yaml}\n"
     )
     code, out, err = run(capsys, "run", str(spec), "--json")
     assert code == 0, err
