@@ -21,9 +21,13 @@ from jobs.cli import main
 from pipeline.answered import AnsweredIndex, row_keys
 from pipeline.ledger import Ledger, dataset_identity
 from pipeline.data import open_dataset
-from tests.conftest import threshold_data, write_parquet
+from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
 
-PARAMS = ["--epsilon", "1", "--delta", "1e-6", "--cutoff", "20", "--subsamples", "50", "--threshold", "10"]
+PARAMS = MECHANICS_PRIVACY  # (100, 1e-3) asked; w the smallest certifiable
+# A session that halts within a few dozen queries and answers some first: eps 4, delta 1e-6, T 3
+# (lambda 9.3, w 271.5); k = 700 > 2w, so a unanimous query abstains with probability 0.010 and
+# answers none of the first 4 instances with probability about 1e-8.
+HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "3", "--subsamples", "700"]
 
 
 @pytest.fixture
@@ -62,20 +66,22 @@ def _no_private_reads(monkeypatch) -> None:
 def test_jobs_charge_and_are_refused_past_the_budget(data, capsys, thread_cluster_yaml, tmp_path, monkeypatch) -> None:
     ledger = str(tmp_path / "ledger.sqlite")
     common = ["--cluster", thread_cluster_yaml, "--ledger", ledger, "--json"]
-    code, _, err = _run(capsys, "budget", "set", str(data / "private"), "--epsilon", "2.5", "--delta", "1e-5",
+    code, _, err = _run(capsys, "budget", "set", str(data / "private"), "--epsilon", "101.5", "--delta", "1e-2",
                         "--ledger", ledger)
     assert code == 0, err
     code, out, err = _run(capsys, "train", "--private", str(data / "private"), "--state", str(tmp_path / "s1"),
                           *PARAMS, *common)
     assert code == 0, err
-    assert "charged (1, 1e-06)" in json.loads(out.strip().splitlines()[-1])["ledger"]
+    assert "charged (100, 0.001)" in json.loads(out.strip().splitlines()[-1])["ledger"]
     code, _, err = _run(capsys, "learn", "--private", str(data / "private"), "--public", str(data / "public"),
                         "--hypothesis", "threshold", "--features", "x0", "--epsilon", "1",
                         "--out", str(tmp_path / "m.json"), *common)
     assert code == 0, err
-    assert [(c["job"], c["epsilon"], c["delta"]) for c in _charges(ledger, data / "private")] == [
-        ("train", 1.0, 1e-6), ("learn", 1.0, 0.0)]
-    # (2, 1e-6) spent of (2.5, 1e-5): every further job asking eps 1 is refused before reading a row
+    train, learn = _charges(ledger, data / "private")
+    assert (train["job"], train["epsilon"], train["delta"]) == ("train", 100.0, 1e-3)
+    # A_SSPP is (1, d)-DP with d the exponential mechanism's dropped-levels term (below 2^-140)
+    assert (learn["job"], learn["epsilon"]) == ("learn", 1.0) and 0 <= learn["delta"] < 2.0**-140
+    # (101, 1e-3) spent of (101.5, 1e-2): every further job asking eps >= 1 is refused before reading a row
     _no_private_reads(monkeypatch)
     attempts = [
         ("train", "--private", str(data / "private"), "--state", str(tmp_path / "s2"), *PARAMS),
@@ -131,8 +137,8 @@ def test_row_keys_and_index() -> None:
 
 def test_repeated_queries_get_the_logged_answer_for_free(data, capsys, thread_cluster_yaml, tmp_path) -> None:
     args = ["answer", "--private", str(data / "private"), "--state", str(tmp_path / "st"), "--queries",
-            str(data / "queries"), "--log", str(tmp_path / "log"), "--epsilon", "4", "--cutoff", "3",
-            "--subsamples", "50", "--threshold", "10", "--cluster", thread_cluster_yaml, "--json"]
+            str(data / "queries"), "--log", str(tmp_path / "log"), *HALTING, "--cluster", thread_cluster_yaml,
+            "--json"]
     code, out, err = _run(capsys, *args)
     assert code == 0, err
     first = json.loads(out.strip().splitlines()[-1])
