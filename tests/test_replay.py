@@ -19,9 +19,16 @@ from jobs.replay import command
 from pipeline.errors import PcqrError
 from pipeline.log import PROVENANCE_KEY, batch_files, batch_path, sha256
 from pipeline.replay import ANSWER_COLUMNS, verify_log
+from tests.conftest import MECHANICS, privacy_options
 
 BATCHES, QUERIES = 6, 3000
-PRIVACY = ["--epsilon", "4", "--subsamples", "400", "--seed", "3", "--insecure-seed"]
+SEEDED = ["--seed", "3", "--insecure-seed"]
+# The logged session answers, abstains and halts within the 3000 queries: MECHANICS with k = 36,
+# just above 2w = 28, so a unanimous query abstains with probability 0.043 and T = 20 is spent early.
+PRIVACY = [*privacy_options({**MECHANICS, "subsamples": 36}), *SEEDED]
+# The other session: k = 50 and a --threshold above the smallest certifiable (14), which it accepts.
+OTHER_THRESHOLD = 20
+OTHER = [*privacy_options(MECHANICS), "--threshold", str(OTHER_THRESHOLD), *SEEDED]
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +43,11 @@ def logged(tmp_path_factory) -> dict:
     assert main(["generate", "--kind", "realizable", "--rows", "20000", "--features", "3", "--queries",
                  str(QUERIES), "--seed", "1", "--out", str(data), "--cluster", str(cluster)]) == 0
     code = main(["answer", "--private", str(data / "private"), "--queries", str(data / "queries"),
-                 "--state", str(root / "state"), "--log", str(root / "log"), "--threshold", "40",
+                 "--state", str(root / "state"), "--log", str(root / "log"),
                  *PRIVACY, "--batch-size", "500", "--cluster", str(cluster)])
     assert code == 0
     code = main(["train", "--private", str(data / "private"), "--state", str(root / "other"),
-                 "--threshold", "120", *PRIVACY, "--cluster", str(cluster)])
+                 *OTHER, "--cluster", str(cluster)])
     assert code == 0
     with open(root / "state" / "session.json", encoding="utf-8") as handle:
         last_hash = json.load(handle)["last_hash"]
@@ -241,7 +248,7 @@ def test_into_another_session_reports_agreement_and_grows_its_log(logged, tmp_pa
     assert summary["verified"] is True and summary["into_log_verified"] is True
     files = batch_files(other_log)
     assert len(files) == summary["into_batches"] > 0  # the other session's log grew from nothing
-    assert summary["into_summary"]["threshold"] == 120 and summary["into_summary"]["budget_used"] > 0
+    assert summary["into_summary"]["threshold"] == OTHER_THRESHOLD and summary["into_summary"]["budget_used"] > 0
     mine, theirs = log_columns(logged["log"]), log_columns(other_log)
     assert theirs.column("query_id").equals(mine.column("query_id"))  # the same queries, in order
     assert summary["statuses"]["into"] == {s: theirs.column("status").to_pylist().count(s)
@@ -281,7 +288,7 @@ def test_universal_log_checks_its_released_model(tmp_path, capsys, thread_cluste
     log = str(tmp_path / "log")
     assert main(["answer", "--mode", "universal", "--hypothesis", "threshold", "--private", str(data / "private"),
                  "--queries", str(data / "queries"), "--state", str(tmp_path / "state"), "--log", log,
-                 "--epsilon", "1", "--alpha", "0.5", "--subsamples", "50", "--threshold", "10",
+                 "--epsilon", "1", "--alpha", "0.5", "--subsamples", "50",
                  "--batch-size", "500", "--seed", "3", "--insecure-seed", "--cluster", thread_cluster_yaml]) == 0
     capsys.readouterr()
     report = verify_log(log)
