@@ -2,12 +2,25 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.mechanisms.exponential import Choice, choose, exponential_mechanism, histogram, pick_in_shard
+from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import (
+    MAX_CANDIDATES,
+    Choice,
+    check_candidates,
+    choose,
+    exponential_mechanism,
+    histogram,
+    level_weights,
+    pick_in_shard,
+    sampler_delta,
+    total_variation,
+)
 from pipeline.noise import SecureNoise, SeededNoise, uniform_below
 from tests.conftest import P_FAIL
 
@@ -87,3 +100,67 @@ def test_cluster_transport_returns_the_chosen_candidate(client, monkeypatch) -> 
         expected = enumeration.hypothesis(shard.start + position)
         assert chosen.to_dict() == expected.to_dict()
         assert int(np.sum(chosen.predict(X) != y)) == c.mistakes
+
+
+def _exact_level_law(totals: dict[int, int], epsilon: float) -> dict[int, Decimal]:
+    """P(level j) of the exact EM, in 120-digit decimals."""
+    with localcontext() as ctx:
+        ctx.prec = 120
+        weights = {j: Decimal(n) * (Decimal(-epsilon) * j / 2).exp() for j, n in totals.items()}
+        total = sum(weights.values(), Decimal(0))
+        return {j: w / total for j, w in weights.items()}
+
+
+def _sampler_tv(totals: dict[int, int], epsilon: float) -> Decimal:
+    """Total variation between the sampler's level law (its integer weights) and the exact EM's."""
+    kept, weights = level_weights(totals, epsilon)
+    exact = _exact_level_law(totals, epsilon)
+    with localcontext() as ctx:
+        ctx.prec = 120
+        whole = Decimal(sum(weights))
+        sampled = {j: Decimal(w) / whole for j, w in zip(kept, weights)}
+        return sum((abs(sampled.get(j, Decimal(0)) - p) for j, p in exact.items()), Decimal(0)) / 2
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.05, 0.02])
+def test_sampler_is_within_its_stated_total_variation(epsilon) -> None:
+    """The worst case for dropped levels: up to 1,000 consecutive levels (at most 2^40 candidates
+    each), each just below 2^-160 of the best candidate. The exact TV (120-digit decimals) is below
+    TV(rows) = (rows + 2) 2^-159, and near the dropped mass (the levels were dropped: a real test)."""
+    totals = {0: 1}
+    j = math.ceil(2 * 160 * math.log(2) / epsilon) + 1
+    while len(totals) <= 1000:
+        count = math.floor(2.0**-160 * math.exp(epsilon * j / 2) * (1 - 1e-6))
+        if count > 2**40:
+            break
+        totals[j] = count
+        j += 1
+    rows = max(totals)
+    tv = _sampler_tv(totals, epsilon)
+    assert level_weights(totals, epsilon)[0] == [0] and len(totals) > 20
+    assert Decimal(0.25) * Decimal(2.0**-160) * (len(totals) - 1) <= tv <= Decimal(total_variation(rows))
+
+
+def test_kept_weights_are_exact_to_their_stated_precision() -> None:
+    totals = {3: 2, 4: 7, 40: 10**12, 300: 5, 900: 1}
+    for epsilon in (0.7, 2.0):
+        kept, weights = level_weights(totals, epsilon)
+        exact = _exact_level_law(totals, epsilon)
+        with localcontext() as ctx:
+            ctx.prec = 120
+            base = exact[kept[0]] / Decimal(weights[0])
+            for j, w in zip(kept, weights):
+                assert abs(Decimal(w) * base / exact[j] - 1) < Decimal(2) ** -228
+        dropped = set(totals) - set(kept)
+        assert all(totals[j] * math.exp(-epsilon * (j - 3) / 2) < 2.0**-159 for j in dropped)
+        assert all(totals[j] * math.exp(-epsilon * (j - 3) / 2) >= 2.0**-160 for j in kept)
+
+
+def test_sampler_delta_and_the_candidate_limit() -> None:
+    assert total_variation(10**6) == (10**6 + 2) * 2.0**-159
+    assert sampler_delta(1.0, 10**6) >= (1 + math.e) * total_variation(10**6)
+    assert sampler_delta(1.0, 10**6) == pytest.approx((1 + math.e) * total_variation(10**6), rel=1e-9)
+    assert sampler_delta(800.0, 10) == 1.0 and sampler_delta(200.0, 10**9) == 1.0
+    check_candidates(MAX_CANDIDATES)
+    with pytest.raises(PcqrError, match="candidates"):
+        check_candidates(MAX_CANDIDATES + 1)

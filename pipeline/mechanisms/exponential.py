@@ -36,9 +36,12 @@ mistake counts 0..rows, so at most ``rows`` levels besides the best):
     at most MAX_CANDIDATES = 2^64 of them (:func:`select_hypothesis` refuses more):
     less than 2^-160;
 (c) the kept levels' weights are held as integers floor(weight 2^400), computed in
-    80-digit decimals (relative error below 2^-239; every kept weight is at least
-    2^240), and the level is drawn exactly from these integers (:func:`uniform_below`):
-    total variation below 2^-237 from the exact restriction.
+    80-digit decimals: q = e^{-eps/2} correctly rounded, q^d by Decimal's integer power
+    for d = j - best <= 2^32 (each of its at most 2 log2 d + 2 products rounded, and q's
+    error raised to the power d: relative error below (2^32 + 70) 10^-79 < 2^-230), or
+    e^{-eps d/2} directly beyond; every kept weight is at least 2^240, so the floor adds
+    at most 2^-240. The level is drawn exactly from these integers (:func:`uniform_below`):
+    total variation below 2^-228 from the exact restriction.
 
 The candidate within the level is exactly uniform over those the shards reported. The
 output is therefore within total variation TV(rows) = (rows + 2) 2^-159 of the exact EM
@@ -65,6 +68,7 @@ Histogram = Mapping[int, int]
 MAX_CANDIDATES = 1 << 64  # (b) of the module docstring assumes at most this many candidates
 _DIGITS = 80
 _WEIGHT_BITS = 400
+_POWER_LIMIT = 1 << 32  # q^d by integer power up to here ((c) of the module docstring)
 _DROP_BELOW_LOG2 = -160
 _NEGLIGIBLE_SPAN = 311.0  # (2 / eps) * (160 + 64) ln 2 mistakes, times eps
 _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
@@ -123,7 +127,7 @@ def level_weights(totals: Histogram, epsilon: float) -> tuple[list[int], list[in
     """The kept levels, in order, and their weights as integers floor(N_j e^{-eps (j - best)/2} 2^400).
 
     A level is kept when its whole weight is at least 2^-160 of the best candidate's
-    ((a) of the module docstring); the weights are correct to a relative 2^-239 ((c)).
+    ((a) of the module docstring); the weights are correct to a relative 2^-229 ((c)).
     """
     best = min(totals)
     kept = [
@@ -133,8 +137,12 @@ def level_weights(totals: Histogram, epsilon: float) -> tuple[list[int], list[in
     with localcontext() as ctx:
         ctx.prec = _DIGITS
         half = Decimal(epsilon) / 2
-        scale = Decimal(1 << _WEIGHT_BITS)
-        weights = [int(Decimal(totals[j]) * (-(half * (j - best))).exp() * scale) for j in kept]
+        q, scale = (-half).exp(), Decimal(1 << _WEIGHT_BITS)
+
+        def factor(d: int) -> Decimal:  # e^{-eps d / 2}
+            return q**d if d <= _POWER_LIMIT else (-(half * d)).exp()
+
+        weights = [int(Decimal(totals[j]) * factor(j - best) * scale) for j in kept]
     return kept, weights
 
 
