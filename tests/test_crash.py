@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.cli import main
+from tests.conftest import DENSE_BOTTOMS_PRIVACY
 
 KILLS = 50
 QUERIES, BATCH = 300_000, 250
@@ -40,8 +41,7 @@ def session(tmp_path_factory):
     assert main(["generate", "--kind", "realizable", "--rows", "20000", "--features", "3", "--queries",
                  str(QUERIES), "--seed", "2", "--out", str(root / "data")]) == 0
     assert main(["train", "--private", str(root / "data" / "private"), "--state", str(root / "state"),
-                 "--epsilon", "4", "--cutoff", "400", "--subsamples", "50", "--threshold", "6",
-                 "--cluster", str(cluster)]) == 0
+                 *DENSE_BOTTOMS_PRIVACY, "--cluster", str(cluster)]) == 0
     return root, cluster
 
 
