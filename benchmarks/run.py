@@ -315,7 +315,7 @@ def _coordinator_regime(params: Any, ones: Any, k: int, batch_sizes: tuple[int, 
     total, out = int(ones.size), {}
     for batch in batch_sizes:
         log(f"coordinator: {total:,} queries in batches of {batch:,} (T={params.cutoff})")
-        coordinator = SparseVector(params, SecureNoise())
+        coordinator = SparseVector.create(params, SecureNoise())
         counts = np.zeros(3, dtype=np.int64)
         elapsed, halt_seconds, halt_seen = 0.0, None, None
         for start in range(0, total, batch):

@@ -13,7 +13,9 @@ from typing import Any
 
 import click
 
-from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress
+from jobs.common import (
+    cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress, wait_option,
+)
 from jobs.train import plan_training, session_charge, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.commit import recover
@@ -25,6 +27,7 @@ from pipeline.log import batch_files
 from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
 from pipeline.query_release import QUERY_ID, release_answers, validate_queries
+from pipeline.state_lock import lock_state
 from pipeline.state import (
     Session,
     check_private_location,
@@ -109,9 +112,17 @@ def reopen_private(session: Session) -> Dataset | None:
 @privacy_options
 @ledger_option
 @cluster_option
+@wait_option
 @json_option
 def command(**options: Any) -> None:
     """Answer queries with the session's k models through the sparse-vector coordinator."""
+    creates = options["private"] is not None  # the one-shot form may create the session
+    with lock_state(options["state"], options["wait"], create=creates, command="pcqr answer"):
+        answer_session(options)
+
+
+def answer_session(options: dict[str, Any]) -> None:
+    """The command's work, with the state directory locked (before its session is read)."""
     state = options["state"]
     if options["batch_size"] < 1:
         raise PcqrError(f"--batch-size must be at least 1, got {options['batch_size']}")

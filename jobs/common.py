@@ -37,6 +37,15 @@ def ledger_option(func: F) -> F:
     )(func)
 
 
+def wait_option(func: F) -> F:
+    """``--wait``: wait for another pcqr process using the state directory instead of refusing."""
+    return click.option(
+        "--wait", "wait", is_flag=True,
+        help="If another pcqr process is using the state directory, wait for it to finish "
+        "(default: refuse at once).",
+    )(func)
+
+
 def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
     """Print a job summary: human-readable lines, or one JSON object as the last line."""
     if as_json:

@@ -29,11 +29,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, note
+from jobs.common import cluster_option, emit_summary, json_option, note, wait_option
 from pipeline.atomic import write_atomic
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
 from pipeline.state import check_private_location
+from pipeline.state_lock import lock_state
 from pipeline.log import PROVENANCE_KEY, batch_files
 from pipeline.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 
@@ -187,11 +188,21 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
               help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
               "which no later batch does.")
 @cluster_option
+@wait_option
 @json_option
 def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-            last_hash: str | None, cluster: str | None, as_json: bool) -> None:
+            last_hash: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
     """Verify the public log LOG and re-serve its answers (no private data, no budget)."""
     check_options(log, out, into, new_log)
+    locked = contextlib.nullcontext() if into is None else lock_state(
+        into, wait, command="pcqr replay --into", option="--into")
+    with locked:  # --into: that session's state is ours until the comparison is done
+        replay(log, out, truth, into, new_log, last_hash, cluster, as_json)
+
+
+def replay(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
+           last_hash: str | None, cluster: str | None, as_json: bool) -> None:
+    """The command's work (with the --into state locked)."""
     report = verified(log, last_hash)
     for remark in report.notes:
         note(remark)

@@ -147,7 +147,7 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
             ensemble = train_models_on(
                 client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
             )
-    coordinator = SparseVector(plan.params, plan.noise)  # draws the first noisy threshold
+    coordinator = SparseVector.create(plan.params, plan.noise)  # draws the key and all T thresholds
     session = Session(
         params=plan.params,
         learner={

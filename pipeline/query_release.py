@@ -204,7 +204,7 @@ def release_answers(
     assert session.log_dir is not None
     log_dir: str = session.log_dir
     parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
-    coordinator = SparseVector(session.params, noise, session.sparse_vector)
+    coordinator = SparseVector(session.params, session.sparse_vector)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch

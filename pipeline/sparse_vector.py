@@ -25,12 +25,36 @@ sensitivity (2 in gap units) and twice it (4), which the discrete Laplace meets
 exactly for integer shifts; no floating-point artefact is involved.
 
 Per query only the bit ``Z1 > 2w + Z2 - gap`` is needed, i.e.
-``Z1 >= floor(2w + Z2) + 1 - gap``: it is drawn by
-:class:`pipeline.noise.DiscreteLaplaceTail` (error <= 3e-39 per query). The
-threshold Z2 is drawn in full by the noise source (OpenDP). Between two
-bottoms the threshold is fixed, so a whole stretch of queries is tested in one
-vectorised call; bits drawn after the first bottom of a stretch are discarded
-unused and those queries are tested again with the fresh threshold.
+``Z1 >= floor(2w + Z2) + 1 - gap``: it is ``U_i < F(a)`` with F the 128-bit tail table of
+:class:`pipeline.noise.DiscreteLaplaceTail` (error <= 3e-39 per query).
+
+All randomness is fixed when the session is created (:meth:`SparseVector.create`), before
+any private value touches it (issue 10):
+
+* the T thresholds Z2[0..T-1] ~ DLap(2 lambda), drawn in one vector call (OpenDP through
+  SecureNoise); instance j -- the stretch after j bottoms -- uses Z2[j]. At most T
+  instances run (the session halts at c = T), so T values suffice;
+* a secret 256-bit key; U_i, the uniform 128-bit number of the query at position i of the
+  coordinator's stream (``queries_seen`` before it), is ChaCha20 keystream under that key
+  (:class:`pipeline.noise.KeyedStream`).
+
+Both live in the private state directory (pipeline.state: the key in session.json, the
+thresholds in thresholds.npy). So **the transcript is a deterministic function of (key,
+thresholds, data, query sequence)**: a batch killed before its commit and run again releases
+exactly what an uninterrupted run would; retrying redraws nothing. Every released test of
+query i uses U_i once. Between two bottoms the threshold is fixed, so a stretch of queries is
+tested in one vectorised call; tests after the first bottom of a stretch are discarded
+unreleased, and those queries are tested again under the next threshold with their own U_i
+-- the same bit the query-by-query path computes, so both paths, and any batching, give
+identical transcripts. (Reusing U_i in a discarded test is sound: only one test of each query
+ever influences the output, and the U_i are independent across positions.)
+
+No timing channel: the per-batch work depends only on public things -- the batch size,
+``queries_seen``, the positions of the released bottoms, and the public parameters. The
+stream produces U_i for every position the batch may test, whatever the votes; the tail
+table covers its whole window from construction; each comparison uses both 64-bit words; the
+stretch sizes and the switch between the vectorised and query-by-query paths depend on bottom
+positions only. :attr:`SparseVector.work` counts what was done (tests compare two runs).
 
 Nothing here is released except the answer (label / bottom / refused): not the
 votes, not the gap, not the noisy values, not c's intermediate noise.
@@ -43,7 +67,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.noise import DiscreteLaplaceTail, NoiseSource
+from pipeline.errors import PcqrError
+from pipeline.noise import DiscreteLaplaceTail, KeyedStream, NoiseSource, below, session_key
 from pipeline.privacy import SubSampParameters
 
 ANSWERED, ABSTAINED, REFUSED = 0, 1, 2
@@ -58,52 +83,87 @@ _SCALAR_CHUNK = 8192
 
 @dataclass
 class SparseVectorState:
-    """The private state of a session: never logged, lives in the private state directory."""
+    """The private state of a session: never logged, lives in the private state directory.
 
-    bottoms: int  # c
-    threshold_noise: int  # Z2: the current noisy threshold is 2w + Z2 (gap units)
-    queries_seen: int
+    ``key`` and ``thresholds`` are fixed at creation; only ``bottoms`` and
+    ``queries_seen`` change. :meth:`to_dict` holds the key (for session.json) but not the
+    thresholds, which pipeline.state keeps in their own file.
+    """
+
+    bottoms: int  # c: instance c uses thresholds[c]
+    queries_seen: int  # the next query's position in the coordinator's stream
+    key: bytes  # 256-bit secret: U_i = ChaCha20 keystream at position i
+    thresholds: np.ndarray  # Z2[0..T-1], int64: instance j's noisy threshold is 2w + Z2[j]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "bottoms": self.bottoms,
-            "threshold_noise": self.threshold_noise,
-            "queries_seen": self.queries_seen,
-        }
+        return {"bottoms": self.bottoms, "queries_seen": self.queries_seen, "key": self.key.hex()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SparseVectorState:
-        return cls(int(data["bottoms"]), int(data["threshold_noise"]), int(data["queries_seen"]))
+    def from_dict(cls, data: dict[str, Any], thresholds: np.ndarray) -> SparseVectorState:
+        if "key" not in data:
+            raise PcqrError(
+                "the session's state predates fixed per-query randomness (no session key); "
+                "train a new session"
+            )
+        return cls(int(data["bottoms"]), int(data["queries_seen"]), bytes.fromhex(data["key"]),
+                   np.asarray(thresholds, dtype=np.int64))
+
+
+@dataclass
+class Work:
+    """What the coordinator did: each count must depend on public things only (tests compare)."""
+
+    stretches: int = 0  # vectorised stretch tests
+    stretch_queries: int = 0  # queries compared in them (discarded tests included)
+    scalar_steps: int = 0  # iterations of the query-by-query loop
+    windows: int = 0  # tail windows of k + 1 entries taken (at most one per instance)
+    window_entries: int = 0
 
 
 class SparseVector:
     """One session's sequential coordinator. Runs in the driver process only.
 
-    Never run this inside a Dask task or Actor: a task may be re-run, and
-    re-running with fresh noise would answer the same queries twice.
+    Never run this inside a Dask task or Actor: its state (c, the stream position)
+    must advance exactly once per released batch, in the process that commits it.
+    Build a new session with :meth:`create`; resume one with ``SparseVector(params, state)``.
     """
 
-    def __init__(
-        self,
-        params: SubSampParameters,
-        noise: NoiseSource,
-        state: SparseVectorState | None = None,
-    ) -> None:
+    def __init__(self, params: SubSampParameters, state: SparseVectorState) -> None:
+        if not isinstance(state, SparseVectorState):
+            raise TypeError("SparseVector(params, state): use SparseVector.create(params, noise) for a new session")
+        if state.thresholds.shape != (params.cutoff,) or len(state.key) != 32:
+            raise ValueError(f"state has {state.thresholds.shape} thresholds and a {len(state.key)}-byte key; "
+                             f"expected ({params.cutoff},) and 32")
         self.params = params
-        self.noise = noise
-        self._tail = DiscreteLaplaceTail(params.query_noise_scale)
-        self._twice_w = 2.0 * params.threshold
-        if state is None:
-            state = SparseVectorState(0, self._fresh_threshold_noise(), 0)
         self.state = state
+        self._tail = DiscreteLaplaceTail(params.query_noise_scale)
+        self._stream = KeyedStream(state.key)
+        self._twice_w = 2.0 * params.threshold
+        self.work = Work()
+        self._window_cache: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
-    def _fresh_threshold_noise(self) -> int:
-        # w_hat = w + Lap(lambda) on dist; in gap units 2w + DLap(2 lambda).
-        return self.noise.discrete_laplace(self.params.threshold_noise_scale)
+    @classmethod
+    def create(cls, params: SubSampParameters, noise: NoiseSource) -> SparseVector:
+        """A fresh session: draws its key and all T thresholds now, before any private value exists.
+
+        w_hat = w + Lap(lambda) on dist; in gap units 2w + DLap(2 lambda), one per instance.
+        """
+        key = session_key(noise)
+        thresholds = np.asarray(noise.discrete_laplace_vector(params.threshold_noise_scale, params.cutoff),
+                                dtype=np.int64)
+        return cls(params, SparseVectorState(0, 0, key, thresholds))
 
     @property
     def halted(self) -> bool:
         return self.state.bottoms >= self.params.cutoff
+
+    @property
+    def stream(self) -> KeyedStream:
+        return self._stream
+
+    @property
+    def tail(self) -> DiscreteLaplaceTail:
+        return self._tail
 
     def process(self, ones: np.ndarray, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
         """Run the stability test on one batch of queries, in order.
@@ -122,30 +182,42 @@ class SparseVector:
         """
         ones = np.asarray(ones, dtype=np.int64)
         n = ones.shape[0]
+        if n and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):
+            raise ValueError(f"vote counts must lie in [0, {subsamples}]")
         label = (2 * ones > subsamples).astype(np.int8)
         gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
+        # a query with gap g is tested against F(first_above - g): entry k - g of the instance's window
+        offset = subsamples - gap
         status = np.full(n, REFUSED, dtype=np.int8)
         state = self.state
-        allowed = max(0, min(n, self.params.queries_max - state.queries_seen))
+        allowed = 0 if self.halted else max(0, min(n, self.params.queries_max - state.queries_seen))
+        u_hi, u_lo = self._stream.uniforms(state.queries_seen, allowed)  # every position it may test
         pos, stretch, dense = 0, _FIRST_STRETCH, False
         while pos < allowed and not self.halted:
             if dense:  # bottoms every few queries: numpy's per-call cost would dominate
-                pos, dense = self._query_by_query(gap, status, pos, min(allowed, pos + _SCALAR_CHUNK))
+                end = min(allowed, pos + _SCALAR_CHUNK)
+                pos, dense = self._query_by_query(gap, u_hi, u_lo, status, pos, end)
                 stretch = _MIN_STRETCH
                 continue
             end = min(allowed, pos + stretch)
-            # Answer iff gap + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - gap.
-            first_above = math.floor(self._twice_w + state.threshold_noise) + 1
-            above = self._tail.draw_at_least(first_above - gap[pos:end], self.noise)
-            below = np.flatnonzero(~above)
-            if below.size == 0:
+            # Answer iff gap + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - gap  <=>  U_i < F(...)
+            if end - pos >= subsamples:  # a long stretch: gather from the instance's k + 1 entries
+                f_hi, f_lo = self._window(subsamples)
+                f_hi, f_lo = f_hi[offset[pos:end]], f_lo[offset[pos:end]]
+            else:  # a short one: look each query up in the whole table (no O(k) window)
+                f_hi, f_lo = self._tail.lookup(self._first_above() - gap[pos:end])
+            above = below(u_hi[pos:end], u_lo[pos:end], f_hi, f_lo)
+            self.work.stretches += 1
+            self.work.stretch_queries += end - pos
+            first_below = int(np.argmin(above))
+            if above[first_below]:
                 status[pos:end] = ANSWERED
                 pos, stretch = end, stretch * 2
                 continue
-            bottom = pos + int(below[0])
+            bottom = pos + first_below
             status[pos:bottom] = ANSWERED
             status[bottom] = ABSTAINED
-            self._bottom()
+            state.bottoms += 1  # the next instance uses the next fixed threshold
             stretch = max(_MIN_STRETCH, 4 * (bottom - pos))
             dense = bottom - pos < _DENSE
             pos = bottom + 1
@@ -153,41 +225,47 @@ class SparseVector:
         label[status != ANSWERED] = 0
         return status, label
 
-    def _bottom(self) -> None:
-        """Count a bottom and draw a fresh threshold (sparse vector: only ever after a bottom)."""
-        self.state.bottoms += 1
-        self.state.threshold_noise = self._fresh_threshold_noise()
+    def _first_above(self) -> int:
+        """floor(2w + Z2[c]) + 1: the current instance's test is Z1 >= this - gap."""
+        return math.floor(self._twice_w + int(self.state.thresholds[self.state.bottoms])) + 1
 
-    def _query_by_query(self, gap: np.ndarray, status: np.ndarray, pos: int, end: int) -> tuple[int, bool]:
+    def _window(self, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
+        """F(first_above - k .. first_above) for the current instance: k + 1 entries whatever
+        the threshold's value, taken once per instance (and k)."""
+        key = (self.state.bottoms, subsamples)
+        if self._window_cache is None or self._window_cache[0] != key:
+            self.work.windows += 1
+            self.work.window_entries += subsamples + 1
+            self._window_cache = (key, self._tail.window(self._first_above(), subsamples))
+        return self._window_cache[1]
+
+    def _query_by_query(
+        self, gap: np.ndarray, u_hi: np.ndarray, u_lo: np.ndarray, status: np.ndarray, pos: int, end: int
+    ) -> tuple[int, bool]:
         """The same test as the vectorised stretch, one query at a time, for dense bottoms.
 
-        Each query compares a fresh uniform 32-bit word with word 0 of F(a), and
-        breaks a tie with fresh lower words (DiscreteLaplaceTail.tie_break): the
-        same distribution as draw_at_least. Returns (next position, still dense).
+        Query i is answered iff U_i < F(first_above - gap_i), compared as whole 128-bit
+        integers: the same bit as the vectorised path. Each query costs one table lookup
+        (DiscreteLaplaceTail.fixed), each bottom O(1). Returns (next position, still dense).
         """
-        tail, noise = self._tail, self.noise
         gaps = gap[pos:end].tolist()
-        g_lo, g_hi = min(gaps), max(gaps)
-        words: list[int] = []
-        used, streak, i = 0, 0, pos
-        first_above = math.floor(self._twice_w + self.state.threshold_noise) + 1
-        lo, first = tail.first_words(first_above - g_hi, first_above - g_lo)
+        u = [(h << 64) | l for h, l in zip(u_hi[pos:end].tolist(), u_lo[pos:end].tolist())]
+        fixed = self._tail.fixed
+        first_above = self._first_above()
+        streak, i = 0, pos
         while i < end and not self.halted:
-            if used == len(words):
-                words, used = noise.uniform_words(4096).tolist(), 0
-            a = tail.clip(first_above - gaps[i - pos])
-            p, u = first[a - lo], words[used]
-            used += 1
-            if u < p or (u == p and tail.tie_break(a, noise)):
-                status[i] = ANSWERED
+            self.work.scalar_steps += 1
+            answered = u[i - pos] < fixed(first_above - gaps[i - pos])
+            i += 1
+            if answered:
+                status[i - 1] = ANSWERED
                 streak += 1
-                i += 1
                 if streak >= _SPARSE:
                     return i, False
                 continue
-            status[i] = ABSTAINED
-            self._bottom()
-            streak, i = 0, i + 1
-            first_above = math.floor(self._twice_w + self.state.threshold_noise) + 1
-            lo, first = tail.first_words(first_above - g_hi, first_above - g_lo)
+            status[i - 1] = ABSTAINED
+            self.state.bottoms += 1
+            streak = 0
+            if not self.halted:
+                first_above = self._first_above()
         return i, True

@@ -4,9 +4,12 @@ Everything here is private and never goes under the public output::
 
     DIR/models.pkl     the k trained subsample models (an Ensemble), written once
     DIR/session.json   parameters, the log it writes to, and the sparse-vector
-                       state (c, the current threshold noise), rewritten
-                       atomically after every batch (the commit point of
-                       pipeline.commit)
+                       state (c, the stream position, the secret session key),
+                       rewritten atomically after every batch (the commit point
+                       of pipeline.commit)
+    DIR/thresholds.npy the session's T noisy thresholds Z2[0..T-1] (int64),
+                       drawn once when the session is created, written before
+                       the first session.json
     DIR/pending/       a committed batch's bytes until they are in the log
 
 A later ``pcqr answer --state DIR`` continues the same session: same models,
@@ -14,6 +17,7 @@ same parameters, same budget.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -21,6 +25,8 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from pipeline import __version__
 from pipeline.atomic import write_atomic
@@ -36,6 +42,7 @@ MECHANISMS = {
     "universal": "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)",
 }
 MODELS_FILE = "models.pkl"
+THRESHOLDS_FILE = "thresholds.npy"
 
 
 @dataclass
@@ -127,7 +134,8 @@ class Session:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Session:
+    def from_dict(cls, data: dict[str, Any], thresholds: np.ndarray) -> Session:
+        """``thresholds``: the session's fixed thresholds, kept in THRESHOLDS_FILE (not the JSON)."""
         return cls(
             params=SubSampParameters.from_dict(data["params"]),
             learner=data["learner"],
@@ -135,7 +143,7 @@ class Session:
             private_uri=data["private_uri"],
             private_rows=int(data["private_rows"]),
             seed=data["seed"],
-            sparse_vector=SparseVectorState.from_dict(data["sparse_vector"]),
+            sparse_vector=SparseVectorState.from_dict(data["sparse_vector"], thresholds),
             session_id=data["session_id"],
             log_dir=data["log_dir"],
             next_batch=int(data["next_batch"]),
@@ -160,14 +168,37 @@ def has_session(state_dir: str) -> bool:
 
 
 def save_session(state_dir: str, session: Session) -> None:
+    """The commit point: session.json, atomically; the fixed thresholds first if not yet on disk."""
+    thresholds = os.path.join(state_dir, THRESHOLDS_FILE)
+    if not has_session(state_dir) or not os.path.exists(thresholds):  # a new session: (re)write them
+        sink = io.BytesIO()
+        np.save(sink, np.asarray(session.sparse_vector.thresholds, dtype=np.int64), allow_pickle=False)
+        write_atomic(thresholds, sink.getvalue())
     write_atomic(os.path.join(state_dir, SESSION_FILE), json.dumps(session.to_dict(), indent=1).encode())
+
+
+def load_thresholds(state_dir: str, cutoff: int) -> np.ndarray:
+    """The session's T fixed thresholds (a plain int64 .npy, never unpickled)."""
+    path = os.path.join(state_dir, THRESHOLDS_FILE)
+    try:
+        thresholds = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise PcqrError(f"{path}: missing (the session's fixed thresholds); the state is incomplete") from None
+    except ValueError as exc:
+        raise PcqrError(f"{path}: corrupt thresholds file ({exc})") from None
+    if thresholds.dtype != np.int64 or thresholds.shape != (cutoff,):
+        raise PcqrError(f"{path}: holds {thresholds.shape} {thresholds.dtype} values, expected ({cutoff},) int64")
+    return thresholds
 
 
 def load_session(state_dir: str) -> Session:
     path = os.path.join(state_dir, SESSION_FILE)
     try:
         with open(path, encoding="utf-8") as handle:
-            return Session.from_dict(json.load(handle))
+            data = json.load(handle)
+        fixed = "key" in data["sparse_vector"]  # else from_dict refuses: the state predates the key
+        thresholds = load_thresholds(state_dir, int(data["params"]["cutoff"])) if fixed else np.zeros(0, np.int64)
+        return Session.from_dict(data, thresholds)
     except FileNotFoundError:
         raise PcqrError(f"--state {state_dir}: no session here (run 'pcqr train' first, or pass --private)") from None
     except (ValueError, KeyError, TypeError) as exc:

@@ -6,6 +6,7 @@ P_FAIL = 1e-6 (chi-square or binomial tail at that level).
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
 
 import numpy as np
 import pytest
@@ -14,10 +15,12 @@ from scipy import stats
 from pipeline.errors import PcqrError
 from pipeline.noise import (
     DiscreteLaplaceTail,
+    KeyedStream,
     SecureNoise,
     SeededNoise,
     discrete_laplace_pmf,
     noise_source,
+    session_key,
 )
 from tests.conftest import P_FAIL
 
@@ -66,6 +69,48 @@ def test_tail_table_matches_closed_form() -> None:
     assert tail.probability(-(10**9)) == pytest.approx(1.0, abs=1e-30)
 
 
+@pytest.mark.parametrize("scale", [0.7, 5.0, 600.0])
+def test_tail_table_is_within_the_stated_bound_of_the_exact_tail(scale: float) -> None:
+    """Every checked entry, both signs and the window's edges: |F(a) - 2^128 P(Z >= a)| <= 1 + 2^-84
+    (the docstring's 2^-128 + 2^-212 in probability), from 120-digit decimal arithmetic."""
+    tail = DiscreteLaplaceTail(scale)
+    edge = tail.span + 1
+    points = [*range(-40, 41), edge - 1, edge, edge + 5, -edge + 1, -edge, -edge - 5, edge // 2, -edge // 3]
+    with localcontext() as ctx:
+        ctx.prec = 120
+        q = (Decimal(-1) / Decimal(repr(scale))).exp()
+        for a in points:
+            if abs(a) > edge:  # beyond the window: saturated, within q^J < 2^-130 of the tail
+                exact = Decimal(0) if a > 0 else Decimal(2) ** 128
+            else:
+                p = q**a / (1 + q) if a >= 1 else 1 - q ** (1 - a) / (1 + q)
+                exact = p * Decimal(2) ** 128
+            assert abs(Decimal(tail.fixed(a)) - exact) <= 1 + Decimal(2) ** -84, a
+            assert 0 <= tail.fixed(a) < 2**128
+    assert tail.fixed(edge) == 0 and tail.fixed(-edge) == 2**128 - 1
+
+
+def test_tail_table_is_built_whole_at_construction() -> None:
+    """The window [-J-1, J+1] is fixed by the public scale and built once; lookups anywhere
+    (inside or far outside) change nothing, and the table is shared by every sampler of that scale."""
+    tail = DiscreteLaplaceTail(40.0)
+    assert tail.size == 2 * tail.span + 3 and tail.span == math.ceil(40.0 * 130 * math.log(2)) + 1
+    stored = (tail._hi, tail._lo)
+    assert stored[0].size == tail.span + 2 and not stored[0].flags.writeable
+    tail.lookup(np.array([-(10**12), -5, 0, 7, 10**12]))
+    tail.window(10**9, 1000)
+    assert (tail._hi, tail._lo) == stored
+    assert DiscreteLaplaceTail(40.0)._hi is stored[0]  # cached: a public function of the scale
+
+
+def test_window_is_the_tail_at_each_a() -> None:
+    tail = DiscreteLaplaceTail(3.0)
+    for top in (-200, -3, 0, 4, 200):
+        hi, lo = tail.window(top, 10)
+        assert hi.shape == lo.shape == (11,)
+        assert [(int(h) << 64) | int(l) for h, l in zip(hi, lo)] == [tail.fixed(a) for a in range(top - 10, top + 1)]
+
+
 @pytest.mark.parametrize("noise", [SecureNoise(), SeededNoise(7)], ids=["secure", "seeded"])
 def test_tail_bits_have_the_tail_probability(noise) -> None:
     tail = DiscreteLaplaceTail(3.0)
@@ -89,29 +134,65 @@ def test_tail_bits_reproduce_the_pmf() -> None:
 
 
 class _ScriptedWords:
-    """A fake source returning prepared words, to check the lazy 128-bit comparison exactly."""
+    """A fake source returning prepared words, to check the 128-bit comparison exactly."""
 
     private = False
 
-    def __init__(self, batches: list[list[int]]) -> None:
-        self.batches = [np.array(b, dtype=np.uint32) for b in batches]
+    def __init__(self, words: list[int]) -> None:
+        self.words = np.array(words, dtype=np.uint32)
 
     def uniform_words(self, size: int) -> np.ndarray:
-        batch = self.batches.pop(0)
-        assert batch.size == size
-        return batch
+        assert self.words.size == size  # four words per draw, always
+        return self.words
 
 
-def test_lazy_comparison_breaks_ties_with_later_words() -> None:
+def test_comparison_is_exact_on_all_four_words() -> None:
+    """U < F(a) on the whole 128-bit numbers, most significant word first."""
     tail = DiscreteLaplaceTail(3.0)
-    words = tail.words(2)
-    a = np.array([2, 2, 2, 2])
-    below, tie, above = words[0] - 1, words[0], min(words[0] + 1, 2**32 - 1)
-    source = _ScriptedWords([
-        [below, above, tie, tie],
-        [words[1] - 1, words[1] + 1],  # the two ties: second word decides
-    ])
-    assert tail.draw_at_least(a, source).tolist() == [True, False, True, False]
+    f = tail.fixed(2)
+    cases = [f - 1, f, f + 1, f - 2**64, f + 2**64, f - 2**96, (f >> 32 << 32) + 2**32 - 1]
+    words = [(u >> (96 - 32 * w)) & 0xFFFFFFFF for u in cases for w in range(4)]
+    bits = tail.draw_at_least(np.full(len(cases), 2), _ScriptedWords(words))
+    assert bits.tolist() == [u < f for u in cases] == [True, False, False, True, False, True, False]
+
+
+def test_keyed_stream_is_chacha20_at_each_position() -> None:
+    """U_i = keystream bytes [16 i, 16 i + 16), whatever the range asked for, also across the
+    32-bit block counter's wrap; different keys give different streams."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    key = bytes(range(32))
+    stream = KeyedStream(key)
+    raw = Cipher(algorithms.ChaCha20(key, bytes(8) + b"pcqr:U_i"), mode=None).encryptor().update(bytes(16 * 70_001))
+    expected = np.frombuffer(raw, dtype=">u8").reshape(-1, 2)
+    for start, count in ((0, 70_001), (1, 5), (3, 65_000), (69_999, 2), (7, 0)):
+        hi, lo = stream.uniforms(start, count)
+        assert hi.dtype == lo.dtype == np.uint64 and hi.shape == (count,)
+        assert (hi == expected[start : start + count, 0]).all() and (lo == expected[start : start + count, 1]).all()
+    wrap = 4 * (2**32 - 1)  # the last block of counter word 0 and the first of the next nonce
+    whole = stream.uniforms(wrap - 6, 20)
+    pieces = [stream.uniforms(wrap - 6, 9), stream.uniforms(wrap + 3, 11)]
+    assert (np.concatenate([p[0] for p in pieces]) == whole[0]).all()
+    assert (np.concatenate([p[1] for p in pieces]) == whole[1]).all()
+    assert not (KeyedStream(bytes(32)).uniforms(0, 8)[0] == stream.uniforms(0, 8)[0]).any()
+    assert not (stream.uniforms(4 * 2**32, 4)[0] == stream.uniforms(0, 4)[0]).any()  # block 2^32 is not block 0
+    with pytest.raises(ValueError, match="32 bytes"):
+        KeyedStream(bytes(16))
+
+
+def test_keyed_stream_bits_are_uniform() -> None:
+    """Each of the 128 bit positions of U_i is 1 half the time (binomial, each at 1e-6 / 128)."""
+    hi, lo = KeyedStream(session_key(SecureNoise())).uniforms(10**9, 50_000)
+    for half in (hi, lo):
+        for bit in range(64):
+            ones = int(np.count_nonzero((half >> np.uint64(bit)) & np.uint64(1)))
+            assert stats.binomtest(ones, half.size, 0.5).pvalue > P_FAIL / 128, bit
+
+
+def test_session_key_is_secure_or_reproducible() -> None:
+    secure = [session_key(SecureNoise()) for _ in range(2)]
+    assert len(secure[0]) == 32 and secure[0] != secure[1]
+    assert session_key(SeededNoise(3)) == session_key(SeededNoise(3)) != session_key(SeededNoise(4))
 
 
 def test_seed_needs_insecure_flag() -> None:
