@@ -20,6 +20,7 @@ from jobs.common import (
     privacy_options,
     progress,
     split_features,
+    wait_option,
 )
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import Dataset, open_dataset
@@ -225,19 +226,22 @@ def session_summary(session: Session) -> dict[str, Any]:
 @privacy_options
 @ledger_option
 @cluster_option
+@wait_option
 @json_option
 def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
     from pipeline.ledger import charge_note
     from pipeline.state import save_models, save_session
+    from pipeline.state_lock import lock_state
 
-    plan = plan_training(options)
-    load_cluster_config(options["cluster"])
-    with open_client(options["cluster"], echo=note) as client:
-        with session_charge(client, plan, options, "train") as charged:
-            session, ensemble = train_session(client, plan)
-    save_models(options["state"], ensemble)
-    save_session(options["state"], session)
+    with lock_state(options["state"], options["wait"], create=True, command="pcqr train"):
+        plan = plan_training(options)  # under the lock: a second train finds this one's session
+        load_cluster_config(options["cluster"])
+        with open_client(options["cluster"], echo=note) as client:
+            with session_charge(client, plan, options, "train") as charged:
+                session, ensemble = train_session(client, plan)
+        save_models(options["state"], ensemble)
+        save_session(options["state"], session)
     summary = {"state": options["state"], "models": ensemble.size, **session_summary(session),
                "ledger": charge_note(charged)}
     emit_summary(summary, options["as_json"])
