@@ -4,9 +4,10 @@ One log batch N is committed in three atomic steps (each :func:`pipeline.atomic.
 temporary file, fsync, rename, fsync of the directory):
 
 1. ``STATE/pending/batch-N.parquet``  -- the encoded batch, exactly the bytes the log will hold;
-2. ``STATE/session.json``             -- c, the current threshold noise, the noise generator's
-                                         state, next_batch = N + 1, last_hash = SHA-256 of those
-                                         bytes, pending_batch = N, input rows done  (THE COMMIT);
+2. ``STATE/session.json``             -- c, the coordinator's stream position, the noise
+                                         generator's state, next_batch = N + 1, last_hash =
+                                         SHA-256 of those bytes, pending_batch = N, input rows
+                                         done  (THE COMMIT);
 3. ``LOG/batch-N.parquet``            -- the same bytes, now public;
 
 then the pending file is removed. :func:`recover` runs before a session answers anything.
@@ -19,11 +20,17 @@ Why each property holds whatever instant the process dies (SIGKILL):
   rows of the same input, and a committed batch that did not reach the log is published from its
   pending file, byte for byte, never recomputed.
 * c never goes backwards: c only changes in step 2, atomically, to a larger or equal value.
-* The noisy threshold is never reused after a bottom: a bottom draws a fresh threshold in memory
-  at once, and the state that records the bottom (step 2) records the fresh threshold with it.
-  A crash before step 2 discards the whole batch: nothing of it was published, the saved state is
-  the one before the batch, and re-running it is re-running a computation nobody saw (the
-  released transcript is distributed exactly as if the discarded attempt never happened).
+* A crash gives nobody a second draw. The coordinator's randomness was fixed when the session
+  was created (pipeline.sparse_vector: T thresholds in STATE/thresholds.npy, one per instance, and
+  a secret key from which query position i's uniform number U_i is derived), so the transcript is
+  a deterministic function of (key, thresholds, data, query sequence). A crash before step 2
+  discards the whole batch: nothing of it was published, the saved state is the one before the
+  batch, and the re-run tests the same queries at the same positions with the same thresholds
+  and U_i -- it releases exactly what the uninterrupted run would have. Killing and restarting a
+  job, or resubmitting it after a failure, redraws nothing (issue 10), and instance c always uses
+  threshold c, so a threshold is never reused after a bottom. (Universal mode's one A_SSPP
+  selection is drawn from the noise source when the switch comes and fixed by its own save,
+  before anyone sees it: pipeline.query_release.UniversalSwitch.)
 * A batch whose commit is uncertain (state committed, log file missing) counts its bottoms: they
   are in c from step 2, and recovery publishes the batch, so the log then shows them.
 * No half-written Parquet file is ever visible: every write is a rename of a complete, fsynced
