@@ -1,0 +1,201 @@
+"""The audit surface: run pcqr's real mechanisms on inputs an outside auditor chooses.
+
+An empirical privacy audit (neighbouring inputs, many independent runs, a lower bound on
+epsilon from the observed output frequencies) must exercise the code that releases answers,
+not a re-implementation of it. This module is the public way in, with no Dask and no private
+names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
+
+* :func:`subsamp_parameters` -- A_SubSamp's parameters, certified exactly as the CLI does
+  (:meth:`pipeline.privacy.SubSampParameters.paper`: a setting pcqr would refuse is refused).
+* :func:`run_sparse_vector` -- the sparse-vector coordinator (A_SubSamp with A_stab) on given
+  vote counts, in many independent sessions, each with fresh secure noise
+  (:meth:`pipeline.sparse_vector.SparseVector.create` and ``.process``).
+* :func:`exponential_selection` -- independent draws of the exponential mechanism
+  (:mod:`pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
+  pick, as A_Relabel and A_SSPP run them) on given scores.
+
+Noise comes from :class:`pipeline.noise.SecureNoise` unless the caller passes a source
+(a seeded one makes runs reproducible and is, as everywhere, not private).
+
+Answer codes of :func:`run_sparse_vector` (int8):
+
+    0  ANSWERED_0  the query was answered, label 0
+    1  ANSWERED_1  the query was answered, label 1
+    2  ABSTAINED   the coordinator answered bottom (the count c of bottoms grew by one)
+    3  REFUSED     the session had halted (c reached T) or had seen m queries
+
+Example
+-------
+>>> import numpy as np
+>>> from pipeline import audit
+>>> p = audit.subsamp_parameters(100.0, 1e-3, cutoff=20, queries_max=10, subsamples=50)
+>>> codes = audit.run_sparse_vector(np.array([25, 26]), 50, p, sessions=1000)  # gap 0 vs gap 2
+>>> codes.shape
+(1000, 2)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeline.errors import PcqrError
+from pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogram, pick_in_shard
+from pipeline.noise import NoiseSource, SecureNoise
+from pipeline.privacy import SubSampParameters
+from pipeline.sparse_vector import ABSTAINED as _ABSTAINED
+from pipeline.sparse_vector import ANSWERED as _ANSWERED
+from pipeline.sparse_vector import SparseVector
+
+ANSWERED_0, ANSWERED_1, ABSTAINED, REFUSED = 0, 1, 2, 3
+CODE_NAMES = ("answered 0", "answered 1", "abstained", "refused")
+_INTEGER_SCORE = 1e-9  # how far score / sensitivity may be from an integer (floating-point representation)
+
+
+def subsamp_parameters(
+    epsilon: float,
+    delta: float,
+    cutoff: int,
+    queries_max: int,
+    subsamples: int,
+    threshold: float | None = None,
+    beta: float = 0.05,
+) -> SubSampParameters:
+    """A_SubSamp's parameters through the CLI's certification.
+
+    Parameters
+    ----------
+    epsilon, delta : the requested guarantee.
+    cutoff : T, the number of bottoms after which a session halts.
+    queries_max : m, the number of queries a session may test.
+    subsamples : k, the number of models (accuracy only).
+    threshold : w in distance units; None for the smallest certifiable one (as the CLI).
+    beta : enters only the paper's k, which ``subsamples`` overrides.
+
+    Returns
+    -------
+    SubSampParameters
+        ``.certificate()`` gives proven_epsilon and each delta term. Raises PcqrError
+        (one line) for a setting pcqr refuses.
+    """
+    return SubSampParameters.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+
+
+def run_sparse_vector(
+    ones: np.ndarray,
+    subsamples: int,
+    params: SubSampParameters,
+    sessions: int,
+    noise: NoiseSource | None = None,
+) -> np.ndarray:
+    """Answer the same queries in ``sessions`` independent fresh sessions.
+
+    Parameters
+    ----------
+    ones : array of int, shape (q,)
+        ct(1) of each query: how many of the ``subsamples`` models vote 1, in [0, subsamples].
+    subsamples : int
+        k.
+    params : SubSampParameters
+        From :func:`subsamp_parameters` (or any certified SubSampParameters).
+    sessions : int
+        How many independent sessions; each starts fresh (c = 0, new threshold noise, new
+        session randomness) and answers the q queries in order.
+    noise : NoiseSource, optional
+        Default: :class:`pipeline.noise.SecureNoise`.
+
+    Returns
+    -------
+    np.ndarray of int8, shape (sessions, q)
+        The codes of the module docstring.
+    """
+    votes = _vote_counts(ones, subsamples)
+    if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
+        raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
+    source = noise if noise is not None else SecureNoise()
+    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
+    for row in range(int(sessions)):
+        status, label = SparseVector.create(params, source).process(votes, subsamples)
+        codes[row] = np.where(status == _ANSWERED, label, np.where(status == _ABSTAINED, ABSTAINED, REFUSED))
+    return codes
+
+
+def _vote_counts(ones: np.ndarray, subsamples: int) -> np.ndarray:
+    if not (isinstance(subsamples, (int, np.integer)) and subsamples >= 1):
+        raise PcqrError(f"subsamples (k) must be a positive integer, got {subsamples!r}")
+    votes = np.asarray(ones)
+    if votes.ndim != 1 or not (votes.size == 0 or np.issubdtype(votes.dtype, np.integer)):
+        raise PcqrError("ones must be a one-dimensional array of integer vote counts ct(1)")
+    if votes.size and (votes.min() < 0 or votes.max() > subsamples):
+        raise PcqrError(f"ones: every vote count ct(1) must be in [0, {subsamples}] (k = {subsamples} models)")
+    return votes.astype(np.int64)
+
+
+def exponential_selection(
+    scores: np.ndarray,
+    epsilon: float,
+    sensitivity: float,
+    draws: int,
+    noise: NoiseSource | None = None,
+) -> np.ndarray:
+    """``draws`` independent selections of the exponential mechanism over the candidates.
+
+    Candidate i is drawn with probability proportional to
+    exp(epsilon scores[i] / (2 sensitivity)), through the code A_Relabel and A_SSPP run
+    (one shard): the candidates' integer levels, :func:`pipeline.mechanisms.exponential.histogram`,
+    :func:`~pipeline.mechanisms.exponential.choose` and
+    :func:`~pipeline.mechanisms.exponential.pick_in_shard`. Within total variation
+    (L + 2) 2^-159 of the exact mechanism, L = (max - min score) / sensitivity
+    (:func:`pipeline.mechanisms.exponential.total_variation`).
+
+    Parameters
+    ----------
+    scores : array of float, shape (c,)
+        Higher is better. Each must be an integer multiple of ``sensitivity`` (the mechanism
+        works on integer mistake counts); up to floating-point representation (1e-9
+        relative), and the mechanism then runs on the integers round(score / sensitivity).
+    epsilon, sensitivity : positive numbers.
+    draws : int
+        How many independent draws.
+    noise : NoiseSource, optional
+        Default: :class:`pipeline.noise.SecureNoise`.
+
+    Returns
+    -------
+    np.ndarray of int64, shape (draws,)
+        The index of the candidate chosen in each draw.
+    """
+    for name, value in (("epsilon", epsilon), ("sensitivity", sensitivity)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise PcqrError(f"{name} must be a positive number, got {value!r}")
+    if not (isinstance(draws, (int, np.integer)) and draws >= 0):
+        raise PcqrError(f"draws must be a non-negative integer, got {draws!r}")
+    mistakes = _mistake_levels(scores, float(sensitivity))
+    source = noise if noise is not None else SecureNoise()
+    shard = histogram(mistakes, float(epsilon))
+    out = np.empty(int(draws), dtype=np.int64)
+    for i in range(int(draws)):
+        choice = choose([shard], float(epsilon), source)
+        out[i] = pick_in_shard(mistakes, choice.mistakes, choice.rank)
+    return out
+
+
+def _mistake_levels(scores: np.ndarray, sensitivity: float) -> np.ndarray:
+    """max level - level, level = score / sensitivity, refused unless every level is an integer."""
+    values = np.asarray(scores, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
+        raise PcqrError("scores must be a non-empty one-dimensional array of finite numbers")
+    if values.size > MAX_CANDIDATES:
+        raise PcqrError(f"scores: at most {MAX_CANDIDATES} candidates")
+    levels = values / sensitivity
+    rounded = np.rint(levels)
+    off = np.abs(levels - rounded) > _INTEGER_SCORE * np.maximum(1.0, np.abs(levels))
+    if np.any(off):
+        first = int(np.flatnonzero(off)[0])
+        raise PcqrError(
+            f"scores[{first}] = {float(values[first])!r} is not an integer multiple of the sensitivity {sensitivity!r}: "
+            "the exponential mechanism here works on integer mistake counts"
+        )
+    if np.max(np.abs(rounded)) >= 2.0**53:
+        raise PcqrError("scores / sensitivity must be below 2^53 in magnitude")
+    return (rounded.max() - rounded).astype(np.int64)

@@ -1,0 +1,118 @@
+"""The audit surface (pipeline/audit.py): codes and shapes, exact output distributions on tiny
+cases (binomial and chi-square tests, each failing by chance with probability < P_FAIL = 1e-6),
+refusals, and speed."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline import audit
+from pipeline.errors import PcqrError
+from pipeline.noise import SeededNoise, discrete_laplace_pmf
+from tests.conftest import P_FAIL
+
+K = 50
+
+
+@pytest.fixture(scope="module")
+def params():
+    """lambda 1.10 and the smallest certifiable w = 17 at k = 50: gaps near 2w = 34 are answered at
+    rates far from 0 and 1 (a meaningless eps, a true certificate)."""
+    return audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K)
+
+
+def test_parameters_go_through_the_cli_certification(params) -> None:
+    assert params.threshold_source == "smallest_certifiable" and params.subsamples == K
+    assert params.certificate()["proven_delta"] <= 1e-3 and params.certificate()["proven_epsilon"] <= 20
+    with pytest.raises(PcqrError, match="the smallest --threshold that fits is 17"):
+        audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K, threshold=16.5)
+
+
+def test_codes_shape_halting_and_refusal(params) -> None:
+    """Answered codes carry the majority label; after T = 2 bottoms a session refuses everything;
+    past m = 6 queries everything is refused; unanimous queries are mostly answered."""
+    ones = np.array([K, 0, K // 2, K // 2, K, 0, K, K])
+    codes = audit.run_sparse_vector(ones, K, params, sessions=300)
+    assert codes.shape == (300, 8) and codes.dtype == np.int8
+    assert set(np.unique(codes)) <= {audit.ANSWERED_0, audit.ANSWERED_1, audit.ABSTAINED, audit.REFUSED}
+    majority = (2 * ones > K).astype(np.int8)  # a tie (gap 0) has label 0
+    answered = codes <= audit.ANSWERED_1
+    assert (codes[answered] == np.broadcast_to(majority, codes.shape)[answered]).all()
+    bottoms = np.cumsum(codes == audit.ABSTAINED, axis=1)
+    halted = np.concatenate([np.zeros((300, 1), dtype=bool), bottoms[:, :-1] >= 2], axis=1)
+    assert (bottoms <= 2).all() and ((codes == audit.REFUSED) == (halted | (np.arange(8) >= 6))).all()
+    assert np.mean(codes[:, 0] == audit.ANSWERED_1) > 0.9 and np.mean(codes[:, 1] == audit.ANSWERED_0) > 0.9
+    assert audit.run_sparse_vector(np.zeros(0, dtype=int), K, params, sessions=3).shape == (3, 0)
+
+
+def _exact_answer_probability(gap: int, params) -> float:
+    """P(gap + Z1 > 2w + Z2), Z1 ~ DLap(4 lambda), Z2 ~ DLap(2 lambda), by summing the pmfs directly."""
+    z = np.arange(-2000, 2001)
+    p1, p2 = discrete_laplace_pmf(z, params.query_noise_scale), discrete_laplace_pmf(z, params.threshold_noise_scale)
+    diff = np.convolve(p1, p2)  # P(Z1 + Z2 = s), s from -4000; Z2 is symmetric so Z1 - Z2 has this law
+    s = np.arange(-4000, 4001)
+    return float(diff[gap + s > 2 * params.threshold].sum())
+
+
+@pytest.mark.parametrize("offset", [-6, 0, 6])
+def test_one_query_at_a_known_gap_has_the_exact_answer_rate(params, offset) -> None:
+    """Binomial test of the answered rate of one query at gap 2w + offset against its closed form
+    (false failure < 1e-6)."""
+    sessions, gap = 10_000, round(2 * params.threshold) + offset
+    assert gap % 2 == K % 2
+    codes = audit.run_sparse_vector(np.array([(K + gap) // 2]), K, params, sessions)
+    answered = int(np.count_nonzero(codes[:, 0] == audit.ANSWERED_1))
+    assert answered + int(np.count_nonzero(codes[:, 0] == audit.ABSTAINED)) == sessions
+    exact = _exact_answer_probability(gap, params)
+    assert 0.02 < exact < 0.98  # a case the test can fail on
+    assert stats.binomtest(answered, sessions, exact).pvalue > P_FAIL, (answered / sessions, exact)
+
+
+def test_ten_thousand_sessions_of_ten_queries_take_seconds(params) -> None:
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    codes = audit.run_sparse_vector(rng.integers(0, K + 1, size=10), K, params, sessions=10_000)
+    elapsed = time.perf_counter() - start
+    assert codes.shape == (10_000, 10) and elapsed < 10, elapsed
+
+
+def test_sparse_vector_refusals() -> None:
+    p = audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K)
+    for ones, k, needle in (([K + 1], K, "in \\[0, 50\\]"), ([[1, 2]], K, "one-dimensional"), ([0.5], K, "integer"),
+                            ([1], 0, "positive integer")):
+        with pytest.raises(PcqrError, match=needle) as refused:
+            audit.run_sparse_vector(np.array(ones), k, p, sessions=1)
+        assert "\n" not in str(refused.value)
+    with pytest.raises(PcqrError, match="sessions"):
+        audit.run_sparse_vector(np.array([1]), K, p, sessions=-1)
+
+
+@pytest.mark.parametrize("sensitivity", [1.0, 0.5, 1 / 7])
+def test_exponential_selection_matches_the_closed_form(sensitivity) -> None:
+    """Chi-square of 10,000 draws against P(i) proportional to exp(eps score_i / (2 s)) (false failure < 1e-6)."""
+    levels = np.array([0, -1, -1, -3, -6, 2])
+    scores, epsilon, draws = levels * sensitivity, 0.9, 10_000
+    picks = audit.exponential_selection(scores, epsilon, sensitivity, draws)
+    assert picks.shape == (draws,) and picks.dtype == np.int64
+    weights = np.exp(epsilon * levels / 2)
+    expected = weights / weights.sum() * draws
+    assert stats.chisquare(np.bincount(picks, minlength=6), expected).pvalue > P_FAIL
+
+
+def test_exponential_selection_is_reproducible_with_a_seeded_source_and_refuses_bad_input() -> None:
+    scores = np.array([0.0, -2.0, 1.0])
+    a = audit.exponential_selection(scores, 1.0, 1.0, 50, SeededNoise(3))
+    assert (a == audit.exponential_selection(scores, 1.0, 1.0, 50, SeededNoise(3))).all()
+    for args, needle in (((np.array([0.3, 0.0]), 1.0, 0.25, 1), "scores\\[0\\] = 0.3 is not an integer multiple"),
+                         ((np.array([]), 1.0, 1.0, 1), "non-empty"),
+                         ((np.array([math.nan]), 1.0, 1.0, 1), "finite"),
+                         ((scores, 0.0, 1.0, 1), "epsilon must be a positive number"),
+                         ((scores, 1.0, -1.0, 1), "sensitivity must be a positive number"),
+                         ((scores, 1.0, 1.0, -2), "draws")):
+        with pytest.raises(PcqrError, match=needle) as refused:
+            audit.exponential_selection(*args)
+        assert "\n" not in str(refused.value)
