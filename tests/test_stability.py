@@ -125,3 +125,30 @@ def test_too_few_models_are_named_with_the_smallest_that_works() -> None:
     fewer = SubSampParameters.paper(4.0, 1e-6, 50, 10_000, 0.05, subsamples=k - 1)
     assert fewer.unanimous_abstention() > 50 / 10_000
     assert enough.usefulness_warning() is None
+
+
+def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> None:
+    """Many independent sessions through the real coordinator (pipeline.audit), one query each, on
+    neighbouring vote vectors: gap 2 (ct(1) = 26 of 50, label 1) and gap 0 (ct(1) = 25, label 0).
+
+    w = 20 at eps 2, T = 1 makes p1 about 0.055, large enough to measure, and delta = 0.3 admits it.
+    Each of the four binomial tests fails by chance with probability below 1e-6 (union: 4e-6).
+    """
+    from scipy.stats import binomtest
+
+    from pipeline import audit
+    from pipeline.stability import answer_probability
+
+    p = audit.subsamp_parameters(epsilon=2.0, delta=0.3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
+    certified = p.delta_terms().stability  # T * p1 with T = 1
+    sessions = 20_000
+    for ones, gap in ((26, 2), (25, 0)):
+        codes = audit.run_sparse_vector(np.array([ones]), 50, p, sessions=sessions)[:, 0]
+        answered = int(np.count_nonzero(codes < 2))
+        assert set(np.unique(codes[codes < 2]).tolist()) <= {int(ones * 2 > 50)}  # the majority label
+        exact = answer_probability(gap, p.threshold, p.query_noise_scale, p.threshold_noise_scale)
+        assert binomtest(answered, sessions, exact).pvalue > 1e-6
+        assert binomtest(answered, sessions, certified, alternative="greater").pvalue > 1e-6
+    # the same w with a small delta cannot be certified: refused, with the smallest w that fits
+    with pytest.raises(PcqrError, match="--threshold 20: .*smallest --threshold that fits"):
+        audit.subsamp_parameters(epsilon=2.0, delta=1e-3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
