@@ -47,6 +47,7 @@ from distributed.security import Security
 from jobs import cli, submit
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.errors import PcqrError
+from tests.conftest import MECHANICS
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 60.0
@@ -217,12 +218,13 @@ def data(tmp_path_factory: pytest.TempPathFactory, shared: ExternalCluster) -> P
 
 @pytest.fixture(scope="module")
 def spec(data: Path) -> Path:
-    """One-shot `answer` job with seeded (test-only, not private) noise. k = 1000 and w = 100 so
-    that almost every query is answered and a few abstain: any change in a vote would show."""
+    """One-shot `answer` job with seeded (test-only, not private) noise. MECHANICS with k = 1000 (w the
+    smallest certifiable, 14) so that almost every query is answered and a few abstain (measured: 2):
+    any change in a vote would show."""
     path = data.parent / "answer.yaml"
     path.write_text(yaml.safe_dump({
         "job": "answer", "private": str(data / "private"), "queries": str(data / "queries"),
-        "truth": str(data / "truth"), "epsilon": 4, "subsamples": 1000, "threshold": 100, "cutoff": 50,
+        "truth": str(data / "truth"), **MECHANICS, "subsamples": 1000,
         "batch-size": 500, "seed": 5, "insecure-seed": True,
     }), encoding="utf-8")
     return path
