@@ -205,7 +205,7 @@ def _tail_table(scale: float) -> tuple[int, np.ndarray, np.ndarray]:
         raise ValueError(f"scale {scale} is too large for a tail table")
     with localcontext() as ctx:
         ctx.prec = _DECIMAL_DIGITS
-        q = (Decimal(-1) / Decimal(repr(scale))).exp()
+        q = (Decimal(-1) / Decimal(scale)).exp()  # the float's exact value, as the accountant's
         one = Decimal(2) ** _PRECISION
         big_q, x = int(q * one), int(q / (1 + q) * one)
     xs = [0] * (span + 2)

@@ -40,6 +40,13 @@ from pipeline.stability import answer_probability, smallest_threshold, stability
 # Per-query error of DiscreteLaplaceTail (see pipeline.noise): its bits differ
 # from exact discrete-Laplace tails by at most this much in probability.
 TAIL_SAMPLER_ERROR = 3e-39
+_ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
+
+
+def round_up(value: float) -> float:
+    """``value`` enlarged past the float rounding of the few operations that computed it
+    (at most 2^-53 relative each): what a certificate reports, never rounded in its favour."""
+    return value * _ROUND_UP
 
 
 def check_epsilon(epsilon: float) -> None:
@@ -274,8 +281,8 @@ def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float,
     delta' = delta / 2 (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20):
     sqrt(2 count log(2/delta)) eps0 + count eps0 (e^eps0 - 1).
     """
-    basic = count * eps0
-    advanced = math.sqrt(2 * count * math.log(2 / delta)) * eps0 + count * eps0 * math.expm1(eps0)
+    basic = round_up(count * eps0)
+    advanced = round_up(math.sqrt(2 * count * math.log(2 / delta)) * eps0 + count * eps0 * math.expm1(eps0))
     if basic <= advanced:
         return basic, 0.0
     return advanced, delta / 2

@@ -78,7 +78,7 @@ def test_tail_table_is_within_the_stated_bound_of_the_exact_tail(scale: float) -
     points = [*range(-40, 41), edge - 1, edge, edge + 5, -edge + 1, -edge, -edge - 5, edge // 2, -edge // 3]
     with localcontext() as ctx:
         ctx.prec = 120
-        q = (Decimal(-1) / Decimal(repr(scale))).exp()
+        q = (Decimal(-1) / Decimal(scale)).exp()
         for a in points:
             if abs(a) > edge:  # beyond the window: saturated, within q^J < 2^-130 of the tail
                 exact = Decimal(0) if a > 0 else Decimal(2) ** 128

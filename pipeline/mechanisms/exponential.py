@@ -63,6 +63,7 @@ import numpy as np
 
 from pipeline.errors import PcqrError
 from pipeline.noise import NoiseSource, uniform_below
+from pipeline.privacy import round_up
 
 Histogram = Mapping[int, int]
 MAX_CANDIDATES = 1 << 64  # (b) of the module docstring assumes at most this many candidates
@@ -71,19 +72,12 @@ _WEIGHT_BITS = 400
 _POWER_LIMIT = 1 << 32  # q^d by integer power up to here ((c) of the module docstring)
 _DROP_BELOW_LOG2 = -160
 _NEGLIGIBLE_SPAN = 311.0  # (2 / eps) * (160 + 64) ln 2 mistakes, times eps
-_ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
 
 
 def total_variation(rows: int) -> float:
     """TV(rows) = (rows + 2) 2^-159: the sampler's total variation distance from the exact EM
     when the scores are mistake counts on ``rows`` rows (module docstring, (a)-(c))."""
     return math.ldexp(max(int(rows), 0) + 2, -159)
-
-
-def round_up(value: float) -> float:
-    """``value`` enlarged past the float rounding of the few operations that computed it
-    (at most 2^-53 relative each): what a certificate reports, never rounded in its favour."""
-    return value * _ROUND_UP
 
 
 def sampler_delta(epsilon: float, rows: int) -> float:
