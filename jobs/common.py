@@ -90,8 +90,11 @@ def privacy_options(func: F) -> F:
                      "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),
         click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (enters k)."),
         click.option("--profile", type=click.Choice(["paper"]), default="paper", show_default=True, help="How lambda, k and w are computed: 'paper' = Algorithm 5 exactly."),
-        click.option("--subsamples", type=int, default=None, help="Override k (accuracy only, not privacy)."),
-        click.option("--threshold", type=float, default=None, help="Override w (accuracy only, not privacy)."),
+        click.option("--subsamples", type=int, default=None, help="k, the number of subsample models (accuracy only: more models answer more; "
+                     "default: Algorithm 5's k). pcqr warns, with the smallest k that works, when k is too few."),
+        click.option("--threshold", type=float, default=None, help="w, the stability threshold: a PRIVACY parameter (it pays for releasing the exact "
+                     "majority label, delta_stab = T p1). Default: the smallest w pcqr can certify; a w that "
+                     "does not fit --delta is refused with the smallest that does."),
         click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data."),
