@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pipeline.errors import PcqrError
-from pipeline.stability import answer_probability, smallest_threshold, stability_delta
+from pipeline.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pipeline.noise): its bits differ
 # from exact discrete-Laplace tails by at most this much in probability.
@@ -234,19 +234,10 @@ class SubSampParameters:
         min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation."""
         target = min(0.5, self.cutoff / self.queries_max)
 
-        def works(k: int) -> bool:
-            return replace(self, subsamples=k).unanimous_abstention() <= target
-
-        lo, hi = 0, max(1, 2 * math.ceil(self.threshold))
-        while not works(hi):
-            lo, hi = hi, 2 * hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if works(mid):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return max(1, smallest_integer(
+            lambda k: replace(self, subsamples=k).unanimous_abstention() <= target,
+            start=2 * math.ceil(self.threshold),
+        ))
 
     def usefulness_warning(self) -> str | None:
         """One line when k / 2 is not comfortably above w plus the noise, else None."""

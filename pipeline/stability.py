@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal, localcontext
+from typing import Callable
 
 _DIGITS = 80
 # Relative margin added when a Decimal result becomes a float: the closed form loses at most
@@ -104,27 +105,28 @@ def stability_delta(threshold: float, cutoff: int, query_scale: float, threshold
     return math.nextafter(cutoff * p1, math.inf) if p1 > 0 else 0.0
 
 
+def smallest_integer(fits: Callable[[int], bool], start: int = 1) -> int:
+    """The smallest n >= 0 with fits(n), for a predicate that is False up to some n and True from
+    it on (doubling from ``start``, then bisection)."""
+    if fits(0):
+        return 0
+    lo, hi = 0, max(1, start)
+    while not fits(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
 def smallest_threshold(budget: float, cutoff: int, query_scale: float, threshold_scale: float) -> float | None:
     """The smallest w (a multiple of 1/2) with T * p1(w) <= ``budget``; None if budget <= 0.
 
-    p1 falls with floor(2w), so a binary search over the integer floor(2w) finds it.
+    p1 falls with floor(2w), so a search over the integer floor(2w) finds it.
     """
     if not budget > 0:
         return None
-
-    def fits(twice_w: int) -> bool:
-        return stability_delta(twice_w / 2, cutoff, query_scale, threshold_scale) <= budget
-
-    hi = 2
-    while not fits(hi):
-        hi *= 2
-    lo = 0 if fits(0) else hi // 2  # fits(lo) is False unless lo == 0 fits
-    if fits(lo):
-        return lo / 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi / 2
+    twice_w = smallest_integer(
+        lambda n: stability_delta(n / 2, cutoff, query_scale, threshold_scale) <= budget, start=2
+    )
+    return twice_w / 2
