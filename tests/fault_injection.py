@@ -21,8 +21,13 @@ root with the root on PYTHONPATH.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -86,3 +91,33 @@ class KillOnceClassifier(ClassifierMixin, BaseEstimator):
         kill_once(self.kill_predict, "predict", self.kills)
         above = np.asarray(X)[:, self.feature_] > self.threshold_
         return (above == bool(self.polarity_)).astype(np.int8)
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for a ``pcqr`` subprocess that must import this checkout's tests too."""
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
+def sigkill_at_a_random_moment(argv: list[str], env: dict[str, str], rng: random.Random,
+                               published: Callable[[], int]) -> tuple[bool, bool]:
+    """Start ``argv`` in its own process group and SIGKILL the group: half the time after a random
+    0-2.5 s (start-up, recovery or the loop), half just after it publishes one more log batch
+    (``published()`` counts them). Returns (waited for the answer loop, killed it alive)."""
+    before = published()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    in_loop = rng.random() >= 0.5
+    if not in_loop:
+        time.sleep(rng.uniform(0.0, 2.5))
+    else:
+        deadline = time.monotonic() + 60
+        while published() <= before and proc.poll() is None:
+            assert time.monotonic() < deadline, "the answer run made no progress"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))
+    killed = proc.poll() is None
+    if killed:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return in_loop, killed

@@ -15,10 +15,8 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -26,6 +24,7 @@ import pytest
 
 from jobs.cli import main
 from tests.conftest import DENSE_BOTTOMS_PRIVACY
+from tests.fault_injection import cli_env, sigkill_at_a_random_moment
 
 KILLS = 50
 QUERIES, BATCH = 300_000, 250
@@ -114,28 +113,14 @@ def test_sigkill_at_random_moments_then_resume(session) -> None:
     rng = random.Random(20261121)
     seen: dict[int, tuple[tuple[int, int, int], Batch]] = {}
     c, kills, in_loop = 0, 0, 0
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = cli_env()
     while kills < KILLS:
         state = _state(root)
         if state.get("input") and state["input"]["done"] >= QUERIES:
             break  # the stream is complete
-        batches_before = len(_visible(root / "log"))
-        proc = subprocess.Popen(_answer_argv(root, cluster), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-        # half the kills anywhere (start-up, training load, recovery), half inside the answer loop
-        deadline = time.monotonic() + 60
-        if rng.random() < 0.5:
-            time.sleep(rng.uniform(0.0, 2.5))
-        else:
-            while len(_visible(root / "log")) <= batches_before and proc.poll() is None:
-                assert time.monotonic() < deadline, "the answer run made no progress"
-                time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.05))
-            in_loop += 1
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        waited, _ = sigkill_at_a_random_moment(_answer_argv(root, cluster), env, rng,
+                                               lambda: len(_visible(root / "log")))
+        in_loop += waited
         kills += 1
         c = _check(root, seen, c)
     assert kills == KILLS and in_loop >= 15, (kills, in_loop)

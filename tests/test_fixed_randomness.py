@@ -18,10 +18,8 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ from pipeline.noise import SecureNoise, SeededNoise
 from pipeline.privacy import SubSampParameters
 from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
 from pipeline.state import SESSION_FILE, THRESHOLDS_FILE, Session, load_session, save_session
+from tests.fault_injection import cli_env, sigkill_at_a_random_moment
 
 K = 1000
 
@@ -203,27 +202,13 @@ def test_sigkill_and_resume_release_what_an_uninterrupted_run_does(trained) -> N
     assert main(_answer(root, cluster, "state-ref", "log-ref")) == 0
     code = "import sys; from jobs.cli import main; sys.exit(main(sys.argv[1:]))"
     argv = [sys.executable, "-c", code, *_answer(root, cluster, "state", "log")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = cli_env()
     rng = random.Random(20261123)
     kills = in_loop = 0
     for _ in range(KILLS):
-        before = len(_batches(root / "log"))
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-        if rng.random() < 0.5:  # anywhere: start-up, recovery, the loop
-            time.sleep(rng.uniform(0.0, 2.5))
-        else:  # inside the answer loop
-            deadline = time.monotonic() + 60
-            while len(_batches(root / "log")) <= before and proc.poll() is None:
-                assert time.monotonic() < deadline, "the answer run made no progress"
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.05))
-            in_loop += 1
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.wait()
+        waited, killed = sigkill_at_a_random_moment(argv, env, rng, lambda: len(_batches(root / "log")))
+        in_loop += waited
+        kills += killed
         if json.loads((root / "state" / SESSION_FILE).read_text())["input"]["done"] >= QUERIES:
             break
     assert kills >= 15 and in_loop >= 5, (kills, in_loop)
