@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -86,3 +87,13 @@ def threshold_data(rows: int, features: int = 3, seed: int = 0, noise: float = 0
     columns: dict[str, np.ndarray] = {f"x{j}": X[:, j] for j in range(features)}
     columns["label"] = y
     return columns
+
+
+def write_session_data(root: Path, rows: int = 20_000, queries: int = 2000) -> Path:
+    """ROOT/private (labelled threshold data in row groups of 5,000) and ROOT/queries (query_id +
+    features): the small session most CLI tests run."""
+    write_parquet(str(root / "private" / "p.parquet"), threshold_data(rows, seed=1), row_group_size=5000)
+    q = threshold_data(queries, seed=2)
+    write_parquet(str(root / "queries" / "p.parquet"),
+                  {"query_id": np.arange(queries), **{k: v for k, v in q.items() if k != "label"}})
+    return root

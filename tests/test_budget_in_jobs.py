@@ -21,7 +21,7 @@ from jobs.cli import main
 from pipeline.answered import AnsweredIndex, row_keys
 from pipeline.ledger import Ledger, dataset_identity
 from pipeline.data import open_dataset
-from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
+from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet, write_session_data
 
 PARAMS = MECHANICS_PRIVACY  # (100, 1e-3) asked; w the smallest certifiable
 # A session that halts within a few dozen queries and answers some first: eps 4, delta 1e-6, T 3
@@ -32,10 +32,7 @@ HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "3", "--subsamples",
 
 @pytest.fixture
 def data(tmp_path):
-    write_parquet(str(tmp_path / "private" / "p.parquet"), threshold_data(20_000, seed=1), row_group_size=5000)
-    q = threshold_data(2000, seed=2)
-    write_parquet(str(tmp_path / "queries" / "p.parquet"),
-                  {"query_id": np.arange(2000), **{k: v for k, v in q.items() if k != "label"}})
+    write_session_data(tmp_path)
     public = threshold_data(300, seed=3)
     write_parquet(str(tmp_path / "public" / "p.parquet"), {k: v for k, v in public.items() if k != "label"})
     return tmp_path

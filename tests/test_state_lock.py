@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -32,7 +31,7 @@ from pipeline.ledger import Ledger, dataset_identity
 from pipeline.data import open_dataset
 from pipeline.replay import verify_log
 from pipeline.state_lock import LOCK_FILE, lock_state
-from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
+from tests.conftest import MECHANICS_PRIVACY, write_session_data
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -144,10 +143,7 @@ def test_a_waiter_whose_lock_file_was_removed_locks_the_new_one(tmp_path, holder
 
 @pytest.fixture
 def data(tmp_path):
-    write_parquet(str(tmp_path / "private" / "p.parquet"), threshold_data(20_000, seed=1), row_group_size=5000)
-    q = threshold_data(2000, seed=2)
-    write_parquet(str(tmp_path / "queries" / "p.parquet"),
-                  {"query_id": np.arange(2000), **{k: v for k, v in q.items() if k != "label"}})
+    write_session_data(tmp_path)
     return tmp_path
 
 
