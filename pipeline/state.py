@@ -198,11 +198,16 @@ def load_session(state_dir: str) -> Session:
             data = json.load(handle)
         fixed = "key" in data["sparse_vector"]  # else from_dict refuses: the state predates the key
         thresholds = load_thresholds(state_dir, int(data["params"]["cutoff"])) if fixed else np.zeros(0, np.int64)
-        return Session.from_dict(data, thresholds)
+        session = Session.from_dict(data, thresholds)
     except FileNotFoundError:
         raise PcqrError(f"--state {state_dir}: no session here (run 'pcqr train' first, or pass --private)") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise PcqrError(f"{path}: corrupt session file ({exc})") from None
+    try:  # a state whose parameters pcqr would not certify (edited by hand?) answers nothing
+        session.params.certify()
+    except PcqrError as exc:
+        raise PcqrError(f"{path}: its parameters cannot be certified ({exc})") from None
+    return session
 
 
 def save_models(state_dir: str, ensemble: Ensemble) -> None:

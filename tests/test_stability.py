@@ -152,3 +152,23 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
     # the same w with a small delta cannot be certified: refused, with the smallest w that fits
     with pytest.raises(PcqrError, match="--threshold 20: .*smallest --threshold that fits"):
         audit.subsamp_parameters(epsilon=2.0, delta=1e-3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
+
+
+def test_a_state_edited_to_an_uncertifiable_threshold_is_refused(tmp_path) -> None:
+    import json
+
+    from pipeline.sparse_vector import SparseVector
+    from pipeline.noise import SeededNoise
+    from pipeline.state import SESSION_FILE, Session, load_session, save_session
+
+    params = SubSampParameters.paper(4.0, 1e-6, 20, 10_000, 0.05, subsamples=2500)
+    coordinator = SparseVector.create(params, SeededNoise(1))
+    session = Session(params=params, learner={"name": "stump", "params": {}}, features=["x0"], private_uri="p",
+                      private_rows=10, seed=1, sparse_vector=coordinator.state)
+    save_session(str(tmp_path), session)
+    assert load_session(str(tmp_path)).params.threshold == params.threshold
+    data = json.loads((tmp_path / SESSION_FILE).read_text())
+    data["params"]["threshold"] = 150.0
+    (tmp_path / SESSION_FILE).write_text(json.dumps(data))
+    with pytest.raises(PcqrError, match="cannot be certified .*--threshold 150"):
+        load_session(str(tmp_path))
