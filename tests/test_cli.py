@@ -3,6 +3,7 @@ train + answer continue one session; a YAML spec runs the same job."""
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -69,6 +70,9 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert first["answered"] + first["abstained"] + first["refused"] == 2000
     assert first["subsamples"] == 50 and first["threshold"] == SESSION.threshold and first["privacy"] == "private"
     assert first["proven_epsilon"] <= MECHANICS["epsilon"] and first["proven_delta"] <= MECHANICS["delta"]
+    terms = [first[k] for k in ("delta_composition", "delta_stability", "delta_sampler")]  # the issue's keys
+    assert first["delta_stability"] > 0 and math.fsum(terms) <= first["proven_delta"]
+    assert first["proven_delta"] == SESSION.certificate()["proven_delta"]
     assert first["accuracy"] > 0.95 and first["answered"] > 1900  # w certifiable and still answering
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
     sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
