@@ -200,3 +200,17 @@ def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys,
         extra = ["--seed", "1"]
     code, out, err = run(capsys, *args, *extra)
     assert_refused_cleanly(code, err, data, *needles)
+
+
+def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_yaml) -> None:
+    few = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "20", "--subsamples", "50"]
+    code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st"),
+                         "--cluster", thread_cluster_yaml, "--json", *few)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    expected = SubSampParameters.paper(4.0, 1e-6, 20, 10_000, 0.05, subsamples=50).useful_subsamples()
+    assert len(warnings) == 1 and "k = 50 models is too few" in warnings[0]
+    assert f"k >= {expected} " in warnings[0], warnings[0]
+    code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st2"),
+                         "--cluster", thread_cluster_yaml, "--json", *PARAMS)
+    assert code == 0 and "warning: " not in err, err  # MECHANICS: k = 50 is enough there
