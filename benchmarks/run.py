@@ -342,6 +342,13 @@ def stable_queries(work: Path, margin: float = STABLE_MARGIN) -> dict[str, Any]:
     return {"stable_margin": margin, "queries_generated": generated, "queries_kept": kept}
 
 
+def certificate_of(summary: dict[str, Any]) -> dict[str, Any]:
+    """A pcqr summary's privacy certificate: w (``threshold``), ``proven_epsilon``, every
+    ``delta_<term>`` and ``proven_delta``."""
+    keys = ("threshold", "proven_epsilon", "proven_delta")
+    return {key: value for key, value in summary.items() if key in keys or key.startswith("delta_")}
+
+
 def _coordinator_regime(params: Any, ones: Any, k: int, batch_sizes: tuple[int, ...]) -> dict[str, Any]:
     """Time SparseVector.process over ``ones`` in each batch size (secure noise)."""
     import numpy as np
@@ -479,6 +486,7 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
             work, "train", "train", "--private", "data/private", "--state", "state",
             *privacy, "--cluster", cluster,
         )
+        shutil.copytree(work / "state", work / "state-unfiltered")
         log(f"end_to_end: answering {queries:,} queries")
         answer_s, summary, report = pcqr_instrumented(
             work, "answer", "answer", "--state", "state", "--queries", "data/stable-queries",
@@ -486,6 +494,9 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
         )
         log_bytes = dir_bytes(work / "log")
         query_bytes = dir_bytes(work / "data" / "queries")
+        log(f"end_to_end: the same trained session on all {stable['queries_generated']:,} generated queries")
+        _, full = pcqr(work, "answer-unfiltered", "answer", "--state", "state-unfiltered", "--queries",
+                       "data/queries", "--log", "log-unfiltered", "--cluster", cluster)
     t = report["timings"]
     release = t.get("release_answers", {}).get("seconds", 0.0)
     coordinator = t.get("coordinator", {}).get("seconds", 0.0)
@@ -502,8 +513,7 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
             "lambda": train_summary.get("lambda"),
             "why": "pcqr demo's certifiable regime (w the smallest certifiable) on a stream of queries "
             "the models agree on (stable_queries): see stable_queries for why",
-            **{key: train_summary.get(key) for key in ("threshold", "proven_epsilon", "delta_composition",
-                                                       "delta_stability", "delta_sampler", "proven_delta")},
+            **certificate_of(train_summary),
             **stable,
         },
         "generate_seconds": gen_s,
@@ -529,6 +539,14 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
         "halted": summary.get("budget_spent"),
         "query_mb": query_bytes / 2**20,
         "log_mb": log_bytes / 2**20,
+        "unfiltered_stream": {
+            "how": "a copy of the same trained state answering every generated query, near-boundary ones "
+            "included (not timed): where a certifiable session stops",
+            "queries": stable["queries_generated"],
+            **{key: full.get(key) for key in ("answered", "abstained", "refused")},
+            "halted": full.get("budget_spent"),
+            "halted_after_queries": full["answered"] + full["abstained"] if full.get("budget_spent") else None,
+        },
         "aim_queries_per_second": 2e5,
         "meets_aim": bool((rate(queries, answer_s) or 0) >= 2e5),
     }
@@ -649,8 +667,9 @@ def bench_driver_memory(quick: bool) -> dict[str, Any]:
         result["generate_seconds"] = gen_s
         result.update(stable_queries(work))
         log(f"driver_memory: training k={k} stumps")
-        pcqr(work, "train", "train", "--private", "data/private", "--state", "state0",
-             *privacy, "--cluster", cluster)
+        _, train_summary = pcqr(work, "train", "train", "--private", "data/private", "--state", "state0",
+                                *privacy, "--cluster", cluster)
+        result["certificate"] = certificate_of(train_summary)
         first_file = sorted((work / "data" / "stable-queries").glob("part-*.parquet"))[0]
         for n, queries in ((small, str(first_file)), (big, "data/stable-queries")):
             log(f"driver_memory: answering {n:,} queries")
@@ -707,21 +726,37 @@ def _read_log(log_dir: Path) -> dict[str, Any]:
     return {name: np.asarray(table.column(name).to_numpy(zero_copy_only=False)) for name in table.column_names}
 
 
+# Algorithm 3's parameters; m = 1,000 queries. w is pcqr's smallest certifiable at A_SubSamp's
+# (eps_hat, delta_hat): 78,095 >> k / 2 at the aim's k = 40,000 (so nothing is answered there),
+# and a unanimous query needs k >= 179,879 (useful_subsamples). AGNOSTIC_USEFUL is the largest
+# size that runs here in a few minutes with k above that (22 rows per model, as at the aim's size):
+# 3x10^8 rows (2.9 GB of Parquet), k = 240,000 (a unanimous query abstains w.p. 8e-6).
+AGNOSTIC_OPTIONS = [
+    "--mode", "agnostic", "--hypothesis", "threshold", "--alpha", "0.1", "--epsilon", "1",
+    "--delta", "1e-6", "--beta", "0.05",
+]
+AGNOSTIC_AIM, AGNOSTIC_AIM_QUICK, AGNOSTIC_USEFUL = (5 * 10**7, 40_000), (5 * 10**6, 4000), (3 * 10**8, 240_000)
+
+
 def bench_agnostic_at_scale(quick: bool) -> dict[str, Any]:
-    """A_AgPrivCl end to end: one ``pcqr answer --mode agnostic`` (train + answer)."""
+    """A_AgPrivCl end to end: one ``pcqr answer --mode agnostic`` (train + answer) at the aim's
+    size (top-level figures) and, in a full run, at AGNOSTIC_USEFUL (``useful_size``)."""
+    result = _agnostic_run(*(AGNOSTIC_AIM_QUICK if quick else AGNOSTIC_AIM))
+    result["quick_sizes"] = "5x10^6 rows, --subsamples 4000; no useful_size run" if quick else None
+    result["useful_size"] = None if quick else _agnostic_run(*AGNOSTIC_USEFUL)
+    return result
+
+
+def _agnostic_run(rows: int, k: int) -> dict[str, Any]:
     import numpy as np
     import pyarrow.parquet as pq
 
     from pipeline.hypotheses import hypothesis_from_dict
+    from pipeline.privacy import SubSampParameters
     from pipeline.synthetic import read_concept
 
-    rows, k = (5 * 10**6, 4000) if quick else (5 * 10**7, 40_000)
     queries, features, noise = 1000, 1, 0.1
-    options = [
-        "--mode", "agnostic", "--hypothesis", "threshold", "--alpha", "0.1", "--epsilon", "1",
-        "--delta", "1e-6", "--beta", "0.05", "--queries-max", str(queries),
-        "--subsamples", str(k),
-    ]  # w: pcqr's smallest certifiable at A_SubSamp's (eps_hat, delta_hat); it is ~78,000 >> k / 2
+    options = [*AGNOSTIC_OPTIONS, "--queries-max", str(queries), "--subsamples", str(k)]
     result: dict[str, Any] = {
         "private_rows": rows,
         "features": features,
@@ -730,7 +765,6 @@ def bench_agnostic_at_scale(quick: bool) -> dict[str, Any]:
         "hypothesis_class": "threshold",
         "cluster": AGNOSTIC_CLUSTER_YAML.strip(),
         "command_options": " ".join(options),
-        "quick_sizes": "5x10^6 rows, --subsamples 4000" if quick else None,
         "how": "pcqr generate (not timed), then one `pcqr answer --mode agnostic --private ... --state "
         "... --queries ... --log ... --truth ...` (train + answer, one shot) in a fresh Python process "
         "(CHILD_CODE: peak RSS via getrusage(RUSAGE_SELF) at exit, in-process timings by wrapping). "
@@ -757,6 +791,7 @@ def bench_agnostic_at_scale(quick: bool) -> dict[str, Any]:
         )
         logged = _read_log(work / "log")
         session = json.loads((work / "state" / "session.json").read_text())
+        subsamp = SubSampParameters.from_dict(session["params"])
         concept = read_concept(str(sorted((work / "data" / "private").glob("*.parquet"))[0]))
         truth = pq.read_table(str(work / "data" / "truth"))
         truth_ids = np.asarray(truth.column("query_id").to_numpy())
@@ -787,8 +822,10 @@ def bench_agnostic_at_scale(quick: bool) -> dict[str, Any]:
             "sample_rows_n_prime": agnostic.get("sample_rows"),
             "rows_per_subsample": (agnostic.get("sample_rows") or 0) / k,
             "subsamp_epsilon": summary.get("subsamp_epsilon"),
-            "proven_epsilon": summary.get("proven_epsilon"),
-            "proven_delta": summary.get("proven_delta"),
+            "subsamp_delta": summary.get("subsamp_delta"),
+            "unanimous_abstention": subsamp.unanimous_abstention(),
+            "useful_subsamples": subsamp.useful_subsamples(),
+            **certificate_of(summary),
         },
         "answered": summary["answered"],
         "abstained": summary["abstained"],
@@ -1159,6 +1196,7 @@ def bench_safety_overhead(quick: bool) -> dict[str, Any]:
         pcqr(work, "generate", "generate", "--kind", "realizable", "--rows", str(rows), "--features", "5",
              "--queries", str(queries), "--out", "data", "--cluster", cluster)
         result.update(stable_queries(work))
+        kept = result["queries_kept"]
         for batch in (100_000, 10_000):
             runs: dict[str, dict[str, list[float]]] = {"on": {"wall": [], "loop": []}, "off": {"wall": [], "loop": []}}
             for r in range(repeats):
@@ -1172,10 +1210,11 @@ def bench_safety_overhead(quick: bool) -> dict[str, Any]:
                             *privacy, "--cluster", cluster)
                     runs[mode]["wall"].append(wall)
                     runs[mode]["loop"].append(report["timings"]["release_answers"]["seconds"])
+                    result.setdefault("certificate", certificate_of(summary))
             med = {m: {k: statistics.median(v) for k, v in runs[m].items()} for m in runs}
             result["batch_sizes"][str(batch)] = {
                 "runs": runs, "median": med,
-                "loop_queries_per_second": {m: rate(queries, med[m]["loop"]) for m in med},
+                "loop_queries_per_second": {m: rate(kept, med[m]["loop"]) for m in med},
                 "overhead_loop": med["on"]["loop"] / med["off"]["loop"] - 1,
                 "overhead_wall": med["on"]["wall"] / med["off"]["wall"] - 1,
                 "answered": summary.get("answered"),
@@ -1214,6 +1253,27 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _agnostic_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    b, size = "agnostic_at_scale", f"{r['private_rows']:,} rows, k = {r['parameters']['subsamples_k']:,}"
+
+    def share(x: Any) -> str:  # a fraction of the answered queries, with the count
+        return "-" if x is None else f"{x:.4f} ({round(x * r['answered'])} of {r['answered']})"
+
+    return [
+        (b, f"end-to-end s ({size}, train + answer)", _fmt(r["end_to_end_seconds"]), "< 600"),
+        (b, f"driver / worker peak RSS MB, {size}",
+         f"{_fmt(r['driver_peak_rss_mb'])} / {_fmt(r['workers_peak_rss_mb'])}", ""),
+        (b, f"relabel s / train s (in process), {size}", f"{_fmt(r['timings_seconds'].get('relabel'))} / "
+         f"{_fmt(r['timings_seconds'].get('train_models_on_resampled'))}", ""),
+        (b, f"w / useful k, {size}",
+         f"{_fmt(r['parameters']['threshold_w'])} / {_fmt(r['parameters'].get('useful_subsamples'))}", ""),
+        (b, f"fraction answered, {size}", _fmt(r["fraction_answered"]), ""),
+        (b, f"error of answered vs noisy truth, {size}", share(r["error_vs_noisy_truth"]), ""),
+        (b, f"error of answered vs noiseless concept, {size}", share(r["error_vs_noiseless_concept"]), ""),
+        (b, f"agreement of answered with h_hat, {size}", share(r["agreement_with_h_hat"]), ""),
+    ]
+
+
 def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     r = results.get("coordinator")
@@ -1238,6 +1298,10 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(("end_to_end", "coordinator share of in-process", _fmt(r["coordinator_share_of_in_process"]), ""))
         rows.append(("end_to_end", "queries/s outside the coordinator", _fmt(r.get("queries_per_second_outside_coordinator")), ""))
         rows.append(("end_to_end", "fraction answered", _fmt(r["fraction_answered"]), ""))
+        u = r.get("unfiltered_stream")
+        if u:
+            rows.append(("end_to_end", f"unfiltered stream of {u['queries']:,}: answered / halted after",
+                         f"{_fmt(u['answered'])} / {_fmt(u['halted_after_queries'])}", ""))
         rows.append(("end_to_end", "train s (not in answer)", _fmt(r["train_seconds"]), ""))
     r = results.get("training_speedup")
     if r:
@@ -1256,19 +1320,9 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                      _fmt(r.get("loop_ratio_big_over_small")), "~ 1"))
     r = results.get("agnostic_at_scale")
     if r and "error" not in r:
-        b = "agnostic_at_scale"
-        rows.append((b, f"end-to-end s ({r['private_rows']:,} rows, train + answer)", _fmt(r["end_to_end_seconds"]), "< 600"))
-        rows.append((b, "driver peak RSS MB", _fmt(r["driver_peak_rss_mb"]), ""))
-        rows.append((b, "worker peak RSS MB", _fmt(r["workers_peak_rss_mb"]), ""))
-        rows.append((b, "relabel s / train s (in process)", f"{_fmt(r['timings_seconds'].get('relabel'))} / "
-                     f"{_fmt(r['timings_seconds'].get('train_models_on_resampled'))}", ""))
-        rows.append((b, "fraction answered", _fmt(r["fraction_answered"]), ""))
-        def share(x: Any) -> str:  # a fraction of the answered queries, with the count
-            return "-" if x is None else f"{x:.4f} ({round(x * r['answered'])} of {r['answered']})"
-
-        rows.append((b, "error of answered vs noisy truth", share(r["error_vs_noisy_truth"]), ""))
-        rows.append((b, "error of answered vs noiseless concept", share(r["error_vs_noiseless_concept"]), ""))
-        rows.append((b, "agreement of answered with h_hat", share(r["agreement_with_h_hat"]), ""))
+        rows += _agnostic_rows(r)
+        if r.get("useful_size"):
+            rows += _agnostic_rows(r["useful_size"])
     r = results.get("relabel_stumps")
     if r and "error" not in r:
         for n, v in r["sizes"].items():
