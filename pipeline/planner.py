@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from pipeline.errors import PcqrError
-from pipeline.privacy import SubSampParameters
+from pipeline.privacy import SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max
 
 Figure = dict[str, Any]
 Algorithm = dict[str, Figure]
@@ -88,6 +88,12 @@ def rows_needed(epsilons: list[float], delta: float, cutoff: int, m: int, beta: 
     gets its one-line reason instead."""
     if rows_per_model < 1:
         raise PcqrError(f"--rows-per-model must be at least 1, got {rows_per_model}")
+    for eps in epsilons:  # the table's own grid is valid; a user's --epsilon may not be
+        check_epsilon_delta(eps, delta)
+    if cutoff < 1:
+        raise PcqrError(f"--cutoff (T) must be at least 1, got {cutoff}")
+    check_queries_max(m)
+    check_fraction(beta, "--beta")
     table = []
     for eps in epsilons:
         try:

@@ -105,8 +105,10 @@ class SparseVectorState:
                 "the session's state predates fixed per-query randomness (no session key); "
                 "train a new session"
             )
-        return cls(int(data["bottoms"]), int(data["queries_seen"]), bytes.fromhex(data["key"]),
-                   np.asarray(thresholds, dtype=np.int64))
+        key = bytes.fromhex(data["key"])
+        if len(key) != 32:
+            raise PcqrError(f"the session key holds {len(key)} bytes, expected 32 (edited state?)")
+        return cls(int(data["bottoms"]), int(data["queries_seen"]), key, np.asarray(thresholds, dtype=np.int64))
 
 
 @dataclass

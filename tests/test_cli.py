@@ -165,6 +165,7 @@ def _rewrite(data, name: str, columns: dict) -> None:
         ("k_too_large", ["--subsamples", "needs at least 50000 private rows"]),
         ("unknown_backend", ["pcqr.cluster.backend", "unknown backend"]),
         ("seed_without_flag", ["--insecure-seed"]),
+        ("threshold_uncertifiable", ["--threshold 1:", "smallest --threshold that fits is 14"]),
     ],
 )
 def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys, thread_cluster_yaml, tmp_path) -> None:
@@ -198,6 +199,8 @@ def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys,
         args[args.index(option, args.index("--json")) + 1] = value
     if case == "seed_without_flag":
         extra = ["--seed", "1"]
+    if case == "threshold_uncertifiable":
+        extra = ["--threshold", "1"]
     code, out, err = run(capsys, *args, *extra)
     assert_refused_cleanly(code, err, data, *needles)
 
@@ -214,3 +217,52 @@ def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_y
     code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st2"),
                          "--cluster", thread_cluster_yaml, "--json", *PARAMS)
     assert code == 0 and "warning: " not in err, err  # MECHANICS: k = 50 is enough there
+
+
+@pytest.mark.parametrize(
+    "case,needle",
+    [
+        ("thresholds_missing", "thresholds.npy: missing"),
+        ("thresholds_truncated", "thresholds.npy: corrupt"),
+        ("thresholds_pickled", "thresholds.npy: corrupt"),
+        ("thresholds_float", "expected (20,) int64"),
+        ("thresholds_short", "expected (20,) int64"),
+        ("key_not_hex", "corrupt session file"),
+        ("key_short", "session key"),
+        ("threshold_edited", "cannot be certified"),
+    ],
+)
+def test_a_tampered_state_is_refused_in_one_line(case, needle, data, capsys, thread_cluster_yaml) -> None:
+    """The files issue 10 added to the state (thresholds.npy, the session key) and the certified w:
+    edited, each is refused with one line, exit 2, nothing published."""
+    state = data / "st"
+    code, _, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(state),
+                       "--cluster", thread_cluster_yaml, "--json", *PARAMS)
+    assert code == 0, err
+    thresholds, session_file = state / "thresholds.npy", state / "session.json"
+    stored = np.load(thresholds)
+    session = json.loads(session_file.read_text())
+    if case == "thresholds_missing":
+        thresholds.unlink()
+    elif case == "thresholds_truncated":
+        thresholds.write_bytes(thresholds.read_bytes()[:40])
+    elif case == "thresholds_pickled":
+        np.save(thresholds, np.array([object()] * stored.size, dtype=object), allow_pickle=True)
+    elif case == "thresholds_float":
+        np.save(thresholds, stored.astype(np.float64))
+    elif case == "thresholds_short":
+        np.save(thresholds, stored[:5])
+    elif case == "key_not_hex":
+        session["sparse_vector"]["key"] = "zz" * 32
+    elif case == "key_short":
+        session["sparse_vector"]["key"] = "ab" * 16
+    elif case == "threshold_edited":
+        session["params"]["threshold"] = 1.0
+    if case.startswith(("key", "threshold_")):
+        session_file.write_text(json.dumps(session))
+    code, out, err = run(capsys, "answer", "--state", str(state), "--queries", str(data / "queries"),
+                         "--log", str(data / "log"), "--cluster", thread_cluster_yaml, "--json")
+    assert code == 2, (out, err)
+    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    assert len(lines) == 1 and lines[0].startswith("pcqr: error: ") and needle in lines[0], err
+    assert not (data / "log").exists() or os.listdir(data / "log") == []

@@ -179,6 +179,12 @@ def test_human_output_is_a_table() -> None:
     (["--hypothesis", "point", "--features", "3", *BASE], "--features"),
     (["--vc", "1", *BASE[2:]], "--alpha"),
     (["--vc", "1", *BASE, "--gamma", "-0.1"], "--gamma"),
+    (["--rows-per-model", "0"], "--rows-per-model"),
+    (["--rows-per-model", "200", "--cutoff", "0"], "--cutoff"),
+    (["--rows-per-model", "200", "--delta", "2"], "--delta"),
+    (["--rows-per-model", "200", "--epsilon", "-1"], "--epsilon"),
+    (["--rows-per-model", "200", "--queries-max", "0"], "--queries-max"),
+    (["--rows-per-model", "200", "--beta", "1.5"], "--beta"),
 ])
 def test_bad_input_is_one_line_naming_the_option(args: list[str], option: str) -> None:
     result = _invoke(*args)
