@@ -103,7 +103,8 @@ def rows_needed(epsilons: list[float], delta: float, cutoff: int, m: int, beta: 
             continue
         k = p.useful_subsamples()
         table.append({"epsilon": eps, "lambda": p.lam, "w": p.threshold, "k": k,
-                      "private_rows": k * rows_per_model, **p.delta_terms().to_dict()})
+                      "private_rows": k * rows_per_model,
+                      **{key: v for key, v in p.certificate().items() if key != "proven_epsilon"}})
     return table
 
 

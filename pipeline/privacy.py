@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 from pipeline.errors import PcqrError
 from pipeline.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
@@ -73,6 +73,19 @@ def check_epsilon_delta(epsilon: float, delta: float) -> None:
         raise PcqrError(f"--delta must be in (0, 1), got {delta}")
 
 
+def total_delta(terms: Mapping[str, float]) -> float:
+    """The proven delta of a run: its delta terms' sum (fsum, exactly rounded), rounded up."""
+    total = math.fsum(terms.values())
+    return math.nextafter(total, math.inf) if total > 0 else 0.0
+
+
+def delta_certificate(epsilon: float, terms: Mapping[str, float]) -> dict[str, float]:
+    """The summary's privacy keys (a contract: users' scripts read them): proven_epsilon, each
+    ``delta_<term>`` and proven_delta (:func:`total_delta`)."""
+    return {"proven_epsilon": epsilon, **{f"delta_{k}": v for k, v in terms.items()},
+            "proven_delta": total_delta(terms)}
+
+
 @dataclass(frozen=True)
 class DeltaTerms:
     """The run's delta, term by term (each an upper bound, none rounded down)."""
@@ -84,17 +97,7 @@ class DeltaTerms:
     @property
     def total(self) -> float:
         """The proven delta: the terms' sum, rounded up."""
-        total = math.fsum((self.composition, self.stability, self.sampler))
-        return math.nextafter(total, math.inf) if total > 0 else 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        """The summary's keys (a contract: users' scripts read them)."""
-        return {
-            "delta_composition": self.composition,
-            "delta_stability": self.stability,
-            "delta_sampler": self.sampler,
-            "proven_delta": self.total,
-        }
+        return total_delta(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ class SubSampParameters:
 
     def certificate(self) -> dict[str, float]:
         """The summary's privacy keys: proven_epsilon and every delta term."""
-        return {"proven_epsilon": self._composition()[0], **self.delta_terms().to_dict()}
+        return delta_certificate(self._composition()[0], asdict(self.delta_terms()))
 
     def stability_budget(self) -> float:
         """What is left of delta for delta_stab once composition and sampler are paid."""

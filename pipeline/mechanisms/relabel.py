@@ -51,7 +51,9 @@ import numpy as np
 
 from pipeline.errors import PcqrError
 from pipeline.mechanisms.exponential import round_up, sampler_delta
-from pipeline.privacy import SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max
+from pipeline.privacy import (
+    SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max, delta_certificate, total_delta,
+)
 
 RELABEL_EPSILON = 1.0  # eps~ of Algorithm 2, fixed by the paper
 
@@ -75,21 +77,6 @@ def binomial_upper_tail(trials: int, p: float, above: int) -> float:
         log_terms.append(log_terms[-1])  # the omitted tail, at most the last term
     peak = max(log_terms)
     return float(min(1.0, math.exp(peak) * sum(math.exp(t - peak) for t in log_terms) * (1 + 1e-9)))
-
-
-#: The delta terms an A_AgPrivCl certificate reports (DeltaTerms' three and the resampling tail).
-DELTA_TERMS = ("composition", "stability", "sampler", "resampling")
-
-
-def delta_certificate(epsilon: float, terms: dict[str, float]) -> dict[str, float]:
-    """The summary's privacy keys for a chain's last link: proven_epsilon, each delta_<term>
-    and proven_delta (their sum, rounded up)."""
-    return {"proven_epsilon": epsilon, **{f"delta_{k}": terms[k] for k in DELTA_TERMS},
-            "proven_delta": _total(terms)}
-
-
-def _total(terms: dict[str, float]) -> float:
-    return round_up(math.fsum(terms.values()))
 
 
 def _scaled(terms: dict[str, float], factor: float) -> dict[str, float]:
@@ -167,7 +154,7 @@ class AgnosticParameters:
     def links(self) -> list[tuple[str, float, dict[str, float]]]:
         """(step, eps, delta terms) for each link of Lemma 3.4's argument, for this run."""
         e1, terms = self.subsamp.guarantee()[0], asdict(self.subsamp.delta_terms())
-        terms1 = {**terms, "resampling": 0.0}
+        terms1 = {**terms, "resampling": 0.0}  # DeltaTerms' three and the resample's dropped tail
         repeats = math.floor(math.log(2 / self.delta))
         tail = binomial_upper_tail(self.sample_rows, 1 / self.sample_rows, repeats)
         e2 = round_up(repeats * e1)
@@ -191,7 +178,7 @@ class AgnosticParameters:
 
     def privacy_chain(self) -> list[tuple[str, float, float]]:
         """(step, eps, delta) for each link of Lemma 3.4's argument, for this run."""
-        return [(step, eps, _total(terms)) for step, eps, terms in self.links()]
+        return [(step, eps, total_delta(terms)) for step, eps, terms in self.links()]
 
     def certificate(self) -> dict[str, float]:
         """The whole run's proven_epsilon, each delta term and proven_delta (the chain's last link)."""

@@ -41,7 +41,8 @@ from pipeline.data import Dataset, feature_matrix
 from pipeline.errors import PcqrError
 from pipeline.log import batch_files
 from pipeline.mechanisms.exponential import round_up, sampler_delta
-from pipeline.mechanisms.relabel import AgnosticParameters, delta_certificate
+from pipeline.mechanisms.relabel import AgnosticParameters
+from pipeline.privacy import delta_certificate
 from pipeline.noise import NoiseSource
 from pipeline.privacy import check_epsilon_delta, check_fraction, check_queries_max
 
