@@ -1,7 +1,9 @@
 """``pcqr plan``: the private sample sizes the papers' results require, and their parameters.
 
 The formulas live in :mod:`pipeline.planner`; this module maps class names to VC
-dimensions, checks the options and prints the plan (a table, or one JSON object).
+dimensions, checks the options and prints the plan (a table, or one JSON object). Every option
+has a stated range (pipeline.limits), checked before anything is computed; sizes beyond a float
+are printed as strings ("1.23e+456").
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import click
 
 from jobs.common import emit_summary, json_option
 from pipeline.errors import PcqrError
+from pipeline.limits import check_overrides
 from pipeline.planner import TABLE_EPSILONS, check_inputs, plan, rows_needed, stump_vc
 from pipeline.privacy import SubSampParameters
 
@@ -95,6 +98,7 @@ def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float,
                        queries_max: int | None, beta: float, subsamples: int | None, as_json: bool) -> None:
     """``plan --rows-per-model R``: the private rows A_SubSamp needs per eps."""
     m = 10_000 if queries_max is None else queries_max
+    check_overrides(subsamples, None)  # up front, like every other option (pipeline.limits)
     epsilons = sorted({*TABLE_EPSILONS, *([epsilon] if epsilon is not None else [])})
     table = rows_needed(epsilons, delta, cutoff, m, beta, rows_per_model)
     inputs = {"rows_per_model": rows_per_model, "delta": delta, "cutoff": cutoff, "queries_max": m, "beta": beta}
@@ -111,24 +115,24 @@ def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float,
 
 
 @click.command("plan")
-@click.option("--vc", type=int, default=None, help="VC dimension d of the hypothesis class.")
+@click.option("--vc", type=int, default=None, help="VC dimension d of the hypothesis class, in [1, 2^53].")
 @click.option("--hypothesis", default=None, metavar="CLASS",
               help=f"A named class instead of --vc: {', '.join(HYPOTHESES)} (threshold = one direction, "
                    "VC 1; stump needs --features).")
-@click.option("--features", type=int, default=None, help="P, the number of features (--hypothesis stump).")
-@click.option("--alpha", type=float, default=None, help="Excess error alpha, in (0, 1). Required.")
-@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta, in (0, 1).")
-@click.option("--epsilon", type=float, default=None, help="Privacy parameter eps > 0. Required.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
-@click.option("--queries-max", type=int, default=None, help="m, the most queries to answer (>= 1). Required.")
+@click.option("--features", type=int, default=None, help="P, the number of features (--hypothesis stump), in [1, 2^53].")
+@click.option("--alpha", type=float, default=None, help="Excess error alpha, in [1e-300, 1). Required.")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta, in [1e-300, 1).")
+@click.option("--epsilon", type=float, default=None, help="Privacy parameter eps, in (0, 700]. Required.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in [1e-300, 1).")
+@click.option("--queries-max", type=int, default=None, help="m, the most queries to answer, in [1, 2^53]. Required.")
 @click.option("--gamma", type=float, default=0.0, show_default=True,
               help="Best error in the class (agnostic A_SubSamp's T and error alpha + 3 gamma).")
 @click.option("--rows-per-model", type=int, default=None,
               help="Rows your learner needs per model: print instead a table of the private rows A_SubSamp "
                    "needs per eps (k x rows, k the smallest useful at the smallest certifiable w).")
-@click.option("--cutoff", type=int, default=50, show_default=True, help="T, for --rows-per-model.")
+@click.option("--cutoff", type=int, default=50, show_default=True, help="T, for --rows-per-model, in [1, 10^6].")
 @click.option("--subsamples", type=int, default=None,
-              help="With --rows-per-model and --epsilon: say whether this k is enough.")
+              help="With --rows-per-model and --epsilon: say whether this k is enough (k in [1, 10^6]).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,

@@ -192,17 +192,30 @@ _MASK64 = (1 << 64) - 1
 _TOP = (1 << _SCALE_BITS) - 1
 
 
+def tail_span(scale: float) -> int:
+    """J, the half-width of :class:`DiscreteLaplaceTail`'s saturation window at ``scale``:
+    q^J < 2^-130. The table stores J + 2 entries (a = 1 .. J + 2)."""
+    return math.ceil(scale * (_SCALE_BITS + 2) * math.log(2)) + 1
+
+
 @functools.lru_cache(maxsize=8)
 def _tail_table(scale: float) -> tuple[int, np.ndarray, np.ndarray]:
     """(span, hi, lo): entry m holds F(m + 1) for m = 0 .. span + 1, i.e. a = 1 .. span + 2.
 
     A public function of the public scale, so it may be cached. Fixed-point recurrence
     x_1 = floor(2^256 q / (1 + q)), x_(a+1) = floor(x_a Q / 2^256), Q = floor(q 2^256): each
-    step is a multiplication and a shift, no per-entry exponential.
+    step is a multiplication and a shift, no per-entry exponential. At most
+    :data:`pipeline.limits.MAX_TAIL_ENTRIES` entries are built (about 1 GiB and 4 s): a larger
+    scale is refused here, and before any charge by :meth:`pipeline.privacy.SubSampParameters.check_limits`.
     """
-    span = math.ceil(scale * (_SCALE_BITS + 2) * math.log(2)) + 1  # q^span < 2^-130
-    if span >= 2**40:
-        raise ValueError(f"scale {scale} is too large for a tail table")
+    from pipeline.limits import MAX_TAIL_ENTRIES
+
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive number, got {scale}")
+    span = tail_span(scale)  # q^span < 2^-130
+    if span + 2 > MAX_TAIL_ENTRIES:
+        raise ValueError(f"scale {scale} needs a tail table of {span + 2} entries, above the "
+                         f"limit of {MAX_TAIL_ENTRIES} (pipeline.limits.MAX_TAIL_ENTRIES)")
     with localcontext() as ctx:
         ctx.prec = _DECIMAL_DIGITS
         q = (Decimal(-1) / Decimal(scale)).exp()  # the float's exact value, as the accountant's

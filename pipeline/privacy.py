@@ -27,6 +27,8 @@ three terms, each computed and reported (:class:`DeltaTerms`), none rounded down
 
 A run whose eps or summed delta exceeds the request, by any amount, is refused before
 anything is read; a --threshold that does not fit is refused with the smallest one that does.
+So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the bounds of
+:mod:`pipeline.limits`): the coordinator's tail table (lambda), the T pre-drawn thresholds, k, w.
 """
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from pipeline.errors import PcqrError
+from pipeline.limits import (
+    MAX_COUNT, MAX_EPSILON, MIN_PROBABILITY, check_subsamp_options, count_range, paper_lambda, subsamp_limit_problem,
+)
 from pipeline.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pipeline.noise): its bits differ
@@ -49,28 +54,27 @@ def round_up(value: float) -> float:
     return value * _ROUND_UP
 
 
-def check_epsilon(epsilon: float) -> None:
-    """Refuse an impossible eps with a one-line error naming the parameter."""
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise PcqrError(f"--epsilon must be a positive number, got {epsilon}")
+def check_epsilon(epsilon: float, option: str = "--epsilon") -> None:
+    """Refuse an impossible eps with a one-line error naming the parameter: a positive number at
+    most MAX_EPSILON (pipeline.limits: e^eps must be a finite float)."""
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
+        raise PcqrError(f"{option} must be a positive number at most {MAX_EPSILON:g}, got {epsilon}")
 
 
 def check_fraction(value: float, option: str) -> None:
-    """Refuse a parameter that must lie in (0, 1) (--alpha, --beta), naming it."""
-    if not (0 < value < 1):
-        raise PcqrError(f"{option} must be in (0, 1), got {value}")
+    """Refuse a probability that must lie in [MIN_PROBABILITY, 1) (--alpha, --beta, --delta), naming it."""
+    if not (MIN_PROBABILITY <= value < 1):
+        raise PcqrError(f"{option} must be in [{MIN_PROBABILITY:g}, 1), got {value}")
 
 
 def check_queries_max(queries_max: int) -> None:
-    if queries_max < 1:
-        raise PcqrError(f"--queries-max (m) must be at least 1, got {queries_max}")
+    count_range("--queries-max (m)", queries_max, 1, MAX_COUNT, "an exact float")
 
 
 def check_epsilon_delta(epsilon: float, delta: float) -> None:
     """Refuse impossible (eps, delta) with a one-line error naming the parameter."""
     check_epsilon(epsilon)
-    if not (0 < delta < 1):
-        raise PcqrError(f"--delta must be in (0, 1), got {delta}")
+    check_fraction(delta, "--delta")
 
 
 def total_delta(terms: Mapping[str, float]) -> float:
@@ -125,20 +129,21 @@ class SubSampParameters:
         beta: float,
         subsamples: int | None = None,
         threshold: float | None = None,
+        enforce_limits: bool = True,
     ) -> SubSampParameters:
         """Algorithm 5's lambda and k, the smallest certifiable w, with optional overrides of
-        k and w; refused (one line) unless the whole (eps, delta) is certified."""
+        k and w; refused (one line) unless the whole (eps, delta) is certified and, with
+        ``enforce_limits`` (always, but for ``pcqr plan``'s report of the paper's values), unless the
+        session fits pipeline.limits."""
         check_epsilon_delta(epsilon, delta)
-        if cutoff < 1:
-            raise PcqrError(f"--cutoff (T) must be at least 1, got {cutoff}")
         check_queries_max(queries_max)
         check_fraction(beta, "--beta")
-        if subsamples is not None and subsamples < 1:
-            raise PcqrError(f"--subsamples must be at least 1, got {subsamples}")
-        if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
-            raise PcqrError(f"--threshold must be a non-negative number, got {threshold}")
-        lam = math.sqrt(32 * cutoff * math.log(2 / delta)) / epsilon
-        k = 34 * math.sqrt(2) * lam * math.log(4 * queries_max * cutoff / min(delta, beta / 2))
+        check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold, enforce_limits)
+        lam = paper_lambda(epsilon, delta, cutoff)
+        ratio = 4 * queries_max * cutoff / min(delta, beta / 2)  # beyond a float: from the logs
+        log_ratio = math.log(ratio) if ratio < math.inf else (
+            math.log(4 * queries_max * cutoff) - math.log(min(delta, beta / 2)))
+        k = 34 * math.sqrt(2) * lam * log_ratio
         params = cls(
             epsilon=epsilon,
             delta=delta,
@@ -154,7 +159,7 @@ class SubSampParameters:
         params.check_composition()
         if threshold is None:
             params = replace(params, threshold=params.smallest_threshold())
-        params.certify()
+        params.certify(enforce_limits)
         return params
 
     @property
@@ -168,8 +173,11 @@ class SubSampParameters:
         return 4 * self.lam
 
     def _composition(self) -> tuple[float, float, float]:
-        """(eps, delta_composition, delta_sampler)."""
+        """(eps, delta_composition, delta_sampler); the sampler term is inf when e^eps is not a float
+        (such an eps is above every request, MAX_EPSILON, and is refused)."""
         eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
+        if eps > MAX_EPSILON:
+            return eps, delta, math.inf
         sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
         return eps, delta, sampler
 
@@ -215,8 +223,22 @@ class SubSampParameters:
                 "use a smaller --epsilon or a larger --cutoff"
             )
 
-    def certify(self) -> None:
-        """Refuse parameters whose eps or summed delta exceed the request, by any amount."""
+    def check_limits(self) -> None:
+        """Refuse (one line) a session the machine cannot hold (pipeline.limits): the parameters'
+        ranges, the coordinator's tail table at lambda, T and w. Cheap: nothing is built. (k is
+        bounded when the models are trained: pipeline.limits.check_training_size.)"""
+        check_epsilon_delta(self.epsilon, self.delta)
+        check_queries_max(self.queries_max)
+        check_fraction(self.beta, "--beta")
+        problem = subsamp_limit_problem(self.lam, self.cutoff, self.threshold)
+        if problem is not None:
+            raise PcqrError(f"the session's {problem}")
+
+    def certify(self, enforce_limits: bool = True) -> None:
+        """Refuse parameters whose eps or summed delta exceed the request, by any amount (and, first,
+        a session outside pipeline.limits)."""
+        if enforce_limits:
+            self.check_limits()
         self.check_composition()
         if self.guarantee()[1] > self.delta:
             smallest = self.smallest_threshold()

@@ -13,6 +13,7 @@ from pipeline.errors import PcqrError
 from pipeline.planner import (
     agprivcl, cover_log_bound, plan, related_work_factor, sspp_public_size, stump_vc,
 )
+from pipeline.limits import MAX_SUBSAMPLES, largest_lambda
 from pipeline.privacy import SubSampParameters
 
 KINDS = {"exact", "O()", "O~()"}
@@ -71,7 +72,9 @@ def test_ratio_is_computed_from_the_two_bounds() -> None:
 ])
 def test_agprivcl_parameters_are_algorithm_3s(d: int, alpha: float, beta: float, eps: float,
                                               delta: float, m: int) -> None:
-    got = {key: f["value"] for key, f in agprivcl(d, alpha, beta, eps, delta, m).items()}
+    figures = agprivcl(d, alpha, beta, eps, delta, m)
+    got = {key: f["value"] for key, f in figures.items()}
+    got_refs = {key: f["ref"] for key, f in figures.items()}
     t = max(1, m * alpha / 8 + 0.25 * math.sqrt(3 * m * alpha * math.log(m / beta)))
     eps_prime = alpha * max(1, math.sqrt(m * alpha))
     eps_hat = min(1, eps_prime) / math.log(2 / delta)
@@ -80,8 +83,11 @@ def test_agprivcl_parameters_are_algorithm_3s(d: int, alpha: float, beta: float,
     assert got["eps_prime"] == pytest.approx(eps_prime, rel=1e-12)
     assert got["eps_hat"] == pytest.approx(eps_hat, rel=1e-12)
     assert got["delta_hat"] == pytest.approx(delta_hat, rel=1e-12)
-    sub = SubSampParameters.paper(eps_hat, delta_hat, math.ceil(t), m, beta)
+    # the plan reports Algorithm 5's values even where pcqr would refuse to run them (pipeline.limits)
+    sub = SubSampParameters.paper(eps_hat, delta_hat, math.ceil(t), m, beta, enforce_limits=False)
     assert (got["lambda"], got["k"], got["w"]) == pytest.approx((sub.lam, sub.subsamples, sub.threshold))
+    runs = sub.lam <= largest_lambda() and sub.subsamples <= MAX_SUBSAMPLES
+    assert got["runs"] == runs and (runs or "beyond pipeline.limits" in got_refs["runs"])
     # n' from the proof of Lemma 3.5 / 9 (8000, 7200 and Lemma 6's 256 at alpha/4, beta/4).
     logs = ((d * math.log(1 / alpha) + math.log(m / beta)) * math.log(2 / delta) ** 1.5
             * max(1, math.log(m * alpha / min(delta, beta / 2))))

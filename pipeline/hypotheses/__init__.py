@@ -19,12 +19,18 @@ halfspace      <= m^2 - m + 2                             O(n s)
 finite         <= number of models                        s predictions
 =============  =========================================  ============================
 
+Before any charge, :func:`check_enumerable` refuses a class whose dichotomies on a sample of a given
+number of rows (an upper bound from the count alone: public) exceed pipeline.limits
+(:meth:`HypothesisClass.enumeration_cost`).
+
 Cut points are midpoints between consecutive distinct sample values and
 "above cut t" means ``x > t`` (see :mod:`pipeline.hypotheses.base`).
 """
 from __future__ import annotations
 
-from pipeline.hypotheses.base import Enumeration, Hypothesis, HypothesisClass, Shard
+from pipeline.hypotheses.base import (
+    Enumeration, EnumerationCost, Hypothesis, HypothesisClass, Shard, check_enumerable,
+)
 from pipeline.hypotheses.erm import ERMClassifier
 from pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
 from pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
@@ -39,6 +45,7 @@ __all__ = [
     "CLASSES",
     "ERMClassifier",
     "Enumeration",
+    "EnumerationCost",
     "FiniteClass",
     "FiniteHypothesis",
     "HalfspaceClass",
@@ -55,6 +62,7 @@ __all__ = [
     "StumpClass",
     "ThresholdClass",
     "ThresholdHypothesis",
+    "check_enumerable",
     "hypothesis_from_dict",
     "make_class",
 ]

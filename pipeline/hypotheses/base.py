@@ -18,11 +18,15 @@ with NaN.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+from pipeline.errors import PcqrError
+from pipeline.limits import MAX_DICHOTOMIES, MAX_ENUMERATION_STEPS, MEMORY_BOUND, largest_fitting
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,19 @@ class Enumeration(ABC):
         return i
 
 
+class EnumerationCost(NamedTuple):
+    """Upper bounds on enumerating a class's dichotomies on a sample of a given number of rows."""
+
+    dichotomies: int  # candidates the exponential mechanism scores
+    steps: int  # elementary steps of the enumeration
+    memory: int  # bytes the enumeration holds
+
+
+def log_factor(points: int) -> int:
+    """log2 of a sort's size, at least 1 (the cost of sorting ``points`` values, per value)."""
+    return max(1, int(points).bit_length())
+
+
 class HypothesisClass(ABC):
     """A hypothesis class H over chosen feature columns."""
 
@@ -117,6 +134,11 @@ class HypothesisClass(ABC):
     @abstractmethod
     def vc_dimension(self) -> int:
         """VC dimension of H (an upper bound where stated)."""
+
+    @abstractmethod
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """Upper bounds on enumerating H's dichotomies on a sample of ``points`` rows, whatever their
+        values (so a public function of the row count: it may be checked before any charge)."""
 
     @abstractmethod
     def enumerate(self, X_sample: np.ndarray) -> Enumeration:
@@ -132,3 +154,38 @@ class HypothesisClass(ABC):
         Enumeration
             Compact and picklable; its indices are deterministic in the sample.
         """
+
+
+def enumeration_problem(cost: EnumerationCost) -> str | None:
+    """Which bound of pipeline.limits an enumeration of this cost exceeds (one clause), or None."""
+    if cost.dichotomies > MAX_DICHOTOMIES:
+        return (f"up to {cost.dichotomies:.3g} dichotomies, above the limit of 2^{int(math.log2(MAX_DICHOTOMIES))} "
+                "the exponential mechanism scores (pipeline.limits.MAX_DICHOTOMIES)")
+    if cost.steps > MAX_ENUMERATION_STEPS:
+        return (f"up to {cost.steps:.3g} steps to enumerate its dichotomies, above the limit of "
+                f"2^{int(math.log2(MAX_ENUMERATION_STEPS))} (pipeline.limits.MAX_ENUMERATION_STEPS)")
+    if cost.memory > MEMORY_BOUND:
+        return (f"up to {cost.memory / 2**30:.3g} GiB to hold its dichotomies, above the limit of 1 GiB "
+                "(pipeline.limits.MEMORY_BOUND)")
+    return None
+
+
+def check_enumerable(hypothesis_class: HypothesisClass, points: int, sample: str) -> None:
+    """Refuse (one line, with the most rows that fit) a class whose dichotomies on a sample of
+    ``points`` rows could not be enumerated and scored within pipeline.limits. The costs are upper
+    bounds from the row count alone (public), so this runs before any charge or read.
+
+    Parameters
+    ----------
+    hypothesis_class : HypothesisClass
+    points : int
+        Rows of the sample the class will be enumerated on (its distinct points are at most these).
+    sample : str
+        What the sample is, for the message (e.g. "A_Relabel's sample S' of n' = eps n / 56 rows").
+    """
+    problem = enumeration_problem(hypothesis_class.enumeration_cost(points))
+    if problem is None:
+        return
+    largest = largest_fitting(lambda p: enumeration_problem(hypothesis_class.enumeration_cost(p)) is None, 1, points)
+    fits = f"at most {largest:,} rows fit" if largest is not None else "no sample fits"
+    raise PcqrError(f"--hypothesis {hypothesis_class.name} on {sample} ({points:,} rows): {problem}; {fits}")

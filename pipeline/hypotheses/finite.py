@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
 from pipeline.hypotheses.common import (
     check_labelled,
     distinct_rows,
@@ -108,6 +108,11 @@ class FiniteClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """floor(log2 k) for k models (an upper bound)."""
         return int(len(self.models)).bit_length() - 1
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """At most k labellings for k models; every model predicts every point (packed bits kept)."""
+        k = len(self.models)
+        return EnumerationCost(k, k * points + 1, k * (points // 8 + 1))
 
     def enumerate(self, X_sample: np.ndarray) -> FiniteEnumeration:
         """Predict every model on the distinct points; keep the first of each labelling."""

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
 from pipeline.hypotheses.common import (
     BATCH_CELLS,
     check_labelled,
@@ -143,6 +143,12 @@ class HalfspaceClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """3."""
         return 3
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """At most m^2 - m + 2 labellings of m <= points distinct points; O(m^3) steps; their
+        parameters, (size, 3) floats."""
+        dichotomies = points * points - points + 2
+        return EnumerationCost(dichotomies, points**3 + 1, 24 * dichotomies)
 
     def enumerate(self, X_sample: np.ndarray) -> HalfspaceEnumeration:
         """Perturbed lines through pairs of distinct points (see the module docstring): O(m^3)."""

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
 from pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
@@ -106,6 +106,10 @@ class IntervalClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """2."""
         return 2
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """u(u+1)/2 + 1 intervals on u <= points distinct values; a sort; the u values."""
+        return EnumerationCost(points * (points + 1) // 2 + 1, points * log_factor(points), 8 * points)
 
     def enumerate(self, X_sample: np.ndarray) -> IntervalEnumeration:
         """Runs of consecutive distinct values: O(n log n), stores the u values."""

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
 from pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
@@ -84,6 +84,10 @@ class PointClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """1."""
         return 1
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """u + 1 point functions on u <= points distinct values; a sort; the u values."""
+        return EnumerationCost(points + 1, points * log_factor(points), 8 * points)
 
     def enumerate(self, X_sample: np.ndarray) -> PointEnumeration:
         """The distinct values: O(n log n), stores the u values."""

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
 from pipeline.hypotheses.common import (
     check_labelled,
     cut_at,
@@ -153,6 +153,12 @@ class RectangleClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """4."""
         return 4
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """At most ux(ux+1)/2 uy(uy+1)/2 + 1 boxes (ux, uy <= m <= points); O(ux^2 m^2) steps;
+        O(ux^2) offsets."""
+        ranges = points * (points + 1) // 2
+        return EnumerationCost(ranges * ranges + 1, ranges * points * points + 1, 8 * ranges + 24 * points)
 
     def enumerate(self, X_sample: np.ndarray) -> RectangleEnumeration:
         """Tight boxes of the distinct points (see the module docstring): O(ux^2 m^2)."""

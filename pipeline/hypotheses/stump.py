@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
 from pipeline.hypotheses.common import (
     BATCH_CELLS,
     SortedLabels,
@@ -195,6 +195,13 @@ class StumpClass(HypothesisClass):
         while 2 ** (d + 1) <= 2 + 2 * p * d:
             d += 1
         return d
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """At most 2 + 2p(u - 1) stumps over p features; sorting each feature, the deduplication's
+        windows (R log W) (measured: 10 s at 10^6 rows, p = 20); the per-feature sorted values."""
+        p = len(self.features)
+        dichotomies = 2 + 2 * p * max(points - 1, 0)
+        return EnumerationCost(dichotomies, (p * points + dichotomies) * log_factor(points), 8 * p * points)
 
     def enumerate(self, X_sample: np.ndarray) -> StumpEnumeration:
         """Each feature's cuts, then exact deduplication across features (see the module docstring)."""

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, HypothesisClass, Shard
+from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
 from pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
@@ -115,6 +115,10 @@ class ThresholdClass(HypothesisClass):
     def vc_dimension(self) -> int:
         """2 for both directions, 1 for one."""
         return 2 if self.directions == "both" else 1
+
+    def enumeration_cost(self, points: int) -> EnumerationCost:
+        """2u (both directions) or u + 1 cuts on u <= points distinct values; a sort; the u values."""
+        return EnumerationCost(2 * points + 1, points * log_factor(points), 8 * points)
 
     def enumerate(self, X_sample: np.ndarray) -> ThresholdEnumeration:
         """Cuts between the distinct values of the feature: O(n log n), stores the u values."""

@@ -50,6 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipeline.errors import PcqrError
+from pipeline.limits import MAX_COUNT, check_overrides, largest_fitting, paper_lambda, subsamp_limit_problem
 from pipeline.mechanisms.exponential import round_up, sampler_delta
 from pipeline.privacy import (
     SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max, delta_certificate, total_delta,
@@ -77,6 +78,40 @@ def binomial_upper_tail(trials: int, p: float, above: int) -> float:
         log_terms.append(log_terms[-1])  # the omitted tail, at most the last term
     peak = max(log_terms)
     return float(min(1.0, math.exp(peak) * sum(math.exp(t - peak) for t in log_terms) * (1 + 1e-9)))
+
+
+def step1(alpha: float, beta: float, delta: float, queries_max: int) -> tuple[float, float, float, float, float]:
+    """Step 1 of Algorithm 3 but n': (T before rounding up, eps', eps*, eps_hat, delta_hat)."""
+    m, log2d = queries_max, math.log(2 / delta)
+    t_formula = max(1.0, m * alpha / 8 + 0.25 * math.sqrt(3 * m * alpha * math.log(m / beta)))
+    eps_prime = alpha * max(1.0, math.sqrt(m * alpha))
+    eps_star = min(1.0, eps_prime)
+    return t_formula, eps_prime, eps_star, eps_star / log2d, delta / (2 * math.exp(eps_star) * log2d)
+
+
+def subsamp_problem(alpha: float, beta: float, delta: float, queries_max: int, threshold: float | None) -> str | None:
+    """Why the A_SubSamp that Algorithm 3 derives for m queries cannot run (pipeline.limits), or None."""
+    t_formula, _, _, eps_hat, delta_hat = step1(alpha, beta, delta, queries_max)
+    cutoff = math.ceil(t_formula)
+    lam = paper_lambda(eps_hat, delta_hat, cutoff)
+    return subsamp_limit_problem(lam, cutoff, threshold or 0.0)
+
+
+def check_subsamp_limits(alpha: float, beta: float, delta: float, queries_max: int, subsamples: int | None,
+                         threshold: float | None, queries_name: str = "--queries-max") -> None:
+    """Refuse (one line, with the largest --queries-max that fits) an A_AgPrivCl whose A_SubSamp,
+    at Algorithm 3's derived T, eps_hat and delta_hat, exceeds pipeline.limits: checked before
+    SubSampParameters.paper, whose messages name options the user did not set here."""
+    check_overrides(subsamples, threshold)
+    problem = subsamp_problem(alpha, beta, delta, queries_max, threshold)
+    if problem is None:
+        return
+    largest = largest_fitting(lambda m: subsamp_problem(alpha, beta, delta, m, threshold) is None,
+                              1, min(queries_max, MAX_COUNT))
+    advice = (f"the largest --queries-max that fits is {largest:,}" if largest is not None
+              else "no --queries-max fits at this --alpha, --beta and --delta: use a larger --alpha")
+    raise PcqrError(f"{queries_name} {queries_max:,} with --alpha {alpha:g}: in Algorithm 3's A_SubSamp, {problem}; "
+                    f"{advice}")
 
 
 def _scaled(terms: dict[str, float], factor: float) -> dict[str, float]:
@@ -112,13 +147,15 @@ class AgnosticParameters:
         rows: int,
         subsamples: int | None = None,
         threshold: float | None = None,
+        queries_name: str = "--queries-max",
     ) -> AgnosticParameters:
-        """Step 1 of Algorithm 3, then A_SubSamp's parameters for (eps_hat, delta_hat, T)."""
+        """Step 1 of Algorithm 3, then A_SubSamp's parameters for (eps_hat, delta_hat, T), refused
+        (one line) beyond pipeline.limits; ``queries_name`` is what m is called in the message."""
         check_epsilon_delta(epsilon, delta)
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
         check_queries_max(queries_max)
-        m, log2d = queries_max, math.log(2 / delta)
+        m = queries_max
         sample_rows = math.floor(epsilon * rows / 56)
         if sample_rows > rows:
             raise PcqrError(
@@ -131,11 +168,8 @@ class AgnosticParameters:
                 f"agnostic mode samples n' = eps n / 56 = {epsilon * rows / 56:.3g} rows: "
                 f"needs at least {math.ceil(56 / epsilon)} private rows, the dataset has {rows}"
             )
-        t_formula = max(1.0, m * alpha / 8 + 0.25 * math.sqrt(3 * m * alpha * math.log(m / beta)))
-        eps_prime = alpha * max(1.0, math.sqrt(m * alpha))
-        eps_star = min(1.0, eps_prime)
-        eps_hat = eps_star / log2d
-        delta_hat = delta / (2 * math.exp(eps_star) * log2d)
+        check_subsamp_limits(alpha, beta, delta, m, subsamples, threshold, queries_name)
+        t_formula, eps_prime, eps_star, eps_hat, delta_hat = step1(alpha, beta, delta, m)
         subsamp = SubSampParameters.paper(
             eps_hat, delta_hat, math.ceil(t_formula), m, beta, subsamples, threshold
         )
