@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from jobs.common import (
-    cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress, wait_option,
+    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress,
+    wait_option,
 )
 from jobs.train import plan_training, session_charge, session_summary, train_session
 from pipeline.cluster import load_cluster_config, open_client
@@ -26,6 +27,7 @@ from pipeline.evaluation import load_truth
 from pipeline.log import batch_files
 from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
+from pipeline.overlap import guard_public_inputs
 from pipeline.query_release import QUERY_ID, release_answers, validate_queries
 from pipeline.state_lock import lock_state
 from pipeline.state import (
@@ -109,6 +111,7 @@ def reopen_private(session: Session) -> Dataset | None:
 @click.option("--batch-size", type=int, default=100_000, show_default=True, help="Queries per batch (one log file each).")
 @click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
 @click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+@allow_overlap_option
 @privacy_options
 @ledger_option
 @cluster_option
@@ -148,6 +151,10 @@ def answer_session(options: dict[str, Any]) -> None:
     charged = None
     with open_client(options["cluster"], echo=note) as client:
         validate_queries(client, queries, queries.parts(options["batch_size"]))  # before any charge
+        guard_public_inputs([("--queries", queries), ("--truth", open_dataset(options["truth"], "truth")
+                                                      if options["truth"] else None)],
+                            options["allow_private_overlap"], options["ledger"], plan.private if plan else None,
+                            client, note)  # misuse guard, before any charge
         if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
             check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
         if plan is not None:
@@ -168,6 +175,7 @@ def answer_session(options: dict[str, Any]) -> None:
             counts = release_answers(
                 client, session, state, ensemble, queries, options["batch_size"], noise,
                 fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update, private=private,
+                extra_provenance={"allow_private_overlap": True} if options["allow_private_overlap"] else None,
                 skip=skip,
             )
     if counts.halted:
@@ -192,6 +200,8 @@ def answer_session(options: dict[str, Any]) -> None:
     }
     if charged is not None:
         summary["ledger"] = charge_note(charged)
+    if options["allow_private_overlap"]:
+        summary["allow_private_overlap"] = True
     if session.released is not None:
         from pipeline.mechanisms.universal import RELEASED_MODEL_FILE
 

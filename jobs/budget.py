@@ -3,8 +3,11 @@
 The budget lives in the ledger (:mod:`pipeline.ledger`): ``set`` records the total (eps, delta)
 that every job reading DATASET may spend together under basic composition; ``show`` lists every
 charge (job, time, eps, delta, parameters), the budget and the total spent. DATASET is the
-private dataset's path or URI -- known by the fingerprint of its files' contents, hashed once and
-cached in the ledger -- or a name given earlier with ``set --name``.
+private dataset's path or URI -- known by the identity of its decoded rows (pipeline.fingerprint:
+independent of file names, splitting, order and compression; hashed once per file and cached in
+the ledger) -- or a name given earlier with ``set --name``. ``set`` registers the dataset's row
+sketch, so that data overlapping it is charged to it as well (pipeline.overlap); ``show`` lists
+the registered datasets it overlaps.
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ from jobs.common import emit_summary, json_option, ledger_option, note
 from pipeline.cluster import open_client
 from pipeline.data import open_dataset
 from pipeline.errors import PcqrError
-from pipeline.ledger import Ledger, dataset_identity, ledger_path, pair
+from pipeline.fingerprint import Fingerprint, fingerprint_dataset
+from pipeline.ledger import Ledger, ledger_path, pair
+from pipeline.overlap import ROWS, Relation, register, related_identities, relation_note
 from pipeline.privacy import check_epsilon
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,17 +47,38 @@ def check_budget(epsilon: float, delta: float, name: str | None) -> None:
         raise PcqrError("--name must not be empty")
 
 
-def resolve(dataset: str, ledger: Ledger, cluster: str | None) -> tuple[str, str]:
-    """(identity, label) of DATASET: a name registered with ``--name``, else the dataset at that path/URI."""
+def resolve(dataset: str, ledger: Ledger, cluster: str | None,
+            registering: bool = False) -> tuple[str, str, list[Relation]]:
+    """(identity, label, registered datasets it overlaps) of DATASET: a name registered with
+    ``--name``, else the dataset at that path/URI (``registering``: its row sketch is stored)."""
     named = ledger.find_name(dataset)
     if named is not None:
         registration = ledger.registration(named)
-        return named, str(registration["label"]) if registration else dataset
+        return named, str(registration["label"]) if registration else dataset, []
     files = open_dataset(dataset, "private").files  # metadata only
     if cluster is None:
-        return dataset_identity(files, None, ledger), dataset
+        return _identify(files, dataset, ledger, None, registering)
     with open_client(cluster, echo=note) as client:
-        return dataset_identity(files, client, ledger), dataset
+        return _identify(files, dataset, ledger, client, registering)
+
+
+def _identify(files: tuple[str, ...], label: str, ledger: Ledger, client: Any,
+              registering: bool) -> tuple[str, str, list[Relation]]:
+    found: Fingerprint = fingerprint_dataset(files, client, ledger, sketches=registering)
+    if registering:
+        register(ledger, found, label)
+    elif ledger.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
+        found = fingerprint_dataset(files, client, ledger)
+    if found.row_sketch is None:
+        return found.identity, label, []
+    return found.identity, label, related_identities(ledger, found, files, client)
+
+
+def overlap_summary(related: list[Relation]) -> list[dict[str, Any]]:
+    """The registered datasets DATASET overlaps, with the estimated containments."""
+    return [{"dataset": r.label, "identity": r.identity,
+             "rows_in_it": r.containment and r.containment.a_in_b, "its_rows_in_this": r.containment and r.containment.b_in_a}
+            for r in related]
 
 
 @click.group("budget")
@@ -81,10 +107,12 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
     check_budget(epsilon, delta, name)
     path = ledger_path(ledger)
     with Ledger(path) as book:
-        identity, label = resolve(dataset, book, cluster)
+        identity, label, related = resolve(dataset, book, cluster, registering=True)
         book.set_budget(identity, label, epsilon, delta, name)
         spent = book.spent(identity)
         registered = book.registration(identity) or {}
+    if related:
+        note(f"ledger: {label} {relation_note(related)} by every job that reads it")
     emit_summary({"dataset": label, "name": registered.get("name"), "identity": identity, "epsilon": epsilon,
                   "delta": delta, "spent_epsilon": spent[0], "spent_delta": spent[1], "ledger": path}, as_json)
 
@@ -98,15 +126,15 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
     """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent."""
     path = ledger_path(ledger)
     with Ledger(path) as book:
-        identity, label = resolve(dataset, book, cluster)
+        identity, label, related = resolve(dataset, book, cluster)
         registered, charges, spent = book.registration(identity), book.charges(identity), book.spent(identity)
-        earlier = [i for i in book.labelled(label) if i != identity]
+        earlier = [i for i in book.labelled(label) if i != identity and i not in {r.identity for r in related}]
     budget = None if registered is None else (float(registered["epsilon"]), float(registered["delta"]))
     if as_json:
         emit_summary({"dataset": label, "name": registered and registered["name"], "identity": identity,
                       "ledger": path, "budget": budget and {"epsilon": budget[0], "delta": budget[1]},
                       "spent": {"epsilon": spent[0], "delta": spent[1]}, "charges": charges,
-                      "earlier_identities": earlier}, True)
+                      "earlier_identities": earlier, "overlaps": overlap_summary(related)}, True)
         return
     emit_summary({
         "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
@@ -117,6 +145,8 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
     for c in charges:
         click.echo(f"  #{c['id']}  {c['time']}  {c['job']}  {pair(c['epsilon'], c['delta'])}  "
                    f"{json.dumps(c['parameters'], sort_keys=True, default=str)}")
+    if related:
+        note(f"{label} {relation_note(related)} by every job that reads it (their charges are listed there)")
     if earlier:
         note(f"{label}: the ledger also holds {len(earlier)} other identities under this label "
-             "(its contents changed since): each has its own budget and charges")
+             "(its contents changed since, and do not overlap it): each has its own budget and charges")

@@ -37,6 +37,15 @@ def ledger_option(func: F) -> F:
     )(func)
 
 
+def allow_overlap_option(func: F) -> F:
+    """``--allow-private-overlap``: run although a public input holds rows of a private dataset."""
+    return click.option(
+        "--allow-private-overlap", "allow_private_overlap", is_flag=True,
+        help="Run although a public input (--public, --queries, --truth) holds rows of a registered private "
+        "dataset (refused otherwise: that would publish them); recorded in the output's provenance.",
+    )(func)
+
+
 def wait_option(func: F) -> F:
     """``--wait``: wait for another pcqr process using the state directory instead of refusing."""
     return click.option(

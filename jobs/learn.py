@@ -15,7 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, split_features
+from jobs.common import (
+    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, split_features,
+)
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
@@ -36,6 +38,7 @@ from pipeline.subsample import PART_ROWS
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@allow_overlap_option
 @ledger_option
 @cluster_option
 @json_option
@@ -46,21 +49,25 @@ def learn_command(**o: Any) -> None:
     from pipeline.hypotheses import make_class
     from pipeline.mechanisms.sspp import certificate, release_classifier
     from pipeline.noise import noise_source
+    from pipeline.overlap import guard_public_inputs
 
     check_epsilon(o["epsilon"])
     check_fraction(o["beta"], "--beta")
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
-    make_class(o["hypothesis"], len(private.features))  # refuses a bad class before the cluster starts
+    hclass = make_class(o["hypothesis"], len(private.features))  # refuses a bad class before the cluster starts
     points = read_public_features(public)
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
+    allowed: dict[str, Any] = {"allow_private_overlap": True} if o["allow_private_overlap"] else {}
         proven = certificate(o["epsilon"], private.rows)
+        guard_public_inputs([("--public", public)], bool(allowed), o["ledger"], private, client, note)  # uncharged
         with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
                                 {"hypothesis": o["hypothesis"], "epsilon": o["epsilon"], "public": public.uri,
-                                 "out": o["out"]}, o["ledger"], client) as charged:
-            _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise)
+                                 "out": o["out"], **allowed}, o["ledger"], client, private.features) as charged:
+            _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise,
+                                          **allowed)
     write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])

@@ -22,7 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, progress, split_features
+from jobs.common import (
+    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, progress, split_features,
+)
 from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
@@ -82,6 +84,7 @@ def _table(release: Any, features: list[str]) -> pa.Table:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The released table (one Parquet file).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@allow_overlap_option
 @ledger_option
 @cluster_option
 @json_option
@@ -94,6 +97,7 @@ def release_command(**o: Any) -> None:
     from pipeline.mechanisms.pap import release_queries
     from pipeline.mechanisms.sspp import cover_radius
     from pipeline.noise import noise_source
+    from pipeline.overlap import guard_public_inputs
 
     check_epsilon_delta(o["epsilon"], o["delta"])
     check_fraction(o["alpha"], "--alpha")
@@ -107,9 +111,12 @@ def release_command(**o: Any) -> None:
     domain = representative_domain(hclass, points)  # public only; refuses unsupported classes
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note) as client:
+    allowed: dict[str, Any] = {"allow_private_overlap": True} if o["allow_private_overlap"] else {}
         charge = provisional_charge(private.files, private.uri, "release", o["epsilon"], o["delta"],
+        guard_public_inputs([("--public", public)], bool(allowed), o["ledger"], private, client, note)  # uncharged
                                     {k: o[k] for k in ("hypothesis", "epsilon", "delta", "alpha", "beta", "out")}
-                                    | {"public": public.uri, "features": features}, o["ledger"], client)
+                                    | {"public": public.uri, "features": features, **allowed}, o["ledger"], client,
+                                    private.features)
         with charge as charged, progress(1, "private multiplicative weights") as bar:
             parts = [client.submit(load_features, p, features, pure=False) for p in private.parts(500_000)]
 
@@ -134,6 +141,7 @@ def release_command(**o: Any) -> None:
         "error_bound": None if accuracy["error_bound"] is None else accuracy["error_bound"] + radius,
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
         "ledger": charge_note(charged),
+        **allowed,
     }
     if accuracy["error_bound"] is None:
         note(f"at n = {private.rows} Theorem 4.15 of Dwork-Roth gives no accuracy guarantee for PMW "

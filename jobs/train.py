@@ -128,7 +128,7 @@ def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job
                                                       "features") if k in options}
     public["state"] = options.get("state")
     return provisional_charge(plan.private.files, plan.private.uri, job, options["epsilon"], options["delta"],
-                              public, options.get("ledger"), client)
+                              public, options.get("ledger"), client, plan.private.features)
 
 
 def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:

@@ -24,21 +24,22 @@ sees every earlier committed charge, so ten jobs started together against a budg
 three leave exactly three charges. WAL needs every process on one host: keep the ledger on a local
 disk of the machine the drivers run on, not on a network file system.
 
-Identity. ``"sha256:"`` + SHA-256 over the sorted pairs (file basename, SHA-256 of the file's
-bytes). A copy of the files elsewhere has the same identity, hence the same budget. ANY content
-change (an appended row, a file rewritten or re-encoded) makes a NEW identity with no budget and
-no charges, although it holds mostly the same people: set a budget for the new identity that
-accounts for what the old one spent (``pcqr budget show`` warns when a path has had several).
-The per-file hashes run on the Dask workers (the driver never reads the private bytes) and are
-cached in the ledger by (file, size, mtime_ns); a rewrite keeping both the size and the
-nanosecond modification time would defeat that cache. The identity is a deterministic function
-of the private data, NOT a private release: keep it with the private data (the ledger, the data
-owner's terminal), never in a public output such as the answer log.
+Identity (:mod:`pipeline.fingerprint`). An order-independent hash of the DECODED rows: each row
+encoded canonically (columns by name, values by type) and hashed, the hashes added mod 2**128 with
+the row count: the same rows re-written with another compression, encoding, row order, file split
+or file names are the same identity, hence the same budget. The rows are hashed on the Dask workers
+(the driver never reads a row), with a per-file cache keyed by (file, size, mtime_ns). A
+dataset's bottom-k sketches (table ``sketches``) are stored at its registration (first charge, or
+``pcqr budget set``): a job on a dataset that largely overlaps a registered one (rows appended or
+removed) is charged to that identity as well, in the same transaction, and the misuse guard
+refuses public inputs holding private rows (:mod:`pipeline.overlap`, which states what the
+sketches detect). The identity and the sketches are deterministic functions of the private data,
+NOT private releases: keep them with the private data (the ledger, the data owner's terminal),
+never in a public output such as the answer log.
 """
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import math
 import os
@@ -48,14 +49,10 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Callable, Iterator, Sequence
 
-import pyarrow.fs as pafs
-
-from pipeline.data import filesystem
 from pipeline.errors import PcqrError
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
-CHUNK_BYTES = 8 * 1024 * 1024
 RELATIVE_TOLERANCE = 1e-9
 DEFAULT_LEDGER = os.path.join("~", ".local", "share", "pcqr", "ledger.sqlite")
 
@@ -71,6 +68,10 @@ CREATE INDEX IF NOT EXISTS charges_by_identity ON charges (identity);
 CREATE TABLE IF NOT EXISTS file_hashes (
     file TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
     PRIMARY KEY (file, size, mtime_ns));
+CREATE TABLE IF NOT EXISTS sketches (
+    identity TEXT NOT NULL, kind TEXT NOT NULL, columns TEXT NOT NULL, label TEXT NOT NULL,
+    rows INTEGER NOT NULL, sketch BLOB NOT NULL, stored_at TEXT NOT NULL,
+    PRIMARY KEY (identity, kind, columns));
 """
 
 
@@ -195,13 +196,14 @@ class Ledger:
         return None if row is None else str(row[0])
 
     def charge(self, identity: str, label: str, job: str, epsilon: float, delta: float,
-               parameters: dict[str, Any]) -> dict[str, Any]:
+               parameters: dict[str, Any], also: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         """Charge one job's (eps, delta) to ``identity``, or refuse it (nothing recorded).
 
         One ``BEGIN IMMEDIATE`` transaction sums the earlier charges (basic composition),
         compares with the budget and inserts the charge, so concurrent jobs in other
-        processes are serialised. Returns the charge with the new totals and
-        ``"limited"`` (whether a budget was set).
+        processes are serialised. ``also``: (identity, label) of registered datasets the data
+        overlaps (:mod:`pipeline.overlap`), charged the same in the same transaction (all or
+        none). Returns the charge with the new totals and ``"limited"`` (whether a budget was set).
         """
         if not (math.isfinite(epsilon) and epsilon >= 0 and math.isfinite(delta) and 0 <= delta < 1):
             raise PcqrError(f"{job}: cannot charge {pair(epsilon, delta)} to {label}: --epsilon must be >= 0 "
@@ -209,20 +211,29 @@ class Ledger:
         record = {"identity": identity, "label": label, "job": job, "time": _now(), "epsilon": epsilon,
                   "delta": delta, "parameters": parameters, "pid": os.getpid()}
         with _Immediate(self._db):
+            overlapping = {**record, "parameters": {**parameters, "overlapping": label}}
+            also_ids = [self._insert_charge(other, other_label, overlapping) for other, other_label in also]
+            charge_id = self._insert_charge(identity, label, record)
             spent, budget = self.spent(identity), self.budget(identity)
-            total = (spent[0] + epsilon, spent[1] + delta)
-            if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
-                raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
-                                f"{pair(epsilon, delta)} > budget {pair(*budget)}; see pcqr budget show {label}")
-            cursor = self._db.execute(
-                "INSERT INTO charges (identity, label, job, time, epsilon, delta, parameters, pid) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (identity, label, job, record["time"], epsilon, delta,
-                 json.dumps(parameters, sort_keys=True, default=str), record["pid"]),
-            )
-        return {**record, "id": cursor.lastrowid, "spent_epsilon": total[0], "spent_delta": total[1],
+        return {**record, "id": charge_id, "also_ids": also_ids, "spent_epsilon": spent[0], "spent_delta": spent[1],
                 "budget_epsilon": None if budget is None else budget[0],
                 "budget_delta": None if budget is None else budget[1], "limited": budget is not None}
+
+    def _insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> int:
+        """Inside a transaction: refuse the charge if ``identity``'s budget does not admit it, else insert it."""
+        epsilon, delta = record["epsilon"], record["delta"]
+        spent, budget = self.spent(identity), self.budget(identity)
+        total = (spent[0] + epsilon, spent[1] + delta)
+        if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
+            raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
+                            f"{pair(epsilon, delta)} > budget {pair(*budget)}; see pcqr budget show {label}")
+        cursor = self._db.execute(
+            "INSERT INTO charges (identity, label, job, time, epsilon, delta, parameters, pid) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (identity, label, record["job"], record["time"], epsilon, delta,
+             json.dumps(record["parameters"], sort_keys=True, default=str), record["pid"]),
+        )
+        return int(cursor.lastrowid or 0)
 
     def refund(self, charge_id: int, reason: str) -> None:
         """Mark a charge refunded: its job failed on invalid input before releasing anything (the
@@ -266,6 +277,29 @@ class Ledger:
             self._db.execute("INSERT INTO file_hashes (file, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
                              (file, size, mtime_ns, sha256))
 
+    def identities(self) -> set[str]:
+        """Every identity with a budget or a charge."""
+        rows = self._db.execute("SELECT identity FROM budgets UNION SELECT identity FROM charges").fetchall()
+        return {str(r[0]) for r in rows}
+
+    def sketch(self, identity: str, kind: str, columns: str) -> tuple[str, bytes] | None:
+        """(label, bytes) of the sketch stored for ``identity`` (:mod:`pipeline.overlap`), or None."""
+        row = self._db.execute("SELECT label, sketch FROM sketches WHERE identity = ? AND kind = ? AND columns = ?",
+                               (identity, kind, columns)).fetchone()
+        return None if row is None else (str(row[0]), bytes(row[1]))
+
+    def sketches(self, kind: str) -> list[tuple[str, str, str, bytes]]:
+        """Every stored sketch of ``kind``: (identity, columns, label, bytes)."""
+        rows = self._db.execute("SELECT identity, columns, label, sketch FROM sketches WHERE kind = ? "
+                                "ORDER BY stored_at", (kind,)).fetchall()
+        return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in rows]
+
+    def store_sketch(self, identity: str, kind: str, columns: str, label: str, rows: int, data: bytes) -> None:
+        """Store a sketch of ``identity`` (one already stored for the same kind and columns is kept)."""
+        with _Immediate(self._db):
+            self._db.execute("INSERT OR IGNORE INTO sketches (identity, kind, columns, label, rows, sketch, stored_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)", (identity, kind, columns, label, rows, data, _now()))
+
 
 class _Immediate:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception)."""
@@ -283,85 +317,10 @@ class _Immediate:
             self._db.execute("ROLLBACK")
 
 
-def _normalise(file: str) -> str:
-    return file if "://" in file else os.path.abspath(file)
-
-
-def file_stat(file: str) -> tuple[int, int] | None:
-    """(size, mtime_ns) of a file from its file system's metadata, or None when either is unknown."""
-    fs, path = filesystem(file)
-    info = fs.get_file_info(path)
-    if info.type != pafs.FileType.File:
-        raise PcqrError(f"{file}: no such file (fingerprinting the private dataset)")
-    size, mtime_ns = info.size, info.mtime_ns
-    return None if size is None or mtime_ns is None else (int(size), int(mtime_ns))
-
-
-def file_sha256(file: str) -> str:
-    """SHA-256 of a file's bytes, read in 8 MB chunks (runs on a worker)."""
-    fs, path = filesystem(file)
-    digest = hashlib.sha256()
-    try:
-        with fs.open_input_stream(path) as stream:
-            for chunk in iter(lambda: stream.read(CHUNK_BYTES), b""):
-                digest.update(chunk)
-    except OSError as exc:
-        raise PcqrError(f"{file}: cannot read it to fingerprint the private dataset ({exc})") from None
-    return digest.hexdigest()
-
-
-def fingerprint_file(file: str) -> tuple[str, tuple[int, int] | None]:
-    """Worker task: (SHA-256, (size, mtime_ns) or None); the stat is None if the file changed meanwhile."""
-    before = file_stat(file)
-    sha = file_sha256(file)
-    return sha, (before if file_stat(file) == before else None)
-
-
-def dataset_identity(files: Sequence[str], client: Any = None, ledger: Ledger | None = None) -> str:
-    """A dataset's identity: ``"sha256:"`` + SHA-256 over the sorted (basename, file SHA-256) pairs.
-
-    Parameters
-    ----------
-    files : sequence of str
-        The dataset's files (``Dataset.files``): local paths or pyarrow URIs.
-    client : distributed.Client, optional
-        Hash on its workers, one task per file (the driver never reads the bytes).
-        Without one, files are hashed in this process (tests and small data).
-    ledger : Ledger, optional
-        Cache of per-file hashes keyed by (file, size, mtime_ns): an unchanged file is not hashed again.
-    """
-    if not files:
-        raise PcqrError("the private dataset has no files to fingerprint")
-    names = list(dict.fromkeys(_normalise(f) for f in files))
-    stats = {f: file_stat(f) if ledger is not None else None for f in names}
-    digests: dict[str, str] = {}
-    for file, stat in stats.items():
-        cached = ledger.cached_hash(file, *stat) if ledger is not None and stat is not None else None
-        if cached is not None:
-            digests[file] = cached
-    missing = [f for f in names if f not in digests]
-    for file, (sha, stat) in zip(missing, _fingerprints(missing, client)):
-        digests[file] = sha
-        if ledger is not None and stat is not None:
-            ledger.cache_hash(file, *stat, sha)
-    pairs = sorted((os.path.basename(f.rstrip("/")), digests[f]) for f in names)
-    outer = hashlib.sha256()
-    for basename, sha in pairs:
-        outer.update(f"{basename}\0{sha}\n".encode())
-    return "sha256:" + outer.hexdigest()
-
-
-def _fingerprints(files: list[str], client: Any) -> list[tuple[str, tuple[int, int] | None]]:
-    if not files:
-        return []
-    if client is None:
-        return [fingerprint_file(f) for f in files]
-    return list(client.gather([client.submit(fingerprint_file, f, pure=False) for f in files]))
-
-
 def charge_private_use(
     files: Sequence[str], uri: str, job: str, epsilon: float, delta: float, parameters: dict[str, Any],
     ledger_option: str | None = None, client: Any = None, echo: Callable[[str], None] | None = None,
+    features: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Charge a job's (eps, delta) to the private dataset ``uri`` (whose ``files`` it reads) BEFORE
     it reads a row; raises PcqrError when the budget would be exceeded (nothing is charged).
@@ -369,30 +328,42 @@ def charge_private_use(
     ``files``/``uri`` are ``Dataset.files``/``Dataset.uri`` (``uri`` labels the charge); ``job``
     the command's name; (``epsilon``, ``delta``) what the whole run requests; ``parameters`` its
     public options (recorded as JSON); ``ledger_option`` is ``--ledger``; ``client`` hashes the
-    files on its workers; ``echo`` gets one status line. Returns the charge, its new totals,
-    ``limited`` and ``ledger`` (the path).
+    files on its workers; ``echo`` gets one status line; ``features``, the job's feature columns,
+    get a feature sketch (:mod:`pipeline.overlap`). The charge also goes to every registered
+    dataset the data overlaps (``overlaps``: the line saying so). Returns the charge, its new
+    totals, ``limited`` and ``ledger`` (the path).
     """
+    from pipeline.fingerprint import fingerprint_dataset
+    from pipeline.overlap import register, related_identities, relation_note
+
     path = ledger_path(ledger_option)
     with Ledger(path) as ledger:
-        identity = dataset_identity(files, client, ledger)
-        charged = ledger.charge(identity, uri, job, epsilon, delta, parameters)
-        earlier = [i for i in ledger.labelled(uri) if i != identity]
+        found = fingerprint_dataset(files, client, ledger, features)
+        related = related_identities(ledger, found, files, client)
+        charged = ledger.charge(found.identity, uri, job, epsilon, delta, parameters,
+                                [(r.identity, r.label) for r in related])
+        register(ledger, found, uri)
+        earlier = [i for i in ledger.labelled(uri) if i != found.identity and i not in {r.identity for r in related}]
+    charged = {**charged, "ledger": path, "earlier_identities": earlier,
+               "overlaps": relation_note(related) if related else None}
     if echo is not None:
         echo(charge_note(charged))
         if earlier and not charged["limited"]:
             echo(f"ledger: warning: {uri} has other contents on record ({len(earlier)} earlier identities): "
-                 "a changed dataset gets a new identity with no budget; see pcqr budget show")
-    return {**charged, "ledger": path, "earlier_identities": earlier}
+                 "a changed dataset that does not overlap them gets a new identity with no budget; "
+                 "see pcqr budget show")
+    return charged
 
 
 @contextmanager
 def provisional_charge(
     files: Sequence[str], uri: str, job: str, epsilon: float, delta: float, parameters: dict[str, Any],
-    ledger_option: str | None = None, client: Any = None,
+    ledger_option: str | None = None, client: Any = None, features: Sequence[str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Charge (see :func:`charge_private_use`) for a block that releases nothing itself: if it raises
     a PcqrError (invalid input), the charge is refunded and the error goes on."""
-    charged = charge_private_use(files, uri, job, epsilon, delta, parameters, ledger_option, client)
+    charged = charge_private_use(files, uri, job, epsilon, delta, parameters, ledger_option, client,
+                                 features=features)
     try:
         yield charged
     except PcqrError:
@@ -403,7 +374,8 @@ def provisional_charge(
 def refund_charge(charged: dict[str, Any], reason: str) -> None:
     """Undo a charge returned by :func:`charge_private_use` (its job released nothing)."""
     with Ledger(charged["ledger"]) as ledger:
-        ledger.refund(int(charged["id"]), reason)
+        for charge_id in [charged["id"], *charged.get("also_ids", ())]:
+            ledger.refund(int(charge_id), reason)
 
 
 def charge_note(charged: dict[str, Any]) -> str:
@@ -412,6 +384,8 @@ def charge_note(charged: dict[str, Any]) -> str:
     head = (f"ledger: charged {pair(charged['epsilon'], charged['delta'])} to {label}: "
             f"spent {pair(charged['spent_epsilon'], charged['spent_delta'])}")
     if charged["limited"]:
-        return f"{head} of {pair(charged['budget_epsilon'], charged['budget_delta'])}"
-    return f"{head}; no budget set for {label} (pcqr budget set {label} --epsilon E --delta D)"
+        head = f"{head} of {pair(charged['budget_epsilon'], charged['budget_delta'])}"
+    else:
+        head = f"{head}; no budget set for {label} (pcqr budget set {label} --epsilon E --delta D)"
+    return f"{head}; {charged['overlaps']}" if charged.get("overlaps") else head
 

@@ -194,6 +194,7 @@ def release_answers(
     on_batch: Callable[[int], None] | None = None,
     private: Dataset | None = None,
     skip: int = 0,
+    extra_provenance: dict[str, Any] | None = None,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch; keep the session's state.
@@ -216,6 +217,7 @@ def release_answers(
     counts = ReleaseCounts()
     provenance = session.provenance()
     provenance["fallback_label"] = fallback_label
+    provenance.update(extra_provenance or {})  # e.g. allow_private_overlap (jobs/answer.py)
     id_column = queries.id_column or QUERY_ID
     features = list(queries.features)
     seed = session.dedupe_seed

@@ -19,7 +19,8 @@ import pytest
 import pipeline.subsample
 from jobs.cli import main
 from pipeline.answered import AnsweredIndex, row_keys
-from pipeline.ledger import Ledger, dataset_identity
+from pipeline.fingerprint import dataset_identity
+from pipeline.ledger import Ledger
 from pipeline.data import open_dataset
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet, write_session_data
 

@@ -11,15 +11,17 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
-import pipeline.ledger as ledger_module
+import pipeline.fingerprint as fingerprint_module
 from jobs.budget import command
 from pipeline.data import open_dataset
 from pipeline.errors import PcqrError
-from pipeline.ledger import Ledger, charge_private_use, dataset_identity, ledger_path
+from pipeline.fingerprint import dataset_identity
+from pipeline.ledger import Ledger, charge_private_use, ledger_path
 from tests.conftest import threshold_data, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,40 +127,42 @@ def test_without_a_budget_charges_are_recorded_unlimited_and_a_budget_cannot_und
 
 # --- identity ----------------------------------------------------------------------------------
 
-def test_identity_is_stable_for_the_same_bytes_and_changes_with_one_byte(tmp_path) -> None:
+def test_identity_is_of_the_rows_not_the_files_and_changes_with_one_value(tmp_path) -> None:
     files = open_dataset(private_dataset(str(tmp_path / "a")), "private").files
     identity = dataset_identity(files)
-    assert identity.startswith("sha256:") and len(identity) == len("sha256:") + 64
+    assert identity.startswith("rows:") and len(identity) == len("rows:") + 64
     assert dataset_identity(list(reversed(files))) == identity
     shutil.copytree(tmp_path / "a", tmp_path / "b")  # a copy elsewhere: same contents, same identity
     copy = [str(tmp_path / "b" / os.path.basename(f)) for f in files]
     assert dataset_identity(copy) == identity
-    flip_byte(copy[1])
-    assert dataset_identity(copy) != identity
-    flip_byte(copy[1])  # flipped back: the same bytes again
+    os.rename(copy[1], str(tmp_path / "b" / "part-9.parquet"))  # names are not part of the identity
+    copy[1] = str(tmp_path / "b" / "part-9.parquet")
     assert dataset_identity(copy) == identity
-    os.rename(copy[1], str(tmp_path / "b" / "part-9.parquet"))  # the names are part of the identity
-    assert dataset_identity([copy[0], str(tmp_path / "b" / "part-9.parquet")]) != identity
+    table = pq.read_table(copy[1])
+    values = table.column("x1").to_numpy().copy()
+    values[7] += 1e-9
+    pq.write_table(table.set_column(table.schema.get_field_index("x1"), "x1", pa.array(values)), copy[1])
+    assert dataset_identity(copy) != identity  # one value changed
 
 
-def test_unchanged_files_are_not_hashed_again(tmp_path, monkeypatch) -> None:
+def test_unchanged_files_are_not_read_again(tmp_path, monkeypatch) -> None:
     files = open_dataset(private_dataset(str(tmp_path / "private")), "private").files
     hashed: list[str] = []
-    real = ledger_module.file_sha256
-    monkeypatch.setattr(ledger_module, "file_sha256", lambda f: hashed.append(f) or real(f))
+    real = fingerprint_module.row_digests
+    monkeypatch.setattr(fingerprint_module, "row_digests", lambda t: hashed.append("x") or real(t))
+    monkeypatch.setattr(fingerprint_module, "_MEMO", {})
     path = str(tmp_path / "l.sqlite")
     with Ledger(path) as ledger:
         identity = dataset_identity(files, ledger=ledger)
         assert len(hashed) == 2
+        fingerprint_module._MEMO.clear()
         assert dataset_identity(files, ledger=ledger) == identity and len(hashed) == 2
     with Ledger(path) as ledger:  # the cache is in the database, not in memory
+        fingerprint_module._MEMO.clear()
         assert dataset_identity(files, ledger=ledger) == identity and len(hashed) == 2
         stat = os.stat(files[0])
-        os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: hashed again
-        assert dataset_identity(files, ledger=ledger) == identity and hashed[2:] == [files[0]]
-        flip_byte(files[1])  # same size, new mtime: hashed again, new identity
-        os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))
-        assert dataset_identity(files, ledger=ledger) != identity and hashed[3:] == [files[1]]
+        os.utime(files[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: read again
+        assert dataset_identity(files, ledger=ledger) == identity and len(hashed) == 4
 
 
 def test_identity_computed_by_worker_tasks_equals_the_local_one(tmp_path, client) -> None:
@@ -168,7 +172,7 @@ def test_identity_computed_by_worker_tasks_equals_the_local_one(tmp_path, client
     with get_task_stream(client) as tasks:
         on_workers = dataset_identity(files, client)
     assert on_workers == dataset_identity(files)
-    assert sum("fingerprint_file" in str(t["key"]) for t in tasks.data) == len(files)  # one task per file
+    assert sum("fingerprint_part" in str(t["key"]) for t in tasks.data) == len(files)  # one task per part
 
 
 # --- the jobs' entry point ---------------------------------------------------------------------
@@ -209,7 +213,8 @@ def test_changed_contents_are_a_new_identity_and_the_charge_says_so(tmp_path) ->
     uri = private_dataset(str(tmp_path / "private"))
     path = str(tmp_path / "l.sqlite")
     assert invoke("set", uri, "--epsilon", "1", "--delta", "1e-6", "--ledger", path).exit_code == 0
-    write_parquet(os.path.join(uri, "part-1.parquet"), threshold_data(501, seed=2))  # one more row
+    for i, seed in enumerate((3, 4)):  # other rows altogether (rows appended: tests/test_fingerprint.py)
+        write_parquet(os.path.join(uri, f"part-{i}.parquet"), threshold_data(500, seed=seed))
     lines: list[str] = []
     charged = charge_private_use(open_dataset(uri, "private").files, uri, "train", 5.0, 0.0, {}, path,
                                  echo=lines.append)

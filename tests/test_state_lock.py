@@ -27,7 +27,8 @@ import pytest
 
 from jobs.cli import main
 from pipeline.errors import PcqrError
-from pipeline.ledger import Ledger, dataset_identity
+from pipeline.fingerprint import dataset_identity
+from pipeline.ledger import Ledger
 from pipeline.data import open_dataset
 from pipeline.replay import verify_log
 from pipeline.state_lock import LOCK_FILE, lock_state

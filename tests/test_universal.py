@@ -196,7 +196,7 @@ def test_changed_contents_with_the_same_row_count_are_refused(data, tmp_path, ca
     """Same rows, one label flipped: the content fingerprint (the ledger's SHA-256 hashes) differs."""
     private, table = _trained_before_the_switch(data, tmp_path, capsys, thread_cluster_yaml)
     state = json.loads((tmp_path / "state" / "session.json").read_text())
-    assert state["private_fingerprint"].startswith("sha256:")  # private state only, never in the log
+    assert state["private_fingerprint"].startswith("rows:")  # private state only, never in the log
     assert state["private_fingerprint"].encode() not in b"".join(p.read_bytes() for p in (tmp_path / "log").iterdir())
     labels = table.column("label").to_numpy().copy()
     labels[0] ^= 1

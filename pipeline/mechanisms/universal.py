@@ -175,10 +175,10 @@ def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
 
 
 def private_fingerprint(client: Any, private: Dataset) -> str:
-    """The private dataset's content fingerprint: the ledger's identity (SHA-256 of each file's
-    bytes, hashed on the workers, combined), computed afresh (no cache). Private: it is kept in
-    the session's private state, never in public output."""
-    from pipeline.ledger import dataset_identity
+    """The private dataset's content fingerprint: the ledger's identity (a multiset hash of the
+    decoded rows, hashed on the workers: pipeline.fingerprint), computed afresh (no cache).
+    Private: it is kept in the session's private state, never in public output."""
+    from pipeline.fingerprint import dataset_identity
 
     return dataset_identity(private.files, client)
 

@@ -1,0 +1,381 @@
+"""What a dataset IS, independent of how it is stored: its identity and its overlap sketches.
+
+Identity. Every row is encoded canonically -- its columns sorted by name; per value a tag and its
+bits: float64 (any float width widened, -0.0 folded into 0.0, every NaN the same), int64 (any
+integer width and booleans; uint64 values above 2**63 - 1 with their own tag), strings and bytes
+as UTF-8/raw with their length, null as a tag; other types by their text -- and hashed with
+BLAKE2b (128 bits, salted with the column names). The dataset's identity is
+``"rows:"`` + BLAKE2b-256 over (the row count, the SUM of the row hashes mod 2**128): a multiset
+hash, so it does not depend on row order, file splitting, file names, compression or Parquet
+encoding, only on the decoded rows (with their column names and value types). The rows are hashed
+on the Dask workers, part by part (a part is a few row groups of one file); the driver only adds
+the per-part sums and never reads a row. Per file, (rows, sum) is cached in the ledger keyed by
+(file, size, mtime_ns), so an unchanged file is not read again (a rewrite keeping both the size
+and the nanosecond modification time defeats the cache).
+
+Sketches (bottom-k, or KMV: Bar-Yossef et al. 2002; Beyer et al. 2007). Of a multiset of 64-bit
+hashes, the ``SKETCH_SIZE`` smallest DISTINCT values with their multiplicities. Two are kept:
+* the row sketch: the first 64 bits of each row's BLAKE2b hash (the full rows, every column);
+* a feature sketch per feature-column set: a separate 64-bit hash of the feature vector only
+  (the named columns, sorted, as float64 -- the pipeline's own view of a feature --, chained
+  through MurmurHash3's 64-bit finaliser, vectorised). Public files (queries, public data,
+  truth) are compared with it by the columns they share with it, in the driver, so they need
+  not hold the label or the other columns.
+Each worker keeps the bottom-k of its part; the merge of bottom-k sketches is exact (a value
+among the k smallest overall is among the k smallest of every part that holds it, with its full
+count there). What the sketches estimate, and with what error, is in :mod:`pipeline.overlap`.
+
+Both the identity and the sketches are deterministic functions of the private data, NOT private
+releases: they are kept with the private data (the ledger, the private state), never written to a
+public output.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipeline.data import Part, filesystem, read_part
+from pipeline.errors import PcqrError
+
+if TYPE_CHECKING:
+    from pipeline.ledger import Ledger
+
+SKETCH_SIZE = 4096
+PART_ROWS = 500_000  # rows per worker task
+IDENTITY_PREFIX = "rows:"
+_FORMAT = "rows-v1"  # the cached per-file entries and the identity's preimage
+_MASK128 = (1 << 128) - 1
+_NULL, _FLOAT, _INT, _UINT, _TEXT, _BYTES, _OTHER = (ord(c) for c in "nfiusyo")
+_M1, _M2, _SHIFT = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """Bottom-k of a multiset of 64-bit hashes: the ``size`` smallest distinct values (sorted)
+    and how often each occurs. Not ``full``: it holds every distinct value (exact)."""
+
+    values: np.ndarray
+    counts: np.ndarray
+    size: int = SKETCH_SIZE
+
+    @property
+    def full(self) -> bool:
+        return len(self.values) >= self.size
+
+    @property
+    def bound(self) -> int:
+        """tau: every distinct hash <= tau of the multiset is in the sketch."""
+        return int(self.values[-1]) if self.full else (1 << 64) - 1
+
+    @staticmethod
+    def of(hashes: np.ndarray, size: int = SKETCH_SIZE) -> Sketch:
+        ordered = np.sort(np.asarray(hashes, dtype=np.uint64))
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.zeros(0, np.int64)
+        counts = np.diff(np.r_[starts, ordered.size]).astype(np.uint64)
+        return Sketch(ordered[starts][:size], counts[:size], size)
+
+    @staticmethod
+    def merge(sketches: Sequence[Sketch], size: int = SKETCH_SIZE) -> Sketch:
+        values = np.concatenate([s.values for s in sketches]) if sketches else np.zeros(0, np.uint64)
+        counts = np.concatenate([s.counts for s in sketches]) if sketches else np.zeros(0, np.uint64)
+        order = np.argsort(values, kind="stable")
+        values, counts = values[order], counts[order]
+        if not values.size:
+            return Sketch(values, counts, size)
+        starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+        return Sketch(values[starts][:size], np.add.reduceat(counts, starts)[:size].astype(np.uint64), size)
+
+    def to_bytes(self) -> bytes:
+        return np.stack([self.values, self.counts], axis=1).astype("<u8").tobytes()
+
+    @staticmethod
+    def from_bytes(data: bytes, size: int = SKETCH_SIZE) -> Sketch:
+        pairs = np.frombuffer(data, dtype="<u8").reshape(-1, 2).astype(np.uint64)
+        return Sketch(pairs[:, 0].copy(), pairs[:, 1].copy(), size)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A dataset's identity and row count, with its row sketch and the feature sketch over
+    ``features`` (sorted) when they were asked for."""
+
+    identity: str
+    rows: int
+    row_sketch: Sketch | None = None
+    features: tuple[str, ...] | None = None
+    feature_sketch: Sketch | None = None
+
+
+@dataclass(frozen=True)
+class PartPrint:
+    """A worker's result for one part: its rows, the sum of their hashes, its bottom-k sketches."""
+
+    rows: int
+    total: int
+    row_sketch: Sketch | None
+    feature_sketch: Sketch | None
+
+
+# --- canonical encoding -------------------------------------------------------------------------
+
+def canonical_floats(values: np.ndarray) -> np.ndarray:
+    """float64 bit patterns (uint64) with -0.0 folded into 0.0 and every NaN the same."""
+    x = np.array(values, dtype=np.float64)
+    x[x == 0] = 0.0
+    x[np.isnan(x)] = np.nan
+    return x.view(np.uint64)
+
+
+def _decoded(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def _fixed_cells(array: pa.Array) -> np.ndarray | None:
+    """(n, 9) uint8: tag + 8 little-endian bytes per value, for null/float/integer/boolean columns."""
+    kind, n = array.type, len(array)
+    if pa.types.is_null(kind):
+        tags, payload = np.full(n, _NULL, np.uint8), np.zeros(n, np.uint64)
+    elif pa.types.is_floating(kind):
+        tags, payload = np.full(n, _FLOAT, np.uint8), canonical_floats(array.to_numpy(zero_copy_only=False))
+    elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        filled = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count else array
+        values = filled.to_numpy(zero_copy_only=False)
+        if values.dtype == np.uint64:
+            payload = values.astype(np.uint64)
+            tags = np.where(payload > np.uint64(np.iinfo(np.int64).max), _UINT, _INT).astype(np.uint8)
+        else:
+            payload, tags = values.astype(np.int64).view(np.uint64), np.full(n, _INT, np.uint8)
+    else:
+        return None
+    if array.null_count and not pa.types.is_null(kind):
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        tags[nulls], payload[nulls] = _NULL, 0
+    cells = np.empty((n, 9), np.uint8)
+    cells[:, 0] = tags
+    cells[:, 1:] = payload.astype("<u8").view(np.uint8).reshape(n, 8)
+    return cells
+
+
+def _variable_cells(array: pa.Array) -> list[bytes]:
+    """Per value: tag + 8-byte length + bytes (strings as UTF-8; other types by their text)."""
+    kind = array.type
+    textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    raw = pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+    tag = _TEXT if textual else _BYTES if raw else _OTHER
+    out = []
+    for value in array.to_pylist():
+        if value is None:
+            out.append(bytes([_NULL]) + bytes(8))
+            continue
+        data = value.encode() if textual else value if raw else f"{kind}:{value!r}".encode()
+        out.append(bytes([tag]) + len(data).to_bytes(8, "little") + data)
+    return out
+
+
+def row_digests(table: pa.Table) -> bytes:
+    """BLAKE2b-128 of every row's canonical encoding, 16 bytes per row, in row order."""
+    names = sorted(table.column_names)
+    salt = hashlib.blake2b("\0".join(names).encode(), digest_size=16).digest()
+    n, blake = table.num_rows, hashlib.blake2b
+    cells: list[np.ndarray | list[bytes]] = []
+    for name in names:
+        array = _decoded(table.column(name))
+        fixed = _fixed_cells(array)
+        cells.append(fixed if fixed is not None else _variable_cells(array))
+    if all(isinstance(c, np.ndarray) for c in cells):
+        width = 9 * len(names)
+        data = np.hstack(cells).tobytes() if cells else b""  # type: ignore[arg-type]
+        rows: Any = (data[i:i + width] for i in range(0, n * width, width)) if width else (b"" for _ in range(n))
+    else:
+        columns = [[m[i].tobytes() for i in range(n)] if isinstance(m, np.ndarray) else m for m in cells]
+        rows = (b"".join(parts) for parts in zip(*columns))
+    return b"".join([blake(row, digest_size=16, salt=salt).digest() for row in rows])
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser: a bijection of uint64 with full avalanche."""
+    h = h ^ (h >> _SHIFT)
+    h = h * _M1
+    h = h ^ (h >> _SHIFT)
+    h = h * _M2
+    return h ^ (h >> _SHIFT)
+
+
+def _word(text: str) -> np.uint64:
+    return np.uint64(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big"))
+
+
+def feature_hashes(table: pa.Table, features: Sequence[str]) -> np.ndarray:
+    """A 64-bit hash of each row's feature vector: the named columns, sorted by name, as float64
+    (canonical bits), so an integer column and a float column with the same values agree."""
+    names = sorted(features)
+    h = np.full(table.num_rows, _word("pcqr-features-v1\0" + "\0".join(names)), dtype=np.uint64)
+    for name in names:
+        values = _decoded(table.column(name)).to_numpy(zero_copy_only=False)
+        h = _fmix64(h ^ _fmix64(canonical_floats(values) ^ _word("column\0" + name)))
+    return h
+
+
+# --- worker task --------------------------------------------------------------------------------
+
+def fingerprint_part(part: Part, columns: Sequence[str], features: Sequence[str] | None,
+                     sketches: bool) -> PartPrint:
+    """Worker task: one part's row count, sum of row hashes (mod 2**128) and bottom-k sketches."""
+    try:
+        table = read_part(part, columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise PcqrError(f"{part.file}: cannot read it to fingerprint the private dataset ({exc})") from None
+    digests = row_digests(table)
+    limbs = np.frombuffer(digests, dtype=">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0)
+    total = sum(int(limb) << (32 * (3 - j)) for j, limb in enumerate(limbs)) & _MASK128
+    row_sketch = Sketch.of(np.frombuffer(digests, dtype=">u8")[0::2]) if sketches else None
+    feature_sketch = Sketch.of(feature_hashes(table, features)) if sketches and features else None
+    return PartPrint(table.num_rows, total, row_sketch, feature_sketch)
+
+
+# --- the dataset's fingerprint -----------------------------------------------------------------
+
+def normalise(file: str) -> str:
+    return file if "://" in file else os.path.abspath(file)
+
+
+def file_stat(file: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of a file from its file system's metadata, or None when either is unknown."""
+    fs, path = filesystem(file)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise PcqrError(f"{file}: no such file (fingerprinting the private dataset)")
+    size, mtime_ns = info.size, info.mtime_ns
+    return None if size is None or mtime_ns is None else (int(size), int(mtime_ns))
+
+
+def _parts(file: str) -> tuple[list[Part], list[str]]:
+    """A file's row groups in parts of about PART_ROWS rows, and its column names (metadata only)."""
+    fs, path = filesystem(file)
+    try:
+        meta = pq.read_metadata(path, filesystem=fs)
+    except (OSError, pa.ArrowException) as exc:
+        raise PcqrError(f"{file}: not a readable Parquet file ({exc})") from None
+    parts: list[Part] = []
+    chosen: list[int] = []
+    rows = 0
+    for index in range(meta.num_row_groups):
+        count = meta.row_group(index).num_rows
+        if chosen and rows + count > PART_ROWS:
+            parts.append(Part(file, tuple(chosen), rows, 0))
+            chosen, rows = [], 0
+        chosen.append(index)
+        rows += count
+    if chosen:
+        parts.append(Part(file, tuple(chosen), rows, 0))
+    return parts, list(meta.schema.to_arrow_schema().names)
+
+
+def _identity(rows: int, total: int) -> str:
+    preimage = f"{_FORMAT}:{rows}:{total:032x}".encode()
+    return IDENTITY_PREFIX + hashlib.blake2b(preimage, digest_size=32).hexdigest()
+
+
+def _cached(ledger: Ledger | None, file: str, stat: tuple[int, int] | None) -> tuple[int, int] | None:
+    entry = ledger.cached_hash(file, *stat) if ledger is not None and stat is not None else None
+    if entry is None or not entry.startswith(_FORMAT + ":"):  # absent, or an older format's entry
+        return None
+    _, rows, total = entry.split(":")
+    return int(rows), int(total, 16)
+
+
+_MEMO: dict[Any, list[Fingerprint]] = {}  # this process's fingerprints (a guard, then the charge, reuse one)
+
+
+def fingerprint_dataset(files: Sequence[str], client: Any = None, ledger: Ledger | None = None,
+                        features: Sequence[str] | None = None, sketches: bool = True) -> Fingerprint:
+    """A dataset's :class:`Fingerprint`: identity, rows, and (``sketches``) its row sketch and the
+    feature sketch over ``features``.
+
+    Parameters
+    ----------
+    files : sequence of str
+        The dataset's files (``Dataset.files``): local paths or pyarrow URIs.
+    client : distributed.Client, optional
+        Hash on its workers, one task per part (the driver never reads a row). Without one,
+        in this process (tests and small data).
+    ledger : Ledger, optional
+        Per-file (rows, sum) cached by (file, size, mtime_ns), and the sketches stored at the
+        dataset's registration (:mod:`pipeline.overlap`): when all are there, nothing is read.
+    """
+    if not files:
+        raise PcqrError("the private dataset has no files to fingerprint")
+    names = list(dict.fromkeys(normalise(f) for f in files))
+    stats = {f: file_stat(f) for f in names}
+    columns = tuple(sorted(features)) if features else None
+    key = tuple(stats.items())
+    for known in _MEMO.get(key, []) if all(s is not None for s in stats.values()) else []:
+        if not sketches or (known.row_sketch is not None and (columns is None or known.features == columns)):
+            return known
+    cached = {f: _cached(ledger, f, stats[f]) for f in names}
+    if all(c is not None for c in cached.values()):
+        rows = sum(c[0] for c in cached.values() if c is not None)
+        identity = _identity(rows, sum(c[1] for c in cached.values() if c is not None) & _MASK128)
+        stored = _stored(ledger, identity, rows, columns) if sketches else Fingerprint(identity, rows)
+        if stored is not None:
+            return _remember(key, stats, stored)
+    return _remember(key, stats, _compute(names, stats, client, ledger, columns, sketches))
+
+
+def _stored(ledger: Ledger | None, identity: str, rows: int, columns: tuple[str, ...] | None) -> Fingerprint | None:
+    """The fingerprint from sketches the ledger already holds, or None if one is missing."""
+    from pipeline.overlap import load_sketch
+
+    if ledger is None:
+        return None
+    row_sketch = load_sketch(ledger, identity, None)
+    feature_sketch = load_sketch(ledger, identity, columns) if columns else None
+    if row_sketch is None or (columns and feature_sketch is None):
+        return None
+    return Fingerprint(identity, rows, row_sketch, columns, feature_sketch)
+
+
+def _remember(key: Any, stats: dict[str, Any], found: Fingerprint) -> Fingerprint:
+    if all(s is not None for s in stats.values()):
+        if len(_MEMO) > 16:
+            _MEMO.clear()
+        _MEMO.setdefault(key, []).insert(0, found)
+    return found
+
+
+def _compute(names: list[str], stats: dict[str, tuple[int, int] | None], client: Any, ledger: Ledger | None,
+             columns: tuple[str, ...] | None, sketches: bool) -> Fingerprint:
+    planned = [(part, schema) for file in names for parts, schema in [_parts(file)] for part in parts]
+    if client is None:
+        prints = [fingerprint_part(part, schema, columns, sketches) for part, schema in planned]
+    else:
+        prints = client.gather([client.submit(fingerprint_part, part, schema, columns, sketches, pure=False)
+                                for part, schema in planned])
+    per_file: dict[str, tuple[int, int]] = {f: (0, 0) for f in names}
+    for (part, _), result in zip(planned, prints):
+        rows, total = per_file[part.file]
+        per_file[part.file] = (rows + result.rows, (total + result.total) & _MASK128)
+    for file, (rows, total) in per_file.items():
+        stat = stats[file]
+        if ledger is not None and stat is not None and file_stat(file) == stat:  # unchanged meanwhile
+            ledger.cache_hash(file, *stat, f"{_FORMAT}:{rows}:{total:032x}")
+    rows = sum(r for r, _ in per_file.values())
+    identity = _identity(rows, sum(t for _, t in per_file.values()) & _MASK128)
+    if not sketches:
+        return Fingerprint(identity, rows)
+    row_sketch = Sketch.merge([p.row_sketch for p in prints if p.row_sketch is not None])
+    feature_sketch = Sketch.merge([p.feature_sketch for p in prints if p.feature_sketch is not None]) if columns else None
+    return Fingerprint(identity, rows, row_sketch, columns, feature_sketch)
+
+
+def dataset_identity(files: Sequence[str], client: Any = None, ledger: Ledger | None = None) -> str:
+    """A dataset's identity (``"rows:"`` + 64 hex digits; see the module docstring)."""
+    return fingerprint_dataset(files, client, ledger, sketches=False).identity
