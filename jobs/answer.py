@@ -18,7 +18,7 @@ from jobs.common import (
     wait_option,
 )
 from jobs.train import plan_training, session_charge, session_summary, train_session
-from pipeline.cluster import load_cluster_config, open_client
+from pipeline.cluster import learner_modules, load_cluster_config, open_client
 from pipeline.commit import recover
 from pipeline.ledger import charge_note
 from pipeline.data import Dataset, open_dataset, open_matching
@@ -163,7 +163,7 @@ def answer_session(options: dict[str, Any]) -> None:
             noise = plan.noise
         else:
             assert session is not None
-            ensemble = load_models(state)
+            ensemble = load_models(state, session, learner_modules(options["cluster"]))
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
         if plan is not None:
             save_models(state, ensemble)

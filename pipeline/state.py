@@ -2,7 +2,8 @@
 
 Everything here is private and never goes under the public output::
 
-    DIR/models.pkl     the k trained subsample models (an Ensemble), written once
+    DIR/models.npz     the k trained subsample models, written once, never a pickle
+                       (pipeline.model_store)
     DIR/session.json   parameters, the log it writes to, and the sparse-vector
                        state (c, the stream position, the secret session key),
                        rewritten atomically after every batch (the commit point
@@ -20,17 +21,17 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.errors import PcqrError
+from pipeline.model_store import dump_models, load_models_file
 from pipeline.privacy import SubSampParameters
 from pipeline.sparse_vector import SparseVectorState
 from pipeline.votes import Ensemble
@@ -41,7 +42,8 @@ MECHANISMS = {
     "agnostic": "A_AgPrivCl (Algorithm 3 of Nandi-Bassily: A_Relabel, then A_SubSamp)",
     "universal": "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)",
 }
-MODELS_FILE = "models.pkl"
+MODELS_FILE = "models.npz"
+OLD_MODELS_FILE = "models.pkl"  # a pickle: refused, never loaded
 THRESHOLDS_FILE = "thresholds.npy"
 
 
@@ -211,19 +213,21 @@ def load_session(state_dir: str) -> Session:
 
 
 def save_models(state_dir: str, ensemble: Ensemble) -> None:
-    write_atomic(os.path.join(state_dir, MODELS_FILE), pickle.dumps(ensemble, protocol=5))
+    """The k models, written once, without pickle (pipeline.model_store)."""
+    write_atomic(os.path.join(state_dir, MODELS_FILE), dump_models(ensemble))
 
 
-def load_models(state_dir: str) -> Ensemble:
+def load_models(state_dir: str, session: Session, modules: Sequence[str] = ()) -> Ensemble:
+    """The session's k models, checked against it (k, features); ``modules``: the operator's
+    extra allowed learner modules (cluster.yaml ``pcqr: learners: allow:``), for skops files."""
     path = os.path.join(state_dir, MODELS_FILE)
+    old = os.path.join(state_dir, OLD_MODELS_FILE)
+    if not os.path.exists(path) and os.path.exists(old):  # never opened: unpickling runs code
+        raise PcqrError(f"{old}: written by an older pcqr (a pickle, which pcqr no longer loads); retrain")
     try:
-        with open(path, "rb") as handle:
-            ensemble = pickle.load(handle)
+        return load_models_file(path, session.params.subsamples, len(session.features), modules)
     except FileNotFoundError:
         raise PcqrError(f"--state {state_dir}: no trained models ({MODELS_FILE} missing)") from None
-    if not isinstance(ensemble, Ensemble):
-        raise PcqrError(f"{path}: not a pcqr model file")
-    return ensemble
 
 
 def check_private_location(state_dir: str, public_dirs: list[str | None]) -> None:

@@ -4,62 +4,68 @@ Vote counts are private (they are computed from the private models). They are
 computed on the workers and travel only to the driver's coordinator; they are
 never logged or written to disk.
 
-Counting is vectorised where the models allow it:
+Counting is vectorised where the models allow it, and the vectorised counters
+hold only arrays (what :mod:`pipeline.model_store` writes, and what Dask ships):
 
-* stumps and thresholds (and constant models): three parameter arrays, one
-  comparison per (query, model);
-* linear classifiers (anything with ``coef_`` of one row and ``intercept_``,
-  e.g. LogisticRegression, LinearSVC): one matrix product;
-* anything else: each model's ``predict`` in turn.
+* stumps and thresholds (and constant models): :class:`StumpVotes`, three
+  parameter arrays, two binary searches per (query, feature);
+* linear classifiers (scikit-learn's ``LinearClassifierMixin`` with one row of
+  ``coef_``, e.g. LogisticRegression, LinearSVC): :class:`LinearVotes`, one matrix product;
+* anything else: :class:`ModelVotes`, each model's ``predict`` in turn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
+from sklearn.linear_model._base import LinearClassifierMixin
 
 from pipeline.learners import ConstantModel, _StumpModel
 
 
-@dataclass
+class VoteCounter(Protocol):
+    size: int
+
+    def __call__(self, X: np.ndarray) -> np.ndarray: ...
+
+
 class Ensemble:
     """k trained models, with the fastest vote counter their types allow."""
 
-    models: list[Any]
+    def __init__(self, models: Sequence[Any]) -> None:
+        self.counter: VoteCounter = _choose_counter(models)
 
-    def __post_init__(self) -> None:
-        self._counter = _choose_counter(self.models)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"models": self.models}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.models = state["models"]
-        self._counter = _choose_counter(self.models)
+    @classmethod
+    def of(cls, counter: VoteCounter) -> Ensemble:
+        """An ensemble around a counter built directly (from a model file's arrays)."""
+        ensemble = cls.__new__(cls)
+        ensemble.counter = counter
+        return ensemble
 
     @property
     def size(self) -> int:
-        return len(self.models)
+        return self.counter.size
 
     def count_ones(self, X: np.ndarray) -> np.ndarray:
         """ct(1) per row of X: how many models predict label 1 (int32)."""
-        return self._counter(np.asarray(X, dtype=np.float64))
+        return self.counter(np.asarray(X, dtype=np.float64))
 
 
-def _choose_counter(models: Sequence[Any]) -> Any:
+def _choose_counter(models: Sequence[Any]) -> VoteCounter:
     if all(isinstance(m, (_StumpModel, ConstantModel)) for m in models):
-        return _StumpCounter(models)
-    if all(_is_linear(m) or isinstance(m, ConstantModel) for m in models):
-        return _LinearCounter(models)
-    return _GenericCounter(models)
+        return StumpVotes.from_models(models)
+    if all(is_linear(m) or isinstance(m, ConstantModel) for m in models):
+        return LinearVotes.from_models(models)
+    return ModelVotes(models)
 
 
-def _is_linear(model: Any) -> bool:
+def is_linear(model: Any) -> bool:
+    """A fitted binary linear classifier: predicts 1 iff x . coef_ + intercept_ > 0."""
     coef = getattr(model, "coef_", None)
     classes = getattr(model, "classes_", None)
     return (
-        coef is not None
+        isinstance(model, LinearClassifierMixin)
+        and coef is not None
         and np.ndim(coef) == 2
         and np.shape(coef)[0] == 1
         and hasattr(model, "intercept_")
@@ -68,33 +74,37 @@ def _is_linear(model: Any) -> bool:
     )
 
 
-class _StumpCounter:
-    """Models of the form: predict 1 iff (x[f] > t) == polarity. A constant c is f=0, t=-inf."""
+class StumpVotes:
+    """Models of the form: predict 1 iff (x[f] > t) == polarity. A constant c is f=0, t=-inf, polarity c."""
 
-    def __init__(self, models: Sequence[Any]) -> None:
-        features, thresholds, polarities = [], [], []
-        for m in models:
-            if isinstance(m, ConstantModel):
-                features.append(0)
-                thresholds.append(-np.inf)  # x > -inf always: predict `polarity`
-                polarities.append(m.label)
-            else:
-                features.append(m.feature_)
-                thresholds.append(m.threshold_)
-                polarities.append(m.polarity_)
-        features_a = np.array(features, dtype=np.int64)
-        thresholds_a = np.array(thresholds, dtype=np.float64)
-        polarities_a = np.array(polarities, dtype=bool)
+    def __init__(self, features: np.ndarray, thresholds: np.ndarray, polarities: np.ndarray) -> None:
+        self.features = np.asarray(features, dtype=np.int64)
+        self.thresholds = np.asarray(thresholds, dtype=np.float64)
+        self.polarities = np.asarray(polarities, dtype=np.int8)
+        self.size = int(self.features.shape[0])
+        up = self.polarities == 1
         # Per feature, sorted thresholds turn k comparisons into two binary searches:
         # #{t < x} models vote 1 among polarity 1, #{t >= x} among polarity 0.
         self.per_feature = [
             (
                 int(f),
-                np.sort(thresholds_a[(features_a == f) & polarities_a]),
-                np.sort(thresholds_a[(features_a == f) & ~polarities_a]),
+                np.sort(self.thresholds[(self.features == f) & up]),
+                np.sort(self.thresholds[(self.features == f) & ~up]),
             )
-            for f in np.unique(features_a)
+            for f in np.unique(self.features)
         ]
+
+    @classmethod
+    def from_models(cls, models: Sequence[Any]) -> StumpVotes:
+        constant = [isinstance(m, ConstantModel) for m in models]
+        return cls(
+            np.array([0 if c else m.feature_ for m, c in zip(models, constant)], dtype=np.int64),
+            np.array([-np.inf if c else m.threshold_ for m, c in zip(models, constant)], dtype=np.float64),
+            np.array([m.label if c else m.polarity_ for m, c in zip(models, constant)], dtype=np.int8),
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return StumpVotes, (self.features, self.thresholds, self.polarities)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         ones = np.zeros(X.shape[0], dtype=np.int64)
@@ -105,10 +115,16 @@ class _StumpCounter:
         return ones.astype(np.int32)
 
 
-class _LinearCounter:
+class LinearVotes:
     """Linear models: predict 1 iff x . coef + intercept > 0. A constant c is coef 0, +-1 intercept."""
 
-    def __init__(self, models: Sequence[Any]) -> None:
+    def __init__(self, coefs: np.ndarray, intercepts: np.ndarray) -> None:
+        self.coefs = np.asarray(coefs, dtype=np.float64)
+        self.intercepts = np.asarray(intercepts, dtype=np.float64)
+        self.size = int(self.intercepts.shape[0])
+
+    @classmethod
+    def from_models(cls, models: Sequence[Any]) -> LinearVotes:
         width = next((np.shape(m.coef_)[1] for m in models if not isinstance(m, ConstantModel)), 0)
         coefs = np.zeros((len(models), width))
         intercepts = np.zeros(len(models))
@@ -118,16 +134,19 @@ class _LinearCounter:
             else:
                 coefs[j] = np.asarray(m.coef_)[0]
                 intercepts[j] = float(np.ravel(m.intercept_)[0])
-        self.coefs, self.intercepts = coefs, intercepts
+        return cls(coefs, intercepts)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         scores = X @ self.coefs.T + self.intercepts
         return (scores > 0).sum(axis=1, dtype=np.int32)
 
 
-class _GenericCounter:
+class ModelVotes:
+    """Any models: each one's ``predict`` in turn."""
+
     def __init__(self, models: Sequence[Any]) -> None:
         self.models = list(models)
+        self.size = len(self.models)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         ones = np.zeros(X.shape[0], dtype=np.int32)

@@ -62,6 +62,6 @@ def test_issue_size_run(tmp_path, capsys, process_cluster, noise, min_answered, 
     log = pq.read_table(str(tmp_path / "log"))
     assert sorted(log.column("query_id").to_pylist()) == list(range(10_000))
     assert log.column("answer").null_count == summary["abstained"] + summary["refused"]
-    assert "models.pkl" in os.listdir(tmp_path / "state") and not any(
-        f.endswith(".pkl") for f in os.listdir(tmp_path / "log")
+    assert "models.npz" in os.listdir(tmp_path / "state") and not any(
+        f.endswith((".pkl", ".npz")) for f in os.listdir(tmp_path / "log")
     )

@@ -1,0 +1,258 @@
+"""Models on disk without pickle (issue 11): round trips give identical votes; crafted, foreign or
+damaged model files are refused in one line naming the file, and nothing in them runs."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import zipfile
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline.errors import PcqrError
+from pipeline.learners import ConstantModel, LearnerSpec, fit_subsample
+from pipeline.model_store import FORMAT, check_storable, dump_models, load_models_file
+from pipeline.state import MODELS_FILE, OLD_MODELS_FILE, load_models, save_models
+from pipeline.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
+
+ALLOWED = ("tests.allowed_learner",)
+K, FEATURES = 23, 3
+
+
+def _ensemble(spec: LearnerSpec, k: int = K, features: int = FEATURES, seed: int = 0) -> Ensemble:
+    """k - 2 fitted models and two constants (a one-class subsample's model)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60 * k, features))
+    y = (X[:, 0] + 0.5 * X[:, -1] > 0).astype(int)
+    models = [fit_subsample(spec, X[j::k], y[j::k]) for j in range(k - 2)]
+    return Ensemble([*models, ConstantModel(1), ConstantModel(0)])
+
+
+def _write(tmp_path, data: bytes, name: str = MODELS_FILE) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    sink = io.BytesIO()
+    np.savez(sink, **arrays)
+    return sink.getvalue()
+
+
+def _arrays(data: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+SPECS = {
+    "stump": (LearnerSpec("stump"), StumpVotes, "stump"),
+    "threshold": (LearnerSpec("threshold", {"feature": 2}), StumpVotes, "stump"),
+    "logistic": (LearnerSpec("sklearn.linear_model.LogisticRegression"), LinearVotes, "linear"),
+    "tree": (LearnerSpec("sklearn.tree.DecisionTreeClassifier", {"max_depth": 3}), ModelVotes, "skops"),
+    "erm_interval": (LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": "interval", "features": [0]}),
+                     ModelVotes, "erm"),
+    "erm_halfspace": (LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": "halfspace", "features": [0, 2]}),
+                      ModelVotes, "erm"),
+    "allowed": (LearnerSpec("tests.allowed_learner.NearestMeanClassifier", {}, ALLOWED), ModelVotes, "skops"),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_a_round_trip_gives_identical_votes(name: str, tmp_path) -> None:
+    spec, counter, kind = SPECS[name]
+    ensemble = _ensemble(spec)
+    assert isinstance(ensemble.counter, counter)
+    data = dump_models(ensemble)
+    assert str(_arrays(data)["kind"]) == kind and b"\x80\x04\x95" not in data[:64]
+    loaded = load_models_file(_write(tmp_path, data), K, FEATURES, ALLOWED)
+    queries = np.random.default_rng(9).normal(size=(3000, FEATURES))
+    assert loaded.size == K and isinstance(loaded.counter, counter)
+    assert (loaded.count_ones(queries) == ensemble.count_ones(queries)).all()
+    if isinstance(ensemble.counter, ModelVotes):  # model by model, the same predictions
+        for before, after in zip(ensemble.counter.models, loaded.counter.models):
+            assert type(after) is type(before) and (after.predict(queries) == before.predict(queries)).all()
+
+
+def test_state_round_trip_and_an_old_pickle_is_refused_without_being_opened(tmp_path) -> None:
+    session = SimpleNamespace(params=SimpleNamespace(subsamples=K), features=["a", "b", "c"])
+    ensemble = _ensemble(LearnerSpec("stump"))
+    save_models(str(tmp_path), ensemble)
+    assert sorted(os.listdir(tmp_path)) == [MODELS_FILE]
+    queries = np.random.default_rng(1).normal(size=(100, FEATURES))
+    assert (load_models(str(tmp_path), session).count_ones(queries) == ensemble.count_ones(queries)).all()
+
+    os.remove(tmp_path / MODELS_FILE)
+    touched = tmp_path / "touched"
+
+    class Touch:  # unpickling calls open(touched, "w"): the file would appear
+        def __reduce__(self):
+            return open, (str(touched), "w")
+
+    (tmp_path / OLD_MODELS_FILE).write_bytes(pickle.dumps(Touch()))
+    with pytest.raises(PcqrError, match=f"{OLD_MODELS_FILE}: written by an older pcqr.*retrain"):
+        load_models(str(tmp_path), session)
+    (tmp_path / MODELS_FILE).write_bytes(pickle.dumps(Touch()))  # the same pickle under the new name
+    with pytest.raises(PcqrError, match=f"{MODELS_FILE}: not a pcqr model file"):
+        load_models(str(tmp_path), session)
+    (tmp_path / MODELS_FILE).write_bytes(_npz(format=np.array(FORMAT), kind=np.array("stump"),
+                                              feature=np.array([Touch()], dtype=object)))
+    with pytest.raises(PcqrError, match="not a pcqr model file"):  # an object array inside the .npz
+        load_models(str(tmp_path), session)
+    assert not touched.exists()
+    os.remove(tmp_path / MODELS_FILE)
+    os.remove(tmp_path / OLD_MODELS_FILE)
+    with pytest.raises(PcqrError, match=f"no trained models \\({MODELS_FILE} missing\\)"):
+        load_models(str(tmp_path), session)
+
+
+def _tree_with(attribute: object) -> bytes:
+    ensemble = _ensemble(SPECS["tree"][0])
+    ensemble.counter.models[0].extra_ = attribute  # type: ignore[attr-defined]
+    return dump_models(ensemble)
+
+
+def test_a_skops_file_holding_an_untrusted_type_is_refused(tmp_path) -> None:
+    path = _write(tmp_path, _tree_with(os.system))
+    with pytest.raises(PcqrError, match=f"{MODELS_FILE}: holds type posix.system, which is not a class under"):
+        load_models_file(path, K, FEATURES, ALLOWED)
+    import operator
+
+    path = _write(tmp_path, _tree_with(operator.attrgetter("x")))
+    with pytest.raises(PcqrError, match="holds type operator.attrgetter"):
+        load_models_file(path, K, FEATURES)
+    path = _write(tmp_path, dump_models(_ensemble(SPECS["allowed"][0])))
+    with pytest.raises(PcqrError, match="holds type tests.allowed_learner.NearestMeanClassifier"):
+        load_models_file(path, K, FEATURES)  # not listed by the operator: refused
+    assert load_models_file(path, K, FEATURES, ALLOWED).size == K
+    with pytest.raises(PcqrError, match="holds type tests.allowed_learner.NearestMeanClassifier"):
+        load_models_file(path, K, FEATURES, ("tests.allowed",))  # a prefix is whole module names
+
+
+@pytest.mark.parametrize("name", ["stump", "logistic", "tree", "erm_interval"])
+def test_a_file_from_a_session_with_another_k_or_other_features_is_refused(name: str, tmp_path) -> None:
+    spec = SPECS[name][0]
+    path = _write(tmp_path, dump_models(_ensemble(spec)))
+    with pytest.raises(PcqrError, match=f"{MODELS_FILE}: .*another session"):
+        load_models_file(path, K + 1, FEATURES, ALLOWED)
+    # a stump file knows only the features its models use: one on the last of 5 features
+    wide = LearnerSpec("threshold", {"feature": FEATURES + 1}) if name == "stump" else spec
+    path = _write(tmp_path, dump_models(_ensemble(wide, features=FEATURES + 2)))
+    with pytest.raises(PcqrError, match=f"{MODELS_FILE}: .*features"):
+        load_models_file(path, K, FEATURES, ALLOWED)
+
+
+def _tampered(name: str, **changes: object) -> bytes:
+    arrays = _arrays(dump_models(_ensemble(SPECS[name][0])))
+    arrays.update({k: np.asarray(v) for k, v in changes.items()})
+    return _npz(**arrays)
+
+
+def _erm(edit) -> bytes:
+    import json
+
+    arrays = _arrays(dump_models(_ensemble(SPECS["erm_interval"][0])))
+    records = json.loads(str(arrays["erm"]))
+    edit(records[0])
+    arrays["erm"] = np.array(json.dumps(records))
+    return _npz(**arrays)
+
+
+@pytest.mark.parametrize(
+    "case,data,needle",
+    [
+        ("feature_out_of_range", lambda: _tampered("stump", feature=np.full(K, 3, dtype=np.int64)),
+         "feature index 3 is out of range"),
+        ("feature_negative", lambda: _tampered("stump", feature=np.full(K, -1, dtype=np.int64)),
+         "feature index -1 is out of range"),
+        ("threshold_nan", lambda: _tampered("stump", threshold=np.full(K, np.nan)), "a threshold is NaN"),
+        ("polarity_2", lambda: _tampered("stump", polarity=np.full(K, 2, dtype=np.int8)), "neither 0 nor 1"),
+        ("feature_float", lambda: _tampered("stump", feature=np.zeros(K)), "'feature' holds float64"),
+        ("coef_inf", lambda: _tampered("logistic", coef=np.full((K, FEATURES), np.inf)), "not finite"),
+        ("constant_label_5", lambda: _tampered("tree", constant=np.full(K, 5, dtype=np.int8)), "constant label"),
+        ("erm_direction", lambda: _erm(lambda r: r["hypothesis"].update({"class": "threshold", "threshold": 0.0,
+                                                                        "direction": "sideways"})),
+         "not in canonical form"),
+        ("erm_feature", lambda: _erm(lambda r: r["hypothesis"].update(feature=7)), "feature index 7 is out of range"),
+        ("erm_nan", lambda: _erm(lambda r: r["hypothesis"].update(low=float("nan"))), "not in canonical form"),
+        ("erm_param", lambda: _erm(lambda r: r["params"].update(command="touch")), "malformed ERM model"),
+        ("unknown_kind", lambda: _tampered("stump", kind="pickle"), "unknown kind 'pickle'"),
+        ("other_format", lambda: _tampered("stump", format="pcqr-models/0"), "not a pcqr model file"),
+        ("missing_array", lambda: _npz(format=np.array(FORMAT), kind=np.array("stump")), "no 'feature' array"),
+        ("truncated", lambda: dump_models(_ensemble(SPECS["stump"][0]))[:300], "not a pcqr model file"),
+        ("skops_garbage", lambda: _tampered("tree", skops=np.frombuffer(b"PK\x03\x04junk", np.uint8)),
+         "not a pcqr model file (skops"),
+    ],
+)
+def test_a_damaged_model_file_is_refused_in_one_line(case: str, data, needle: str, tmp_path) -> None:
+    path = _write(tmp_path, data())
+    with pytest.raises(PcqrError) as refused:
+        load_models_file(path, K, FEATURES, ALLOWED)
+    message = str(refused.value)
+    assert message.startswith(path) and needle in message and "\n" not in message, message
+
+
+def test_a_zip_member_that_is_not_an_array_is_refused(tmp_path) -> None:
+    sink = io.BytesIO()
+    with zipfile.ZipFile(sink, "w") as archive:
+        archive.writestr("kind", b"stump")
+    with pytest.raises(PcqrError, match="not an array"):
+        load_models_file(_write(tmp_path, sink.getvalue()), K, FEATURES)
+
+
+def test_a_learner_whose_models_cannot_be_loaded_back_is_refused_before_training() -> None:
+    trial = LearnerSpec("tests.allowed_learner.NearestMeanClassifier", {}, ALLOWED).check(FEATURES, 100)
+    check_storable(trial, FEATURES, ALLOWED)
+    with pytest.raises(PcqrError, match="^--learner: a fitted tests.allowed_learner.NearestMeanClassifier cannot be"):
+        check_storable(trial, FEATURES)
+
+
+# --- through the command line: `pcqr answer` on a state whose model file was swapped ------------
+
+def test_answer_refuses_another_sessions_or_a_pickled_model_file(tmp_path, capsys, thread_cluster_yaml) -> None:
+    from jobs.cli import main
+    from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
+
+    write_parquet(str(tmp_path / "private/part-0.parquet"), threshold_data(5000, seed=1))
+    q = threshold_data(300, seed=2)
+    q.pop("label")
+    write_parquet(str(tmp_path / "queries/part-0.parquet"), {"query_id": np.arange(300), **q})
+
+    def cli(*args: str) -> tuple[int, list[str]]:
+        code = main(list(args))
+        return code, [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("dashboard:")]
+
+    def train(state: str, *extra: str) -> None:
+        code, err = cli("train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / state),
+                        "--cluster", thread_cluster_yaml, "--queries-max", "100000", *MECHANICS_PRIVACY, *extra)
+        assert code == 0, err
+
+    train("state")
+    train("other_k", "--subsamples", "60")
+    train("other_features", "--features", "x0,x1", "--learner", "sklearn.linear_model.LogisticRegression")
+    models, touched = tmp_path / "state" / MODELS_FILE, tmp_path / "touched"
+
+    class Touch:
+        def __reduce__(self):
+            return open, (str(touched), "w")
+
+    cases = {
+        "other_k": (lambda: models.write_bytes((tmp_path / "other_k" / MODELS_FILE).read_bytes()),
+                    "holds 60 models, the session has k = 50"),
+        "other_features": (lambda: models.write_bytes((tmp_path / "other_features" / MODELS_FILE).read_bytes()),
+                           "the session has 3"),
+        "pickle": (lambda: (models.unlink(), (tmp_path / "state" / OLD_MODELS_FILE).write_bytes(pickle.dumps(Touch()))),
+                   f"{OLD_MODELS_FILE}: written by an older pcqr"),
+    }
+    session_before = (tmp_path / "state" / "session.json").read_bytes()
+    for case, (swap, needle) in cases.items():
+        swap()
+        code, lines = cli("answer", "--state", str(tmp_path / "state"), "--queries", str(tmp_path / "queries"),
+                          "--log", str(tmp_path / "log"), "--cluster", thread_cluster_yaml)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("pcqr: error: "), (case, lines)
+        assert needle in lines[0] and ("models." in lines[0]), (case, lines[0])
+        assert not (tmp_path / "log").exists() or not os.listdir(tmp_path / "log"), case
+    assert not touched.exists()
+    assert (tmp_path / "state" / "session.json").read_bytes() == session_before
