@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager
 
 import click
 
@@ -22,12 +22,15 @@ from jobs.common import (
     split_features,
     wait_option,
 )
-from pipeline.cluster import load_cluster_config, open_client
+from pipeline.cluster import learner_modules, load_cluster_config, open_client
 from pipeline.data import Dataset, open_dataset
 from pipeline.errors import PcqrError
 from pipeline.learners import LearnerSpec, parse_learner_params
+from pipeline.model_store import check_storable
+from pipeline.limits import check_training_size
 from pipeline.noise import NoiseSource, noise_source
 from pipeline.privacy import SubSampParameters
+from pipeline.session_ledger import NewSession, new_session
 from pipeline.sparse_vector import SparseVector
 from pipeline.state import Session, has_session
 from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
@@ -64,9 +67,13 @@ def plan_training(options: dict[str, Any]) -> TrainingPlan:
         options["epsilon"], options["delta"], options["cutoff"], options["queries_max"],
         options["beta"], options["subsamples"], options["threshold"],
     )
-    learner = LearnerSpec(options["learner"], parse_learner_params(options["learner_param"]))
-    learner.build()  # fails now, not on a worker, if the learner is unusable
+    check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
+                        "--subsamples" if options["subsamples"] is not None else "Algorithm 5's")
+    learner = LearnerSpec(options["learner"], parse_learner_params(options["learner_param"]),
+                          learner_modules(options.get("cluster")))
     check_subsamples(private.rows, params.subsamples, learner.min_rows)
+    trial = learner.check(len(private.features), private.rows // params.subsamples)  # not on a worker, uncharged
+    check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
     warn_if_useless(params)
     return TrainingPlan(params, learner, private, noise, options["seed"])
 
@@ -81,7 +88,7 @@ def warn_if_useless(params: SubSampParameters) -> None:
 def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
     """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns.
     A_UnvPrivCl (universal): the same for the first m' queries at eps / 2 (Algorithm 4)."""
-    from pipeline.hypotheses import ThresholdClass, make_class
+    from pipeline.hypotheses import ThresholdClass, check_enumerable, make_class
 
     name, mode = options["hypothesis"], options["mode"]
     if not name:
@@ -97,6 +104,10 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     else:
         agnostic = AgnosticParameters.algorithm3(*args, options["subsamples"], options["threshold"])
     k = agnostic.subsamp.subsamples
+    check_training_size(k, 1, "--subsamples" if options["subsamples"] is not None else "Algorithm 5's")
+    check_enumerable(hypothesis_class, agnostic.sample_rows, "A_Relabel's sample S' of n' = eps n / 56 rows")
+    if universal is not None and universal.switches:
+        check_enumerable(hypothesis_class, universal.public_queries, "A_SSPP's public sample of m_o queries")
     warn_if_useless(agnostic.subsamp)
     if agnostic.sample_rows < k:
         raise PcqrError(
@@ -117,18 +128,21 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     )
 
 
-def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job: str) -> Any:
+def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job: str) -> ContextManager[NewSession]:
     """The ledger charge of a new session: its whole (eps, delta), before any private row is read
-    (pipeline.ledger), refunded if training fails on invalid input. A session is charged once,
-    however many answer calls follow; universal mode's A_SSPP is inside the same (eps, delta)."""
-    from pipeline.ledger import provisional_charge
+    (pipeline.ledger). A session is charged once, however many answer calls follow; universal
+    mode's A_SSPP is inside the same (eps, delta). The block registers the session with the charge
+    (``.register(session)``: pipeline.session_ledger); if it fails, the charge is refunded unless a
+    batch was released, and the error says which."""
+    from pipeline.ledger import charge_private_use
 
     public: dict[str, Any] = {k: options[k] for k in ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff",
                                                       "queries_max", "beta", "subsamples", "threshold", "learner",
                                                       "features") if k in options}
     public["state"] = options.get("state")
-    return provisional_charge(plan.private.files, plan.private.uri, job, options["epsilon"], options["delta"],
-                              public, options.get("ledger"), client, plan.private.features)
+    charged = charge_private_use(plan.private.files, plan.private.uri, job, options["epsilon"], options["delta"],
+                                 public, options.get("ledger"), client, features=plan.private.features)
+    return new_session(charged, options["state"], job)
 
 
 def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
@@ -238,10 +252,11 @@ def command(**options: Any) -> None:
         plan = plan_training(options)  # under the lock: a second train finds this one's session
         load_cluster_config(options["cluster"])
         with open_client(options["cluster"], echo=note) as client:
-            with session_charge(client, plan, options, "train") as charged:
+            with session_charge(client, plan, options, "train") as charge:
                 session, ensemble = train_session(client, plan)
-        save_models(options["state"], ensemble)
-        save_session(options["state"], session)
+                charge.register(session)  # the ledger knows the session before its state exists
+                save_models(options["state"], ensemble)
+                save_session(options["state"], session)
     summary = {"state": options["state"], "models": ensemble.size, **session_summary(session),
-               "ledger": charge_note(charged)}
+               "ledger": charge_note(charge.charged)}
     emit_summary(summary, options["as_json"])

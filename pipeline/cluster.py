@@ -20,11 +20,15 @@ Precedence, lowest first: those defaults, dask's own config files, the cluster.y
 ``DASK_*`` environment variables (``DASK_PCQR__CLUSTER__BACKEND=address``). Relative
 paths (tls files, scheduler-file) resolve against the cluster.yaml's folder. Which
 file: ``--cluster PATH``; else ``./cluster.yaml`` if present; else only the defaults.
+
+The same file says which modules ``--learner`` may name beyond scikit-learn and pcqr's own
+(``pcqr: learners: allow: [xgboost.]``, read by :func:`learner_modules`).
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
@@ -42,6 +46,7 @@ from distributed.security import Security
 from pipeline.errors import PcqrError
 
 BACKENDS = ("local", "address", "scheduler-file", "spec")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.?")
 _DEFAULTS = yaml.safe_load(Path(__file__).with_name("cluster-defaults.yaml").read_text(encoding="utf-8"))
 dask.config.update_defaults(_DEFAULTS)
 _BACKEND_KEYS = {
@@ -181,6 +186,42 @@ def _pcqr_options(merged: dict[str, Any], where: _Where) -> dict[str, Any]:
     return options
 
 
+def _sources(cluster_path: str | None) -> tuple[Path | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Which file (None: built-in defaults), its keys, the DASK_* environment's, and all merged."""
+    candidate = Path(cluster_path if cluster_path is not None else "cluster.yaml")
+    source: Path | None = candidate if cluster_path is not None or candidate.is_file() else None
+    data = _read_file(source) if source is not None else {}
+    env = dask.config.collect_env()
+    merged = dask.config.merge(dask.config.config, data, env)  # environment wins over the file
+    return source, data, env, merged
+
+
+def learner_modules(cluster_path: str | None) -> tuple[str, ...]:
+    """The module prefixes the operator allows ``--learner`` to name beyond sklearn. and pipeline.
+    (``pcqr: learners: allow: [xgboost.]``; ``xgboost.`` or ``xgboost``: the package and its modules).
+
+    Raises
+    ------
+    PcqrError
+        One line naming the file and ``pcqr.learners.allow`` when it is not a list of module names.
+    """
+    source, _, env, merged = _sources(cluster_path)
+    label = str(source) if source is not None else "built-in cluster defaults"
+    pcqr = merged.get("pcqr")
+    learners = pcqr.get("learners") if isinstance(pcqr, dict) else None
+    if learners is None:
+        return ()
+    if not isinstance(learners, dict) or set(learners) - {"allow"}:
+        raise PcqrError(f"{label}: pcqr.learners: expected a mapping with the one key allow, got {learners!r}")
+    allow = learners.get("allow") or []
+    valid = isinstance(allow, list) and all(isinstance(p, str) and _MODULE.fullmatch(p) for p in allow)
+    if not valid:
+        from_env = " (from DASK_PCQR__LEARNERS__ALLOW)" if "learners" in (env.get("pcqr") or {}) else ""
+        raise PcqrError(f"{label}: pcqr.learners.allow{from_env}: expected a list of module names "
+                        f"such as [xgboost., mylab.learners], got {allow!r}")
+    return tuple(allow)
+
+
 def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
     """Resolve and validate the cluster configuration without starting anything.
 
@@ -201,11 +242,7 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
     PcqrError
         One line naming the file and the key at fault.
     """
-    candidate = Path(cluster_path if cluster_path is not None else "cluster.yaml")
-    source: Path | None = candidate if cluster_path is not None or candidate.is_file() else None
-    data = _read_file(source) if source is not None else {}
-    env = dask.config.collect_env()
-    merged = dask.config.merge(dask.config.config, data, env)  # environment wins over the file
+    source, data, env, merged = _sources(cluster_path)
     overlay = {key: merged[dask.config.canonical_name(key, merged)] for key in {*data, *env}}
     where = _Where(source, env)
     options = _pcqr_options(merged, where)

@@ -1,5 +1,9 @@
-"""Built-in ERM learners against brute force; vote counting against each model's predict."""
+"""Built-in ERM learners against brute force; vote counting against each model's predict;
+``--learner`` runs no code by name and its parameters are checked before any charge (issue 11)."""
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -7,12 +11,14 @@ from sklearn.tree import DecisionTreeClassifier
 
 from pipeline.errors import PcqrError
 from pipeline.learners import (
+    LEARNER_MODULES,
     ConstantModel,
     LearnerSpec,
     StumpLearner,
     ThresholdLearner,
     best_threshold,
     fit_subsample,
+    module_allowed,
     parse_learner_params,
 )
 from pipeline.votes import Ensemble
@@ -92,3 +98,186 @@ def test_ensemble_counts_equal_each_models_predict(spec: LearnerSpec) -> None:
     counts = Ensemble(models).count_ones(queries)
     assert counts.dtype == np.int32 and (counts == naive).all()
     assert isinstance(models[0], (StumpLearner, ThresholdLearner, DecisionTreeClassifier)) or hasattr(models[0], "coef_")
+
+
+REFUSED_NAMES = {
+    "os.system": "module os is not allowed",
+    "builtins.eval": "module builtins is not allowed",
+    "subprocess.Popen": "module subprocess is not allowed",
+    "json.JSONDecoder": "module json is not allowed",
+    "sklearn.preprocessing.StandardScaler": "not a scikit-learn estimator with fit and predict",
+    "sklearn.linear_model.LinearRegression": "not a classifier",
+    "pipeline.learners.importlib": "not a class defined in the allowed modules",
+    "pipeline.learners._StumpModel": "not a public class",
+    "sklearn..tree": "not a dotted class path",
+    "nonsense": "not a dotted class path",
+    "tests.allowed_learner.NearestMeanClassifier": "module tests.allowed_learner is not allowed",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED_NAMES))
+def test_a_learner_name_outside_the_allowed_classifiers_is_refused(name: str) -> None:
+    sys.modules.pop("tests.allowed_learner", None)
+    with pytest.raises(PcqrError) as refused:
+        LearnerSpec(name, {"command": "true"}).build()
+    message = str(refused.value)
+    assert message.startswith(f"--learner {name!r}: {REFUSED_NAMES[name]};") and "\n" not in message
+    assert "sklearn., pipeline." in message and "pcqr: learners: allow:" in message
+    assert "tests.allowed_learner" not in sys.modules  # checked before anything is imported
+
+
+def test_the_operator_extends_the_allowed_modules() -> None:
+    spec = LearnerSpec("tests.allowed_learner.NearestMeanClassifier", {"shrink": 0.1}, ("tests.allowed_learner",))
+    assert spec.allowed == (*LEARNER_MODULES, "tests.allowed_learner")
+    assert type(spec.build()).__name__ == "NearestMeanClassifier" and spec.build().shrink == 0.1
+    assert module_allowed("xgboost.sklearn", ("xgboost.",)) and module_allowed("xgboost", ("xgboost",))
+    assert not module_allowed("xgboostx", ("xgboost.",)) and not module_allowed("sklearnx.y", LEARNER_MODULES)
+
+
+@pytest.mark.parametrize(
+    "name,params,needle",
+    [
+        ("sklearn.linear_model.LogisticRegression", {"C": -1}, "The 'C' parameter of LogisticRegression must be"),
+        ("sklearn.tree.DecisionTreeClassifier", {"max_depth": "foo"}, "'max_depth' parameter"),
+        ("sklearn.linear_model.LogisticRegression", {"no_such": 1}, "unexpected keyword argument 'no_such'"),
+        ("sklearn.linear_model.LogisticRegression", {"penalty": "l1"}, "fails on a small public sample"),
+        ("threshold", {"feature": 3}, "feature 3 is out of range: the data has 3 features"),
+        ("threshold", {"feature": "x"}, "'feature' parameter of ThresholdLearner must be an int"),
+        ("stump", {"depth": 2}, "StumpLearner() takes no arguments"),
+        ("pipeline.hypotheses.ERMClassifier", {"hypothesis": "zzz"}, "--hypothesis 'zzz' is unknown"),
+    ],
+)
+def test_bad_learner_params_are_refused_by_the_estimator(name: str, params: dict, needle: str) -> None:
+    with pytest.raises(PcqrError) as refused:
+        LearnerSpec(name, params).check(3, 400)
+    message = str(refused.value)
+    assert message.startswith("--learner") and needle in message and "\n" not in message, message
+
+
+def test_a_valid_learner_is_tried_on_a_public_sample() -> None:
+    trial = LearnerSpec("sklearn.linear_model.LogisticRegression", {"C": 0.5}).check(3, 400)
+    assert trial.coef_.shape == (1, 3) and trial.C == 0.5
+    assert LearnerSpec("threshold", {"feature": 2}).check(3, 1).feature_ == 2  # a one-row subsample still checks
+
+
+@pytest.mark.parametrize(
+    "item,needle",
+    [("C=[1, 2]", "got a list"), ("C={a: 1}", "got a dict"), ("C=.nan", "got a non-finite number"),
+     ("C=.inf", "got a non-finite number"), ("day=2020-01-01", "got a date"), ("C=[", "not a YAML scalar"),
+     ("=1", "expected key=value"), ("a b=1", "expected key=value")],
+)
+def test_learner_param_values_are_plain_scalars(item: str, needle: str) -> None:
+    with pytest.raises(PcqrError, match=f"^--learner-param .*{needle}"):
+        parse_learner_params([item])
+    with pytest.raises(PcqrError, match="--learner-param C: given twice"):
+        parse_learner_params(["C=1", "C=2"])
+    assert parse_learner_params(["kernel=rbf", "max_depth=none", "tol=1e-3", "class_weight=null"]) == {
+        "kernel": "rbf", "max_depth": None, "tol": 1e-3, "class_weight": None}
+
+
+# --- the same refusals through the command line and a `pcqr run` spec: exit 2, one line, nothing
+# written, the ledger untouched; an operator's cluster.yaml extends the list --------------------
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    from jobs.cli import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def _ledger_bytes(path: str) -> bytes | None:
+    return open(path, "rb").read() if os.path.exists(path) else None
+
+
+def _refused(code: int, err: str, tmp_path, ledger_before: bytes | None, ledger: str, *needles: str) -> None:
+    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("pcqr: error: "), err
+    assert all(needle in lines[0] for needle in needles), lines[0]
+    assert not (tmp_path / "state").exists() and not (tmp_path / "log").exists()
+    assert not (tmp_path / "touched").exists()
+    assert _ledger_bytes(ledger) == ledger_before
+
+
+@pytest.fixture
+def private_data(tmp_path):
+    from tests.conftest import threshold_data, write_parquet
+
+    write_parquet(str(tmp_path / "private/part-0.parquet"), threshold_data(5000, seed=1))
+    q = threshold_data(300, seed=2)
+    q.pop("label")
+    write_parquet(str(tmp_path / "queries/part-0.parquet"), {"query_id": np.arange(300), **q})
+    return tmp_path
+
+
+def _train_args(tmp_path, cluster: str, *extra: str) -> list[str]:
+    from tests.conftest import MECHANICS_PRIVACY
+
+    return ["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "state"),
+            "--cluster", cluster, "--queries-max", "100000", *MECHANICS_PRIVACY, *extra]
+
+
+CLI_REFUSALS = [
+    (["--learner", "os.system", "--learner-param", "command=touch {touched}"], ["--learner 'os.system'"]),
+    (["--learner", "builtins.eval", "--learner-param", "source=open('{touched}', 'w')"], ["--learner 'builtins.eval'"]),
+    (["--learner", "subprocess.Popen", "--learner-param", "args=touch {touched}"], ["--learner 'subprocess.Popen'"]),
+    (["--learner", "sklearn.preprocessing.StandardScaler"], ["not a scikit-learn estimator with fit and predict"]),
+    (["--learner", "json.JSONDecoder"], ["module json is not allowed", "sklearn., pipeline."]),
+    (["--learner", "tests.allowed_learner.NearestMeanClassifier"], ["module tests.allowed_learner is not allowed"]),
+    (["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=-1"], ["--learner-param", "'C'"]),
+    (["--learner", "sklearn.tree.DecisionTreeClassifier", "--learner-param", "max_depth=foo"], ["'max_depth'"]),
+    (["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "penalty=l1"],
+     ["fails on a small public sample", "penalty"]),
+    (["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=[1, 2]"], ["--learner-param", "list"]),
+    (["--learner", "threshold", "--learner-param", "feature=9"], ["feature 9 is out of range"]),
+]
+
+
+@pytest.mark.parametrize("options,needles", CLI_REFUSALS, ids=[" ".join(o[1:2] + o[3:4]) for o, _ in CLI_REFUSALS])
+def test_the_command_line_refuses_before_any_charge(options, needles, private_data, capsys, thread_cluster_yaml,
+                                                    test_ledger) -> None:
+    before = _ledger_bytes(test_ledger)
+    options = [o.format(touched=private_data / "touched") for o in options]
+    code, err = _cli(capsys, *_train_args(private_data, thread_cluster_yaml, *options))
+    _refused(code, err, private_data, before, test_ledger, *needles)
+
+
+@pytest.mark.parametrize("learner,params,needle", [
+    ("os.system", "[command=touch {touched}]", "--learner 'os.system'"),
+    ("sklearn.linear_model.LogisticRegression", "[C=-1]", "'C' parameter"),
+])
+def test_a_job_spec_refuses_the_same(learner, params, needle, private_data, capsys, thread_cluster_yaml,
+                                     test_ledger) -> None:
+    from tests.conftest import MECHANICS
+
+    spec = private_data / "job.yaml"
+    spec.write_text(
+        f"job: answer\nprivate: {private_data / 'private'}\nqueries: {private_data / 'queries'}\n"
+        f"state: {private_data / 'state'}\nlog: {private_data / 'log'}\ncluster: {thread_cluster_yaml}\n"
+        + "".join(f"{k}: {v}\n" for k, v in MECHANICS.items())
+        + f"learner: {learner}\nlearner-param: {params.format(touched=private_data / 'touched')}\n"
+    )
+    before = _ledger_bytes(test_ledger)
+    code, err = _cli(capsys, "run", str(spec))
+    _refused(code, err, private_data, before, test_ledger, needle)
+
+
+def test_an_operator_allows_a_learner_module_in_cluster_yaml(private_data, capsys, thread_cluster_yaml) -> None:
+    allowing = private_data / "allowing.yaml"
+    allowing.write_text(open(thread_cluster_yaml).read() + "  learners:\n    allow: [tests.allowed_learner]\n")
+    learner = ["--learner", "tests.allowed_learner.NearestMeanClassifier", "--learner-param", "shrink=0.1"]
+    code, err = _cli(capsys, *_train_args(private_data, str(allowing), *learner))
+    assert code == 0, err
+    state = private_data / "state"
+    assert sorted(f for f in os.listdir(state) if f.startswith("models")) == ["models.npz"]
+    answer = ["answer", "--state", str(state), "--queries", str(private_data / "queries"),
+              "--log", str(private_data / "log")]
+    code, err = _cli(capsys, *answer, "--cluster", str(thread_cluster_yaml))  # the list no longer has it
+    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    assert code == 2 and len(lines) == 1, err
+    assert "models.npz: holds type tests.allowed_learner.NearestMeanClassifier" in lines[0]
+    assert not (private_data / "log").exists() or not os.listdir(private_data / "log")
+    code, err = _cli(capsys, *answer, "--cluster", str(allowing))
+    assert code == 0, err
+    allowing.write_text(open(thread_cluster_yaml).read() + "  learners:\n    allow: tests.allowed_learner\n")
+    code, err = _cli(capsys, *answer, "--cluster", str(allowing))
+    assert code == 2 and "pcqr.learners.allow: expected a list of module names" in err, err

@@ -201,7 +201,8 @@ def _pcqr(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str
 def _cluster_yaml(folder: Path, name: str, cluster: dict[str, Any], connect: str = "20s") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump({"distributed": {"comm": {"timeouts": {"connect": connect}}},
-                                    "pcqr": {"cluster": cluster}}), encoding="utf-8")
+                                    "pcqr": {"cluster": cluster, "learners": {"allow": ["tests.fault_injection"]}}}),
+                    encoding="utf-8")  # the operator allows the fault-injecting learner (KILLER)
     return path
 
 
