@@ -23,6 +23,7 @@ from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.ledger import charge_note, provisional_charge
+from pipeline.limits import MIN_EM_EPSILON
 from pipeline.privacy import check_epsilon, check_fraction
 from pipeline.released_model import load_model, write_model
 from pipeline.subsample import PART_ROWS
@@ -46,23 +47,27 @@ def learn_command(**o: Any) -> None:
     """Release h_priv = A_SSPP(private, public): the cover from public points, the
     exponential mechanism on the private rows ((eps, delta_EM)-DP: ABM19, Lemma 3.2 of
     papers/004, plus the sampler's delta_EM, tiny; see pipeline/mechanisms/sspp.py)."""
-    from pipeline.hypotheses import make_class
+    from pipeline.hypotheses import check_enumerable, make_class
     from pipeline.mechanisms.sspp import certificate, release_classifier
     from pipeline.noise import noise_source
     from pipeline.overlap import guard_public_inputs
 
-    check_epsilon(o["epsilon"])
+    check_epsilon(o["epsilon"], lowest=MIN_EM_EPSILON)  # pipeline.limits
     check_fraction(o["beta"], "--beta")
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
     hclass = make_class(o["hypothesis"], len(private.features))  # refuses a bad class before the cluster starts
     points = read_public_features(public)
+    check_enumerable(hclass, points.shape[0], f"--public {public.uri}")  # before the charge
+    if certificate(o["epsilon"], private.rows)["proven_delta"] >= 1:  # the ledger could not charge it
+        raise PcqrError(f"--epsilon {o['epsilon']:g}: at n = {private.rows} rows A_SSPP's sampled exponential "
+                        "mechanism proves nothing (delta_EM = (1 + e^eps) TV(n) >= 1); use a smaller --epsilon")
     load_cluster_config(o["cluster"])
-    with open_client(o["cluster"], echo=note) as client:
     allowed: dict[str, Any] = {"allow_private_overlap": True} if o["allow_private_overlap"] else {}
-        proven = certificate(o["epsilon"], private.rows)
+    with open_client(o["cluster"], echo=note) as client:
         guard_public_inputs([("--public", public)], bool(allowed), o["ledger"], private, client, note)  # uncharged
+        proven = certificate(o["epsilon"], private.rows)
         with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
                                 {"hypothesis": o["hypothesis"], "epsilon": o["epsilon"], "public": public.uri,
                                  "out": o["out"], **allowed}, o["ledger"], client, private.features) as charged:

@@ -31,6 +31,8 @@ from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import load_features, open_dataset, open_matching, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.ledger import charge_note, provisional_charge
+from pipeline.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
+from pipeline.mechanisms.pmw import PMWParameters
 from pipeline.privacy import check_epsilon_delta, check_fraction
 
 TABLE_FORMAT = "pcqr.query-release/1"
@@ -92,7 +94,7 @@ def release_command(**o: Any) -> None:
     """Release answers to every counting query of a class (A_PAP of Bassily et al. 2020): the cover
     and the representative domain from the public data, then private multiplicative weights
     (Dwork-Roth 4.2) on the private rows mapped to representatives. (eps, delta)-DP."""
-    from pipeline.hypotheses import make_class
+    from pipeline.hypotheses import check_enumerable, make_class
     from pipeline.hypotheses.representatives import representative_domain
     from pipeline.mechanisms.pap import release_queries
     from pipeline.mechanisms.sspp import cover_radius
@@ -100,20 +102,24 @@ def release_command(**o: Any) -> None:
     from pipeline.overlap import guard_public_inputs
 
     check_epsilon_delta(o["epsilon"], o["delta"])
-    check_fraction(o["alpha"], "--alpha")
-    check_fraction(o["beta"], "--beta")
+    check_fraction(o["alpha"], "--alpha", MIN_PMW_ALPHA)  # PMW runs at alpha/2 and beta/2 (pipeline.limits)
+    check_fraction(o["beta"], "--beta", 2 * MIN_PROBABILITY)
     noise = noise_source(o["seed"], o["insecure_seed"])
     public = open_dataset(o["public_uri"], "public", features=split_features(o["features"]))
     features = list(public.features)
     private = open_matching(o["private"], "private", features, "the public features")
     hclass = make_class(o["hypothesis"], len(features))
     points = read_public_features(public)
+    check_enumerable(hclass, points.shape[0], f"--public {public.uri}")  # before the charge
     domain = representative_domain(hclass, points)  # public only; refuses unsupported classes
+    # PMW's certificate depends on (eps, delta, alpha, |X~|) only, not on the cover: refused before the charge
+    PMWParameters.dwork_roth(o["epsilon"], o["delta"], o["alpha"] / 2, o["beta"] / 2, max(private.rows, 1),
+                             domain.size(), 1)
     load_cluster_config(o["cluster"])
-    with open_client(o["cluster"], echo=note) as client:
     allowed: dict[str, Any] = {"allow_private_overlap": True} if o["allow_private_overlap"] else {}
-        charge = provisional_charge(private.files, private.uri, "release", o["epsilon"], o["delta"],
+    with open_client(o["cluster"], echo=note) as client:
         guard_public_inputs([("--public", public)], bool(allowed), o["ledger"], private, client, note)  # uncharged
+        charge = provisional_charge(private.files, private.uri, "release", o["epsilon"], o["delta"],
                                     {k: o[k] for k in ("hypothesis", "epsilon", "delta", "alpha", "beta", "out")}
                                     | {"public": public.uri, "features": features, **allowed}, o["ledger"], client,
                                     private.features)
@@ -140,8 +146,8 @@ def release_command(**o: Any) -> None:
         "pmw_rows_needed": accuracy["rows_needed"], "cover_radius_bound": radius,
         "error_bound": None if accuracy["error_bound"] is None else accuracy["error_bound"] + radius,
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
-        "ledger": charge_note(charged),
         **allowed,
+        "ledger": charge_note(charged),
     }
     if accuracy["error_bound"] is None:
         note(f"at n = {private.rows} Theorem 4.15 of Dwork-Roth gives no accuracy guarantee for PMW "

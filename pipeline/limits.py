@@ -30,6 +30,14 @@ MAX_EPSILON = 700.0
 #: divided by factors up to ~1e4 (Algorithm 3's delta_hat), must stay normal floats (2.2e-308).
 MIN_PROBABILITY = 1e-300
 
+#: --epsilon of the exponential mechanism (pcqr learn): a shard keeps the levels within 311/eps
+#: mistakes of its best, compared as int64 (pipeline.mechanisms.exponential).
+MIN_EM_EPSILON = 1e-15
+
+#: --alpha of pcqr release: PMW runs at alpha/2 and makes c = 4 ln|X~| / (alpha/2)^2 updates at
+#: most, which must be a float ((alpha/2)^2 >= 1e-300). (--beta: beta/2 >= MIN_PROBABILITY.)
+MIN_PMW_ALPHA = 2e-150
+
 #: --queries-max (m), and counts such as --vc, --features, --rows-per-model: they enter float
 #: formulas (log(4 m T / delta), m alpha, the sampler term), so they must be exact floats.
 MAX_COUNT = 2**53

@@ -54,17 +54,19 @@ def round_up(value: float) -> float:
     return value * _ROUND_UP
 
 
-def check_epsilon(epsilon: float, option: str = "--epsilon") -> None:
-    """Refuse an impossible eps with a one-line error naming the parameter: a positive number at
-    most MAX_EPSILON (pipeline.limits: e^eps must be a finite float)."""
-    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
-        raise PcqrError(f"{option} must be a positive number at most {MAX_EPSILON:g}, got {epsilon}")
+def check_epsilon(epsilon: float, option: str = "--epsilon", lowest: float = 0.0) -> None:
+    """Refuse an impossible eps with a one-line error naming the parameter: a positive number (at
+    least ``lowest`` if given) at most MAX_EPSILON (pipeline.limits: e^eps must be a finite float)."""
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON and epsilon >= lowest):
+        low = f"at least {lowest:g} and " if lowest else "a positive number "
+        raise PcqrError(f"{option} must be {low}at most {MAX_EPSILON:g}, got {epsilon}")
 
 
-def check_fraction(value: float, option: str) -> None:
-    """Refuse a probability that must lie in [MIN_PROBABILITY, 1) (--alpha, --beta, --delta), naming it."""
-    if not (MIN_PROBABILITY <= value < 1):
-        raise PcqrError(f"{option} must be in [{MIN_PROBABILITY:g}, 1), got {value}")
+def check_fraction(value: float, option: str, lowest: float = MIN_PROBABILITY) -> None:
+    """Refuse a probability that must lie in [lowest, 1) (--alpha, --beta, --delta; lowest is
+    MIN_PROBABILITY unless a mechanism needs more), naming it."""
+    if not (lowest <= value < 1):
+        raise PcqrError(f"{option} must be in (0, 1), at least {lowest:g}, got {value}")
 
 
 def check_queries_max(queries_max: int) -> None:

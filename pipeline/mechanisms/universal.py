@@ -91,7 +91,8 @@ class UniversalParameters:
         m_o = public_queries(vc, alpha, beta)
         first = min(m_o, queries_max)
         agnostic = AgnosticParameters.algorithm3(
-            epsilon / 2, delta, alpha, beta, first, rows, subsamples, threshold
+            epsilon / 2, delta, alpha, beta, first, rows, subsamples, threshold,
+            queries_name="A_UnvPrivCl's m' = min(m_o, --queries-max) =",
         )
         params = cls(epsilon, delta, alpha, beta, vc, queries_max, m_o, first, epsilon / 2, agnostic)
         eps, total = params.guarantee()
