@@ -3,8 +3,10 @@
 Identity. Every row is encoded canonically -- its columns sorted by name; per value a tag and its
 bits: float64 (any float width widened, -0.0 folded into 0.0, every NaN the same), int64 (any
 integer width and booleans; uint64 values above 2**63 - 1 with their own tag), strings and bytes
-as UTF-8/raw with their length, null as a tag; other types by their text -- and hashed with
-BLAKE2b (128 bits, salted with the column names). The dataset's identity is
+by a BLAKE2b-128 digest of their UTF-8/raw bytes with their length, null as a tag; other types by
+their text -- and hashed with SipHash-2-4-128 (:mod:`pipeline.siphash`, vectorised; keyed by the
+column names). A collision of two different rows or datasets could only make them share a budget
+(the safe side). The dataset's identity is
 ``"rows:"`` + BLAKE2b-256 over (the row count, the SUM of the row hashes mod 2**128): a multiset
 hash, so it does not depend on row order, file splitting, file names, compression or Parquet
 encoding, only on the decoded rows (with their column names and value types). The rows are hashed
@@ -15,7 +17,7 @@ and the nanosecond modification time defeats the cache).
 
 Sketches (bottom-k, or KMV: Bar-Yossef et al. 2002; Beyer et al. 2007). Of a multiset of 64-bit
 hashes, the ``SKETCH_SIZE`` smallest DISTINCT values with their multiplicities. Two are kept:
-* the row sketch: the first 64 bits of each row's BLAKE2b hash (the full rows, every column);
+* the row sketch: the first 64 bits of each row's hash (the full rows, every column);
 * a feature sketch per feature-column set: a separate 64-bit hash of the feature vector only
   (the named columns, sorted, as float64 -- the pipeline's own view of a feature --, chained
   through MurmurHash3's 64-bit finaliser, vectorised). Public files (queries, public data,
@@ -43,12 +45,14 @@ import pyarrow.parquet as pq
 
 from pipeline.data import Part, filesystem, read_part
 from pipeline.errors import PcqrError
+from pipeline.siphash import siphash128
 
 if TYPE_CHECKING:
     from pipeline.ledger import Ledger
 
 SKETCH_SIZE = 4096
 PART_ROWS = 500_000  # rows per worker task
+SLICE_ROWS = 8192  # rows hashed at a time
 IDENTITY_PREFIX = "rows:"
 _FORMAT = "rows-v1"  # the cached per-file entries and the identity's preimage
 _MASK128 = (1 << 128) - 1
@@ -138,66 +142,66 @@ def _decoded(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
 
 
-def _fixed_cells(array: pa.Array) -> np.ndarray | None:
-    """(n, 9) uint8: tag + 8 little-endian bytes per value, for null/float/integer/boolean columns."""
+def _column_words(array: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A column's per-value tags (uint8) and payload words (uint64 arrays): one word for null,
+    float, integer and boolean values, two (a BLAKE2b-128 digest of length + bytes) for strings,
+    bytes and other types (by their text)."""
     kind, n = array.type, len(array)
     if pa.types.is_null(kind):
-        tags, payload = np.full(n, _NULL, np.uint8), np.zeros(n, np.uint64)
-    elif pa.types.is_floating(kind):
-        tags, payload = np.full(n, _FLOAT, np.uint8), canonical_floats(array.to_numpy(zero_copy_only=False))
+        return np.full(n, _NULL, np.uint8), [np.zeros(n, np.uint64)]
+    if pa.types.is_floating(kind):
+        tags, payload = np.full(n, _FLOAT, np.uint8), [canonical_floats(array.to_numpy(zero_copy_only=False))]
     elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         filled = array.fill_null(False if pa.types.is_boolean(kind) else 0) if array.null_count else array
         values = filled.to_numpy(zero_copy_only=False)
         if values.dtype == np.uint64:
-            payload = values.astype(np.uint64)
-            tags = np.where(payload > np.uint64(np.iinfo(np.int64).max), _UINT, _INT).astype(np.uint8)
+            tags = np.where(values > np.uint64(np.iinfo(np.int64).max), _UINT, _INT).astype(np.uint8)
+            payload = [values.astype(np.uint64)]
         else:
-            payload, tags = values.astype(np.int64).view(np.uint64), np.full(n, _INT, np.uint8)
+            tags, payload = np.full(n, _INT, np.uint8), [values.astype(np.int64).view(np.uint64)]
     else:
-        return None
-    if array.null_count and not pa.types.is_null(kind):
+        tags, payload = _digested(array)
+    if array.null_count:
         nulls = array.is_null().to_numpy(zero_copy_only=False)
-        tags[nulls], payload[nulls] = _NULL, 0
-    cells = np.empty((n, 9), np.uint8)
-    cells[:, 0] = tags
-    cells[:, 1:] = payload.astype("<u8").view(np.uint8).reshape(n, 8)
-    return cells
+        tags[nulls] = _NULL
+        for word in payload:
+            word[nulls] = 0
+    return tags, payload
 
 
-def _variable_cells(array: pa.Array) -> list[bytes]:
-    """Per value: tag + 8-byte length + bytes (strings as UTF-8; other types by their text)."""
+def _digested(array: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:
     kind = array.type
     textual = pa.types.is_string(kind) or pa.types.is_large_string(kind)
     raw = pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+    digests = bytearray()
+    for value in array.to_pylist():  # a Python loop: only for columns that are not numbers
+        data = b"" if value is None else value.encode() if textual else value if raw else f"{kind}:{value!r}".encode()
+        digests += hashlib.blake2b(len(data).to_bytes(8, "little") + data, digest_size=16).digest()
+    words = np.frombuffer(bytes(digests), dtype="<u8").reshape(-1, 2).astype(np.uint64)
     tag = _TEXT if textual else _BYTES if raw else _OTHER
-    out = []
-    for value in array.to_pylist():
-        if value is None:
-            out.append(bytes([_NULL]) + bytes(8))
-            continue
-        data = value.encode() if textual else value if raw else f"{kind}:{value!r}".encode()
-        out.append(bytes([tag]) + len(data).to_bytes(8, "little") + data)
-    return out
+    return np.full(len(array), tag, np.uint8), [words[:, 0].copy(), words[:, 1].copy()]
 
 
-def row_digests(table: pa.Table) -> bytes:
-    """BLAKE2b-128 of every row's canonical encoding, 16 bytes per row, in row order."""
+def row_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """SipHash-2-4-128 of every row's canonical encoding -- the tags (a byte per column, columns
+    sorted by name, zero-padded to whole words) then each column's payload words -- keyed by the
+    column names; the two 64-bit halves (h0, h1) of each row's hash."""
     names = sorted(table.column_names)
-    salt = hashlib.blake2b("\0".join(names).encode(), digest_size=16).digest()
-    n, blake = table.num_rows, hashlib.blake2b
-    cells: list[np.ndarray | list[bytes]] = []
+    key = hashlib.blake2b(("pcqr-rows-v1\0" + "\0".join(names)).encode(), digest_size=16).digest()
+    n = table.num_rows
+    tags: list[np.ndarray] = []
+    payload: list[np.ndarray] = []
     for name in names:
-        array = _decoded(table.column(name))
-        fixed = _fixed_cells(array)
-        cells.append(fixed if fixed is not None else _variable_cells(array))
-    if all(isinstance(c, np.ndarray) for c in cells):
-        width = 9 * len(names)
-        data = np.hstack(cells).tobytes() if cells else b""  # type: ignore[arg-type]
-        rows: Any = (data[i:i + width] for i in range(0, n * width, width)) if width else (b"" for _ in range(n))
-    else:
-        columns = [[m[i].tobytes() for i in range(n)] if isinstance(m, np.ndarray) else m for m in cells]
-        rows = (b"".join(parts) for parts in zip(*columns))
-    return b"".join([blake(row, digest_size=16, salt=salt).digest() for row in rows])
+        column_tags, words = _column_words(_decoded(table.column(name)))
+        tags.append(column_tags)
+        payload.extend(words)
+    packed = []
+    for start in range(0, len(tags), 8):
+        word = np.zeros(n, np.uint64)
+        for j, column_tags in enumerate(tags[start:start + 8]):
+            word |= column_tags.astype(np.uint64) << np.uint64(8 * j)
+        packed.append(word)
+    return siphash128(np.stack(packed + payload) if names else np.zeros((0, n), np.uint64), key)
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -233,11 +237,19 @@ def fingerprint_part(part: Part, columns: Sequence[str], features: Sequence[str]
         table = read_part(part, columns)
     except (OSError, pa.ArrowException) as exc:
         raise PcqrError(f"{part.file}: cannot read it to fingerprint the private dataset ({exc})") from None
-    digests = row_digests(table)
-    limbs = np.frombuffer(digests, dtype=">u4").reshape(-1, 4).astype(np.uint64).sum(axis=0)
-    total = sum(int(limb) << (32 * (3 - j)) for j, limb in enumerate(limbs)) & _MASK128
-    row_sketch = Sketch.of(np.frombuffer(digests, dtype=">u8")[0::2]) if sketches else None
-    feature_sketch = Sketch.of(feature_hashes(table, features)) if sketches and features else None
+    n, low = table.num_rows, np.uint64(0xFFFFFFFF)
+    firsts, feature_values, limbs = np.empty(n, np.uint64), np.empty(n if features else 0, np.uint64), [0, 0, 0, 0]
+    for start in range(0, n, SLICE_ROWS):  # small arrays: Dask workers' malloc settings make big temporaries slow
+        piece = table.slice(start, SLICE_ROWS)
+        h0, h1 = row_hashes(piece)  # the row's 128-bit hash is h0 + 2**64 h1
+        for j, limb in enumerate((h0 & low, h0 >> np.uint64(32), h1 & low, h1 >> np.uint64(32))):
+            limbs[j] += int(np.sum(limb, dtype=np.uint64))
+        firsts[start:start + piece.num_rows] = h0
+        if features:
+            feature_values[start:start + piece.num_rows] = feature_hashes(piece, features)
+    total = sum(limb << (32 * j) for j, limb in enumerate(limbs)) & _MASK128
+    row_sketch = Sketch.of(firsts) if sketches else None
+    feature_sketch = Sketch.of(feature_values) if sketches and features else None
     return PartPrint(table.num_rows, total, row_sketch, feature_sketch)
 
 

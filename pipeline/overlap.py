@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline.data import Dataset, filesystem, read_part
 from pipeline.errors import PcqrError
@@ -189,9 +190,15 @@ class _Candidate:
     sketch: Sketch
 
 
+def _numeric(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return _numeric(kind.value_type)
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
+
+
 def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | None,
                 own_label: str | None) -> list[_Candidate]:
-    names = set(public.schema.names)
+    names = {f.name for f in public.schema if _numeric(f.type)}  # only those can hold a numeric feature
     found: dict[tuple[str, str], _Candidate] = {}
     if own is not None and own.feature_sketch is not None and own.features and set(own.features) <= names:
         found[(own.identity, _key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
