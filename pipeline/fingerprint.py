@@ -5,9 +5,8 @@ bits: float64 (any float width widened, -0.0 folded into 0.0, every NaN the same
 integer width and booleans; uint64 values above 2**63 - 1 with their own tag), strings and bytes
 by a BLAKE2b-128 digest of their UTF-8/raw bytes with their length, null as a tag; other types by
 their text -- and hashed with SipHash-2-4-128 (:mod:`pipeline.siphash`, vectorised; keyed by the
-column names). A collision of two different rows or datasets could only make them share a budget
-(the safe side). The dataset's identity is
-``"rows:"`` + BLAKE2b-256 over (the row count, the SUM of the row hashes mod 2**128): a multiset
+column names; a collision could only make two datasets share a budget, the safe side). The
+identity is ``"rows:"`` + BLAKE2b-256 of (the row count, the SUM of the row hashes mod 2**128): a multiset
 hash, so it does not depend on row order, file splitting, file names, compression or Parquet
 encoding, only on the decoded rows (with their column names and value types). The rows are hashed
 on the Dask workers, part by part (a part is a few row groups of one file); the driver only adds
@@ -16,7 +15,7 @@ the per-part sums and never reads a row. Per file, (rows, sum) is cached in the 
 and the nanosecond modification time defeats the cache).
 
 Sketches (bottom-k, or KMV: Bar-Yossef et al. 2002; Beyer et al. 2007). Of a multiset of 64-bit
-hashes, the ``SKETCH_SIZE`` smallest DISTINCT values with their multiplicities. Two are kept:
+hashes, the k smallest (:mod:`pipeline.sketch`) DISTINCT values with their multiplicities. Two are kept:
 * the row sketch: the first 64 bits of each row's hash (the full rows, every column);
 * a feature sketch per feature-column set: a separate 64-bit hash of the feature vector only
   (the named columns, sorted, as float64 -- the pipeline's own view of a feature --, chained
@@ -27,9 +26,8 @@ Each worker keeps the bottom-k of its part; the merge of bottom-k sketches is ex
 among the k smallest overall is among the k smallest of every part that holds it, with its full
 count there). What the sketches estimate, and with what error, is in :mod:`pipeline.overlap`.
 
-Both the identity and the sketches are deterministic functions of the private data, NOT private
-releases: they are kept with the private data (the ledger, the private state), never written to a
-public output.
+Both are deterministic functions of the private data, NOT private releases: they stay with the
+private data (the ledger, the private state), never in a public output.
 """
 from __future__ import annotations
 
@@ -46,11 +44,11 @@ import pyarrow.parquet as pq
 from pipeline.data import Part, filesystem, read_part
 from pipeline.errors import PcqrError
 from pipeline.siphash import siphash128
+from pipeline.sketch import Sketch
 
 if TYPE_CHECKING:
     from pipeline.ledger import Ledger
 
-SKETCH_SIZE = 4096
 PART_ROWS = 500_000  # rows per worker task
 SLICE_ROWS = 8192  # rows hashed at a time
 IDENTITY_PREFIX = "rows:"
@@ -58,51 +56,6 @@ _FORMAT = "rows-v1"  # the cached per-file entries and the identity's preimage
 _MASK128 = (1 << 128) - 1
 _NULL, _FLOAT, _INT, _UINT, _TEXT, _BYTES, _OTHER = (ord(c) for c in "nfiusyo")
 _M1, _M2, _SHIFT = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
-
-
-@dataclass(frozen=True)
-class Sketch:
-    """Bottom-k of a multiset of 64-bit hashes: the ``size`` smallest distinct values (sorted)
-    and how often each occurs. Not ``full``: it holds every distinct value (exact)."""
-
-    values: np.ndarray
-    counts: np.ndarray
-    size: int = SKETCH_SIZE
-
-    @property
-    def full(self) -> bool:
-        return len(self.values) >= self.size
-
-    @property
-    def bound(self) -> int:
-        """tau: every distinct hash <= tau of the multiset is in the sketch."""
-        return int(self.values[-1]) if self.full else (1 << 64) - 1
-
-    @staticmethod
-    def of(hashes: np.ndarray, size: int = SKETCH_SIZE) -> Sketch:
-        ordered = np.sort(np.asarray(hashes, dtype=np.uint64))
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.zeros(0, np.int64)
-        counts = np.diff(np.r_[starts, ordered.size]).astype(np.uint64)
-        return Sketch(ordered[starts][:size], counts[:size], size)
-
-    @staticmethod
-    def merge(sketches: Sequence[Sketch], size: int = SKETCH_SIZE) -> Sketch:
-        values = np.concatenate([s.values for s in sketches]) if sketches else np.zeros(0, np.uint64)
-        counts = np.concatenate([s.counts for s in sketches]) if sketches else np.zeros(0, np.uint64)
-        order = np.argsort(values, kind="stable")
-        values, counts = values[order], counts[order]
-        if not values.size:
-            return Sketch(values, counts, size)
-        starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-        return Sketch(values[starts][:size], np.add.reduceat(counts, starts)[:size].astype(np.uint64), size)
-
-    def to_bytes(self) -> bytes:
-        return np.stack([self.values, self.counts], axis=1).astype("<u8").tobytes()
-
-    @staticmethod
-    def from_bytes(data: bytes, size: int = SKETCH_SIZE) -> Sketch:
-        pairs = np.frombuffer(data, dtype="<u8").reshape(-1, 2).astype(np.uint64)
-        return Sketch(pairs[:, 0].copy(), pairs[:, 1].copy(), size)
 
 
 @dataclass(frozen=True)
@@ -183,9 +136,16 @@ def _digested(array: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def row_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """SipHash-2-4-128 of every row's canonical encoding -- the tags (a byte per column, columns
-    sorted by name, zero-padded to whole words) then each column's payload words -- keyed by the
-    column names; the two 64-bit halves (h0, h1) of each row's hash."""
+    """SipHash-2-4-128 of every row's canonical encoding (:func:`row_words`), keyed by the column
+    names: the two 64-bit halves (h0, h1) of each row's hash."""
+    key, words = row_words(table)
+    return siphash128(words, key)
+
+
+def row_words(table: pa.Table) -> tuple[bytes, np.ndarray]:
+    """Every row's canonical encoding as a column of 64-bit words -- the tags (a byte per column,
+    columns sorted by name, zero-padded to whole words), then each column's payload words -- and
+    the SipHash key of these column names."""
     names = sorted(table.column_names)
     key = hashlib.blake2b(("pcqr-rows-v1\0" + "\0".join(names)).encode(), digest_size=16).digest()
     n = table.num_rows
@@ -201,7 +161,7 @@ def row_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         for j, column_tags in enumerate(tags[start:start + 8]):
             word |= column_tags.astype(np.uint64) << np.uint64(8 * j)
         packed.append(word)
-    return siphash128(np.stack(packed + payload) if names else np.zeros((0, n), np.uint64), key)
+    return key, np.stack(packed + payload) if names else np.zeros((0, n), np.uint64)
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -238,17 +198,18 @@ def fingerprint_part(part: Part, columns: Sequence[str], features: Sequence[str]
     except (OSError, pa.ArrowException) as exc:
         raise PcqrError(f"{part.file}: cannot read it to fingerprint the private dataset ({exc})") from None
     n, low = table.num_rows, np.uint64(0xFFFFFFFF)
-    firsts, feature_values, limbs = np.empty(n, np.uint64), np.empty(n if features else 0, np.uint64), [0, 0, 0, 0]
-    for start in range(0, n, SLICE_ROWS):  # small arrays: Dask workers' malloc settings make big temporaries slow
+    key, words = row_words(table.slice(0, 0))
+    words = np.empty((words.shape[0], n), np.uint64)
+    feature_values = np.empty(n if features else 0, np.uint64)
+    for start in range(0, n, SLICE_ROWS):  # small temporaries: Dask workers' malloc settings make big ones slow
         piece = table.slice(start, SLICE_ROWS)
-        h0, h1 = row_hashes(piece)  # the row's 128-bit hash is h0 + 2**64 h1
-        for j, limb in enumerate((h0 & low, h0 >> np.uint64(32), h1 & low, h1 >> np.uint64(32))):
-            limbs[j] += int(np.sum(limb, dtype=np.uint64))
-        firsts[start:start + piece.num_rows] = h0
+        words[:, start:start + piece.num_rows] = row_words(piece)[1]
         if features:
             feature_values[start:start + piece.num_rows] = feature_hashes(piece, features)
-    total = sum(limb << (32 * j) for j, limb in enumerate(limbs)) & _MASK128
-    row_sketch = Sketch.of(firsts) if sketches else None
+    h0, h1 = siphash128(words, key)  # in place, a chunk at a time; the row's 128-bit hash is h0 + 2**64 h1
+    limbs = [int(np.sum(limb, dtype=np.uint64)) for limb in (h0 & low, h0 >> np.uint64(32), h1 & low, h1 >> np.uint64(32))]
+    total = sum(limb << (32 * j) for j, limb in enumerate(limbs)) & _MASK128  # each limb sum < 2**64
+    row_sketch = Sketch.of(h0) if sketches else None
     feature_sketch = Sketch.of(feature_values) if sketches and features else None
     return PartPrint(table.num_rows, total, row_sketch, feature_sketch)
 

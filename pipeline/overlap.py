@@ -8,17 +8,10 @@ Two uses, both reading only sketches in the ledger and (for the guard) the publi
    transaction, and says so in one line: the overlapping rows are the same people, so every job
    that reads them counts against their budget. (Refusing instead would stop the ordinary case --
    rows appended to, or removed from, a budgeted dataset -- for no privacy gain; charging both can
-   only overcount.) Estimator (Broder 1997; Beyer et al. 2007, the union's bottom-k): with U the
-   k smallest distinct hashes of A union B, read off the two sketches (each holds all of its
-   set's hashes up to its own k-th, so membership in A and in B is exact for every value of U),
-   containment of A in B is estimated by |U & A & B| / |U & A| (and of B in A alike). Treating the
-   hash as a random function, U & A is a uniform sample of A's distinct rows of size m_A, so the
-   estimate is within +-t of the truth except with probability 2 exp(-2 m_A t^2) (Hoeffding's
-   bound holds for sampling without replacement): +-0.05 at m = k = 4096 except with probability
-   2.5e-9. It never sees overlap that is not there (a sampled value is in both sets or not), and a
-   set wholly inside the other is estimated at exactly 1. Datasets are related when either
-   containment is estimated at >= ``OVERLAP_FRACTION`` (0.5): rows appended to or removed from a
-   budgeted dataset (up to about half of it) stay charged to it. Rows are compared whole (every
+   only overcount.) Datasets are related when either containment is estimated at
+   >= ``OVERLAP_FRACTION`` (0.5; estimator and error in :mod:`pipeline.sketch`: at k = 4096 within
+   +-0.05 except with probability 2.5e-9, never overlap that is not there): rows appended to or
+   removed from a budgeted dataset (up to about half of it) stay charged to it. Rows are compared whole (every
    column, by value): a dataset re-written with a column added or dropped is NOT recognised, and
    datasets of common rows (few distinct values) relate whenever they share those values (that
    errs on the safe side). Ledgers written before identities were of decoded rows keep budgets
@@ -56,11 +49,11 @@ import pyarrow as pa
 
 from pipeline.data import Dataset, filesystem, read_part
 from pipeline.errors import PcqrError
-from pipeline.fingerprint import PART_ROWS, Fingerprint, Sketch, feature_hashes, fingerprint_dataset, normalise
+from pipeline.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
+from pipeline.sketch import Containment, Sketch, containment
 from pipeline.ledger import Ledger, ledger_path
 
 CHUNK_BYTES = 8 * 1024 * 1024
-OVERLAP_FRACTION = 0.5
 RARE = 1
 ROWS, FEATURES, LEGACY = "rows", "features", "legacy"
 
@@ -82,29 +75,6 @@ def register(ledger: Ledger, found: Fingerprint, label: str) -> None:
     if found.feature_sketch is not None and found.features:
         ledger.store_sketch(found.identity, FEATURES, _key(found.features), label, found.rows,
                             found.feature_sketch.to_bytes())
-
-
-@dataclass(frozen=True)
-class Containment:
-    """Estimated containment of A in B and of B in A (None: no sampled row of that set)."""
-
-    a_in_b: float | None
-    b_in_a: float | None
-    sampled_a: int
-    sampled_b: int
-
-    @property
-    def related(self) -> bool:
-        return max(self.a_in_b or 0.0, self.b_in_a or 0.0) >= OVERLAP_FRACTION
-
-
-def containment(a: Sketch, b: Sketch) -> Containment:
-    """Both containments from two bottom-k sketches, through their union's bottom-k."""
-    union = Sketch.merge([a, b], min(a.size, b.size))
-    in_a, in_b = np.isin(union.values, a.values), np.isin(union.values, b.values)
-    common, sampled_a, sampled_b = int(np.sum(in_a & in_b)), int(np.sum(in_a)), int(np.sum(in_b))
-    return Containment(common / sampled_a if sampled_a else None, common / sampled_b if sampled_b else None,
-                       sampled_a, sampled_b)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ import pytest
 
 from jobs.cli import main
 from pipeline.errors import PcqrError
-from pipeline.fingerprint import Sketch, dataset_identity, feature_hashes, fingerprint_dataset, row_hashes
+from pipeline.fingerprint import dataset_identity, feature_hashes, fingerprint_dataset, row_hashes
 from pipeline.ledger import Ledger, charge_private_use
 from pipeline.log import PROVENANCE_KEY
-from pipeline.overlap import OVERLAP_FRACTION, containment, legacy_identity
+from pipeline.overlap import legacy_identity
 from pipeline.siphash import siphash128
+from pipeline.sketch import OVERLAP_FRACTION, Sketch, containment
 from tests.conftest import MECHANICS_PRIVACY, P_FAIL, threshold_data, write_parquet
 
 ROWS = 6000
