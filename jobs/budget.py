@@ -23,7 +23,7 @@ from pipeline.data import open_dataset
 from pipeline.errors import PcqrError
 from pipeline.fingerprint import Fingerprint, fingerprint_dataset
 from pipeline.ledger import Ledger, ledger_path, pair
-from pipeline.overlap import ROWS, Relation, register, related_identities, relation_note
+from pipeline.overlap import ROWS, Relation, describe, register, related_identities
 from pipeline.privacy import check_epsilon
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,7 +112,7 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
         spent = book.spent(identity)
         registered = book.registration(identity) or {}
     if related:
-        note(f"ledger: {label} {relation_note(related)} by every job that reads it")
+        note(f"ledger: {label} overlaps {describe(related)}: a job on either is charged to both")
     emit_summary({"dataset": label, "name": registered.get("name"), "identity": identity, "epsilon": epsilon,
                   "delta": delta, "spent_epsilon": spent[0], "spent_delta": spent[1], "ledger": path}, as_json)
 
@@ -146,7 +146,7 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
         click.echo(f"  #{c['id']}  {c['time']}  {c['job']}  {pair(c['epsilon'], c['delta'])}  "
                    f"{json.dumps(c['parameters'], sort_keys=True, default=str)}")
     if related:
-        note(f"{label} {relation_note(related)} by every job that reads it (their charges are listed there)")
+        note(f"{label} overlaps {describe(related)}: a job on either is charged to both (listed under each)")
     if earlier:
         note(f"{label}: the ledger also holds {len(earlier)} other identities under this label "
              "(its contents changed since, and do not overlap it): each has its own budget and charges")

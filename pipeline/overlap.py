@@ -107,8 +107,8 @@ def related_identities(ledger: Ledger, found: Fingerprint, files: Sequence[str],
     return related + [Relation(old, label, None) for old, label in links]
 
 
-def relation_note(related: list[Relation]) -> str:
-    """Which registered datasets a charge also went to, and why (a part of the charge's one line)."""
+def describe(related: list[Relation]) -> str:
+    """The registered datasets of ``related``, each with the estimated shares in common."""
     described = []
     for r in related:
         if r.containment is None:
@@ -118,7 +118,12 @@ def relation_note(related: list[Relation]) -> str:
         shares = [f"{share:.0%} of {side}" for share, side in ((c.a_in_b, "these rows"), (c.b_in_a, "its rows"))
                   if share is not None]
         described.append(f"{r.label} ({' and '.join(shares)} in common, est.)")
-    return "overlaps registered data, also charged to " + "; ".join(described)
+    return "; ".join(described)
+
+
+def relation_note(related: list[Relation]) -> str:
+    """Which registered datasets a charge also went to, and why (a part of the charge's one line)."""
+    return "overlaps registered data, also charged to " + describe(related)
 
 
 # --- identities of earlier versions (SHA-256 of the files' bytes) ---------------------------------

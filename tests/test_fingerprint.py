@@ -148,7 +148,7 @@ def test_containment_estimates_are_within_the_stated_error(shared, only_a, only_
 
 # --- charges across re-writes and overlaps --------------------------------------------------------
 
-def test_the_budget_holds_across_rewrites_and_overlapping_data(tmp_path) -> None:
+def test_the_budget_holds_across_rewrites_and_overlapping_data(tmp_path, capsys) -> None:
     path = str(tmp_path / "ledger.sqlite")
     table = table_of()
     base = write(tmp_path / "base", table)
@@ -167,6 +167,10 @@ def test_the_budget_holds_across_rewrites_and_overlapping_data(tmp_path) -> None
     assert ledger_rows(path) == before  # refused: nothing recorded, on either identity
     with Ledger(path) as ledger:
         assert ledger.spent(dataset_identity(files_of(base))) == pytest.approx((0.9, 0.0))
+    capsys.readouterr()
+    assert main(["budget", "show", appended, "--ledger", path, "--json"]) == 0
+    (overlap,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["overlaps"]
+    assert overlap["dataset"] == base and overlap["its_rows_in_this"] == 1.0  # all of base is in appended
     unrelated = write(tmp_path / "unrelated", table_of(seed=5))
     assert charge_private_use(files_of(unrelated), unrelated, "learn", 5.0, 0.0, {}, path)["overlaps"] is None
 
