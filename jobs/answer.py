@@ -6,6 +6,7 @@ answer), continues it: same models, same budget. With ``--private`` and a new
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from jobs.common import (
 )
 from jobs.train import plan_training, session_charge, session_summary, train_session
 from pipeline.cluster import learner_modules, load_cluster_config, open_client
+from pipeline.answered import index_from_log
 from pipeline.commit import recover
 from pipeline.ledger import charge_note
 from pipeline.data import Dataset, open_dataset, open_matching
@@ -29,6 +31,7 @@ from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
 from pipeline.overlap import guard_public_inputs
 from pipeline.query_release import QUERY_ID, release_answers, validate_queries
+from pipeline.session_ledger import SessionBook
 from pipeline.state_lock import lock_state
 from pipeline.state import (
     Session,
@@ -126,6 +129,11 @@ def command(**options: Any) -> None:
 
 def answer_session(options: dict[str, Any]) -> None:
     """The command's work, with the state directory locked (before its session is read)."""
+    with contextlib.ExitStack() as held:  # the session's ledger row; a new session's charge
+        _answer(options, held)
+
+
+def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
     state = options["state"]
     if options["batch_size"] < 1:
         raise PcqrError(f"--batch-size must be at least 1, got {options['batch_size']}")
@@ -137,11 +145,17 @@ def answer_session(options: dict[str, Any]) -> None:
     session = None if new_session else load_session(state)
     if session is not None and options["private"] is not None:
         note(f"continuing the session in {state}: --private and the training options are not used")
-    if session is not None:
-        repaired = recover(state, session.log_dir, session.pending_batch, session.last_hash)
-        if repaired:
-            note(repaired)
+    book: SessionBook | None = None
+    if session is not None:  # the ledger is the authority: a state it does not vouch for answers nothing
+        book, rolled = SessionBook.open(options["ledger"], session, state)
+        held.enter_context(book)
+        for repaired in (rolled, recover(state, session.log_dir, session.pending_batch, session.last_hash)):
+            if repaired:
+                note(repaired)
     log_dir = check_log_dir(options["log_dir"], session)
+    answered = None
+    if session is not None:  # verified before served: the log's whole hash chain, before anything else
+        answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     queries = open_matching(options["queries"], "queries", features, "the private features", options["id_column"])
     skip = resume_point(session, queries)
@@ -157,9 +171,10 @@ def answer_session(options: dict[str, Any]) -> None:
                             client, note)  # misuse guard, before any charge
         if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
             check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
-        if plan is not None:
-            with session_charge(client, plan, options, "answer") as charged:
-                session, ensemble = train_session(client, plan)
+        if plan is not None:  # refunded if this command fails before a batch is committed
+            charge = held.enter_context(session_charge(client, plan, options, "answer"))
+            session, ensemble = train_session(client, plan)
+            book, charged = charge.register(session), charge.charged
             noise = plan.noise
         else:
             assert session is not None
@@ -171,12 +186,13 @@ def answer_session(options: dict[str, Any]) -> None:
         if skip == 0:
             session.input = {"uri": queries.uri, "fingerprint": input_fingerprint(queries), "rows": queries.rows, "done": 0}
         save_session(state, session)
+        assert book is not None  # the ledger row every commit of this run advances
         with progress(queries.rows - skip, "answering queries") as bar:
             counts = release_answers(
                 client, session, state, ensemble, queries, options["batch_size"], noise,
                 fallback_label=options["fallback_label"], truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if options["allow_private_overlap"] else None,
-                skip=skip,
+                skip=skip, book=book, index=answered,
             )
     if counts.halted:
         note(

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, note, wait_option
+from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, wait_option
 from pipeline.atomic import write_atomic
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
@@ -110,7 +110,7 @@ def write_out(path: str, answers: pa.Table, report: LogReport) -> None:
 
 
 def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log: str | None,
-             cluster: str | None) -> dict[str, Any]:
+             cluster: str | None, ledger: str | None = None) -> dict[str, Any]:
     """Run the logged queries through the session in ``into`` (its budget, its log); compare."""
     features = (report.provenance or {}).get("features")
     if not isinstance(features, list) or not features:
@@ -133,6 +133,8 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
             args += ["--log", new_log]
         if cluster is not None:
             args += ["--cluster", cluster]
+        if ledger is not None:
+            args += ["--ledger", ledger]
         note(f"replaying {report.queries} queries of {log} into the session in {into} (spends its budget)")
         from jobs.answer import command as answer_command
 
@@ -187,21 +189,22 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
 @click.option("--last-hash", default=None,
               help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
               "which no later batch does.")
+@ledger_option
 @cluster_option
 @wait_option
 @json_option
 def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-            last_hash: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
+            last_hash: str | None, ledger: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
     """Verify the public log LOG and re-serve its answers (no private data, no budget)."""
     check_options(log, out, into, new_log)
     locked = contextlib.nullcontext() if into is None else lock_state(
         into, wait, command="pcqr replay --into", option="--into")
     with locked:  # --into: that session's state is ours until the comparison is done
-        replay(log, out, truth, into, new_log, last_hash, cluster, as_json)
+        replay(log, out, truth, into, new_log, last_hash, cluster, as_json, ledger)
 
 
 def replay(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-           last_hash: str | None, cluster: str | None, as_json: bool) -> None:
+           last_hash: str | None, cluster: str | None, as_json: bool, ledger: str | None = None) -> None:
     """The command's work (with the --into state locked)."""
     report = verified(log, last_hash)
     for remark in report.notes:
@@ -229,7 +232,7 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
         if missing:
             summary["truth_missing"] = missing
     if into is not None:
-        summary.update(run_into(log, report, answers, into, new_log, cluster))
+        summary.update(run_into(log, report, answers, into, new_log, cluster, ledger))
     if out is not None:
         write_out(out, answers, report)
         summary["out"] = out

@@ -13,16 +13,18 @@ error, never a privacy one, since every answer handed out is already public.
 
 The index lives in the driver as sorted runs of (key, label), merged geometrically (amortised
 O(log) per insert); 9 bytes per answered query. A resumed session rebuilds it from the public
-log (:func:`index_from_log`).
+log (:func:`index_from_log`), after verifying the log's hash chain up to the session's last hash.
 """
 from __future__ import annotations
 
+import io
 from typing import Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.log import batch_files
+from pipeline.errors import PcqrError
+from pipeline.log import PREV_HASH_KEY, batch_files, batch_path, sha256
 
 _MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
@@ -81,19 +83,61 @@ class AnsweredIndex:
             self._runs.append(run)
 
 
-def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int) -> AnsweredIndex:
-    """The index of the first ``batches`` batch files of a session's log (answered rows only)."""
+def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str) -> AnsweredIndex:
+    """The index of the first ``batches`` batch files of a session's log (answered rows only),
+    served only once their hash chain is verified (issue 11: verified before served).
+
+    Each file's SHA-256 must be the one the next file records as its predecessor, and the last
+    one's the session's ``last_hash`` (which the ledger vouches for: pipeline.session_ledger),
+    batch 0 recording none. By the collision resistance of SHA-256, every batch read is then the
+    one the session committed. Any difference is refused in one line naming the batch file,
+    before any repeat is answered. Each file is read once: its bytes are hashed, then parsed.
+    """
     from pipeline.data import feature_matrix
 
     index = AnsweredIndex()
-    for number, path in batch_files(log_dir):
-        if number >= batches:
-            break
-        table = pq.read_table(path, columns=[*features, "answer", "status"])
+    files = dict(batch_files(log_dir))
+    previous = ""
+    for number in range(batches):
+        path = files.get(number)
+        if path is None:
+            raise PcqrError(f"{batch_path(log_dir, number)}: missing from the session's log; see pcqr replay")
+        with open(path, "rb") as handle:
+            data = handle.read()
+        digest = sha256(data)
+        try:
+            table = pq.read_table(io.BytesIO(data), columns=[*features, "answer", "status"])
+        except Exception:  # pyarrow raises several types for a file that is not what we wrote
+            raise _tampered(path) from None
+        recorded = (table.schema.metadata or {}).get(PREV_HASH_KEY, b"").decode(errors="replace")
+        if recorded != previous:
+            raise _tampered(_blame(files, number, digest, batches, last_hash))
+        previous = digest
         answered = np.asarray(table.column("status").to_numpy(zero_copy_only=False) == "answered")
-        if not answered.any():
-            continue
-        X = feature_matrix(table.filter(answered), features, path)
-        labels = np.asarray(table.filter(answered).column("answer").to_numpy(zero_copy_only=False), dtype=np.int8)
-        index.add(row_keys(X, seed), labels)
+        if answered.any():
+            X = feature_matrix(table.filter(answered), features, path)
+            labels = np.asarray(table.filter(answered).column("answer").to_numpy(zero_copy_only=False), dtype=np.int8)
+            index.add(row_keys(X, seed), labels)
+    if previous != last_hash:
+        raise _tampered(files.get(batches - 1, log_dir))
     return index
+
+
+def _blame(files: dict[int, str], number: int, digest: str, batches: int, last_hash: str) -> str:
+    """The file to blame when batch ``number`` does not record its predecessor's hash: itself if it
+    is not what its successor (or, for the last, the session) vouches for, else its predecessor."""
+    if number == 0:
+        return files[0]
+    vouched = last_hash
+    if number + 1 < batches:
+        try:
+            metadata = pq.read_schema(files[number + 1]).metadata or {}
+        except Exception:  # missing or unreadable: it vouches for nothing
+            metadata = {}
+        vouched = metadata.get(PREV_HASH_KEY, b"").decode(errors="replace")
+    return files[number] if vouched != digest else files[number - 1]
+
+
+def _tampered(path: str) -> PcqrError:
+    return PcqrError(f"{path}: altered (its SHA-256 is not the one the session's hash chain records); "
+                     "repeats are not served from a tampered log: see pcqr replay")

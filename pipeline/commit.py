@@ -1,25 +1,33 @@
 """The order of writes that makes the answer loop crash-safe (issue 5), and recovery on resume.
 
-One log batch N is committed in three atomic steps (each :func:`pipeline.atomic.write_atomic`:
-temporary file, fsync, rename, fsync of the directory):
+One log batch N is committed in four durable steps (the files by :func:`pipeline.atomic.write_atomic`:
+temporary file, fsync, rename, fsync of the directory; the ledger by one SQLite transaction):
 
 1. ``STATE/pending/batch-N.parquet``  -- the encoded batch, exactly the bytes the log will hold;
-2. ``STATE/session.json``             -- c, the coordinator's stream position, the noise
+2. the ledger's row of the session    -- c, the stream position, N + 1 batches, the batch's
+                                         SHA-256, moved from the run's position or refused
+                                         (:meth:`pipeline.session_ledger.SessionBook.commit`:
+                                         THE AUTHORITY);
+3. ``STATE/session.json``             -- c, the coordinator's stream position, the noise
                                          generator's state, next_batch = N + 1, last_hash =
                                          SHA-256 of those bytes, pending_batch = N, input rows
-                                         done  (THE COMMIT);
-3. ``LOG/batch-N.parquet``            -- the same bytes, now public;
+                                         done  (THE COMMIT of the private state);
+4. ``LOG/batch-N.parquet``            -- the same bytes, now public;
 
-then the pending file is removed. :func:`recover` runs before a session answers anything.
+then the pending file is removed. Before a session answers anything, the ledger checks its state
+(:meth:`pipeline.session_ledger.SessionBook.open`: a state one batch behind the ledger -- a crash
+between steps 2 and 3 -- takes the ledger's position) and :func:`recover` repairs the log.
 
 Why each property holds whatever instant the process dies (SIGKILL):
 
-* An answer that reached the public log is never re-answered differently. Step 3 happens only
-  after step 2, so every published batch is committed: session.json already records its rows as
+* An answer that reached the public log is never re-answered differently. Step 4 happens only
+  after steps 2 and 3, so every published batch is committed: session.json records its rows as
   done (``input.done``), its hash as ``last_hash`` and its bottoms in c. A resumed run skips those
   rows of the same input, and a committed batch that did not reach the log is published from its
   pending file, byte for byte, never recomputed.
-* c never goes backwards: c only changes in step 2, atomically, to a larger or equal value.
+* c never goes backwards: c only changes in steps 2 and 3, atomically, to a larger or equal value;
+  the ledger's c (step 2) is never behind session.json's or the log's, so a crash at any point
+  never leaves the state ahead of the ledger in budget.
 * A crash gives nobody a second draw. The coordinator's randomness was fixed when the session
   was created (pipeline.sparse_vector: T thresholds in STATE/thresholds.npy, one per instance, and
   a secret key from which query position i's uniform number U_i is derived), so the transcript is
@@ -32,12 +40,15 @@ Why each property holds whatever instant the process dies (SIGKILL):
   selection is drawn from the noise source when the switch comes and fixed by its own save,
   before anyone sees it: pipeline.query_release.UniversalSwitch.)
 * A batch whose commit is uncertain (state committed, log file missing) counts its bottoms: they
-  are in c from step 2, and recovery publishes the batch, so the log then shows them.
+  are in c from steps 2 and 3, and recovery publishes the batch, so the log then shows them. A
+  crash between steps 2 and 3 leaves the state one batch behind the ledger: the next run takes
+  the ledger's position for that batch and recovery publishes it from its pending copy.
 * No half-written Parquet file is ever visible: every write is a rename of a complete, fsynced
   temporary file whose name starts with ``.`` (skipped by Parquet dataset readers and by
   :func:`pipeline.log.batch_files`); recovery deletes leftover temporaries.
 
-Cost per batch: one extra durable write of the batch bytes (the pending file) and an unlink.
+Cost per batch: one extra durable write of the batch bytes (the pending file), one ledger
+transaction and an unlink.
 """
 from __future__ import annotations
 

@@ -72,6 +72,12 @@ CREATE TABLE IF NOT EXISTS sketches (
     identity TEXT NOT NULL, kind TEXT NOT NULL, columns TEXT NOT NULL, label TEXT NOT NULL,
     rows INTEGER NOT NULL, sketch BLOB NOT NULL, stored_at TEXT NOT NULL,
     PRIMARY KEY (identity, kind, columns));
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, charge_id INTEGER NOT NULL,
+    cutoff INTEGER NOT NULL, bottoms INTEGER NOT NULL, batches INTEGER NOT NULL,
+    last_hash TEXT NOT NULL, prev_hash TEXT NOT NULL, state_path TEXT NOT NULL,
+    fixed TEXT NOT NULL, position TEXT NOT NULL, seeded INTEGER NOT NULL,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, closed TEXT);
 """
 
 
@@ -131,6 +137,14 @@ class Ledger:
 
     def close(self) -> None:
         self._db.close()
+
+    def transaction(self) -> _Immediate:
+        """``with ledger.transaction():`` one ``BEGIN IMMEDIATE`` transaction (pipeline.session_ledger)."""
+        return _Immediate(self._db)
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """One SQL statement on the ledger (pipeline.session_ledger's queries)."""
+        return self._db.execute(sql, parameters)
 
     def _set_wal(self) -> None:
         """WAL journal; switching needs a moment alone with the file, so retry while it is busy."""

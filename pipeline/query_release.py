@@ -35,6 +35,7 @@ from pipeline.log import (
     sha256,
 )
 from pipeline.noise import NoiseSource
+from pipeline.session_ledger import SessionBook
 from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pipeline.state import Session, save_session
 from pipeline.votes import Ensemble
@@ -195,9 +196,14 @@ def release_answers(
     private: Dataset | None = None,
     skip: int = 0,
     extra_provenance: dict[str, Any] | None = None,
+    *,
+    book: SessionBook,
+    index: AnsweredIndex | None = None,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
-    earlier run), in order; commit each log batch; keep the session's state.
+    earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
+    keep the session's state. ``index``: the answered queries of the session's verified log
+    (:func:`pipeline.answered.index_from_log`; built here if not given).
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes).
@@ -209,7 +215,8 @@ def release_answers(
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
-    index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch)
+    if index is None:
+        index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
     shared = hold(client, ensemble) if switch is None or not switch.done else None
     window = 2 * max(1, sum(client.nthreads().values())) + 2
@@ -243,6 +250,7 @@ def release_answers(
         if DURABLE:
             stage(state_dir, batch, data)
         _advance(session, status, source, sha256(data), noise)
+        book.commit(session)  # the ledger first: it is never behind what session.json or the log hold
         save_session(state_dir, session)  # the commit: c, threshold, rows done, this batch's hash
         if DURABLE:
             publish(state_dir, log_dir, batch, data)

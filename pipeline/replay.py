@@ -17,6 +17,9 @@ fault at a time, on
   the next link fails too (one altered file ``N`` breaks both of its links);
 * file ``N - 1`` otherwise: its bytes differ from those file ``N`` vouched for.
 
+A log whose chain is intact can still break its session's budget: the abstentions it holds may not
+exceed the cutoff T its provenance states (A_SubSamp halts at T), which is checked from the log alone.
+
 The last file has no successor to vouch for it: an alteration of it, or the
 loss of any number of batches after it, cannot be seen from the log alone. The
 session's private state records the hash of the last batch it wrote
@@ -94,6 +97,7 @@ class _Batch:
     prev: bytes | None = None
     provenance: dict[str, Any] | None = None
     held: int | None = None  # the value of its batch column, when it has a single one
+    abstained: int = 0  # rows with status "abstained"
     fault: str | None = None  # the first problem found in the file alone
 
 
@@ -158,6 +162,7 @@ def verify_log(log_dir: str, expected_last_hash: str | None = None) -> LogReport
     # 5. the hash chain, blamed as the module docstring says
     problems.extend(_chain_problems(batches))
     problems.extend(_released_model_problems(log_dir, batches))
+    problems.extend(_cutoff_problems(reference, batches))
 
     problems = _first_per_batch(problems)
     first = problems[0] if problems else None
@@ -287,6 +292,7 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
     bad = sorted({str(s) for s in status} - set(STATUSES))
     if bad:
         return f"{altered}: its status column holds {bad[0]!r}"
+    batch.abstained = int(np.count_nonzero(status == "abstained"))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
     if np.any((known != 0) & (known != 1)):
@@ -404,6 +410,21 @@ def _released_model_problems(log_dir: str, batches: dict[int, _Batch]) -> list[t
             if sha256(handle.read()) != record.get("sha256"):
                 return [(n, f"{name} is altered: its SHA-256 differs from the one batch {n} records")]
         return []
+    return []
+
+
+def _cutoff_problems(reference: dict[str, Any] | None, batches: dict[int, _Batch]) -> list[tuple[int, str]]:
+    """A_SubSamp halts after T abstentions: a log holding more breaks its own provenance's budget
+    (e.g. an edited state re-opened a halted session). Public information only: T and the statuses."""
+    cutoff = (reference or {}).get("cutoff")
+    if not isinstance(cutoff, int) or isinstance(cutoff, bool):
+        return []
+    total = 0
+    for n, b in sorted(batches.items()):
+        total += b.abstained
+        if total > cutoff:
+            return [(n, f"batch {n} exceeds the session's budget: the log holds {total} abstentions by its end, "
+                        f"more than the cutoff T = {cutoff} of its provenance (a halted session re-opened?)")]
     return []
 
 

@@ -18,8 +18,10 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +201,12 @@ def test_sigkill_and_resume_release_what_an_uninterrupted_run_does(trained) -> N
     would repeat itself; here only the fixed key and thresholds can make the two logs agree."""
     root, cluster = trained
     shutil.copytree(root / "state", root / "state-ref")  # the same session, before any answer
-    assert main(_answer(root, cluster, "state-ref", "log-ref")) == 0
+    # ... with a copy of the ledger, its authority (a state copied alone is refused once the other
+    # copy has committed: tests/test_budget_authority.py)
+    with closing(sqlite3.connect(os.environ["PCQR_LEDGER"])) as ledger, \
+            closing(sqlite3.connect(root / "ledger-ref.sqlite")) as copy:
+        ledger.backup(copy)
+    assert main([*_answer(root, cluster, "state-ref", "log-ref"), "--ledger", str(root / "ledger-ref.sqlite")]) == 0
     code = "import sys; from jobs.cli import main; sys.exit(main(sys.argv[1:]))"
     argv = [sys.executable, "-c", code, *_answer(root, cluster, "state", "log")]
     env = cli_env()

@@ -195,7 +195,8 @@ def _together(argvs: list[list[str]], tmp_path: Path) -> list[subprocess.Complet
     """Run pcqr command lines as processes released at the same moment; their results."""
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", BARRIER, str(go), *argv], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=ENV) for argv in argvs]
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ENV["PYTHONPATH"]})
+             for argv in argvs]  # os.environ now: the suite's PCQR_LEDGER, which knows the sessions
     deadline = time.monotonic() + 60
     while not all(Path(f"{go}.{proc.pid}").exists() for proc in procs):  # all waiting at the barrier
         assert time.monotonic() < deadline and all(proc.poll() is None for proc in procs)

@@ -108,6 +108,21 @@ def test_switch_to_the_released_model(data, tmp_path, capsys, thread_cluster_yam
     assert b"relabeller" not in b"".join(p.read_bytes() for p in (tmp_path / "log").iterdir())
 
 
+def _ledger_at(state: dict) -> None:
+    """Put the session's ledger row (pipeline.session_ledger) at a hand-made state's position."""
+    import os
+    import sqlite3
+    from contextlib import closing
+
+    position = {**{key: state[key] for key in ("next_batch", "last_hash", "pending_batch", "noise_state", "totals",
+                                               "input")},
+                **{key: state["sparse_vector"][key] for key in ("bottoms", "queries_seen")}}
+    with closing(sqlite3.connect(os.environ["PCQR_LEDGER"])) as db, db:
+        db.execute("UPDATE sessions SET bottoms = ?, batches = ?, last_hash = ?, position = ? WHERE session_id = ?",
+                   (position["bottoms"], position["next_batch"], position["last_hash"], json.dumps(position),
+                    state["session_id"]))
+
+
 def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path, capsys, thread_cluster_yaml) -> None:
     """A run that stopped after query m_o but before h_priv was saved switches at the start of the next."""
     first = _run(_answer(data, tmp_path, thread_cluster_yaml, "first"), capsys)
@@ -127,6 +142,7 @@ def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path,
 
     state["last_hash"] = hashlib.sha256(keep[-1].read_bytes()).hexdigest()
     state_file.write_text(json.dumps(state))
+    _ledger_at(state)  # ... and the ledger, the authority, where that run left it
     second = _run(_answer(data, tmp_path, thread_cluster_yaml, "second"), capsys)
     assert second["budget_used"] == first["budget_used"] and second["released_model_answers"] == QUERIES - 4000
     assert (tmp_path / "log" / RELEASED_MODEL_FILE).exists()
