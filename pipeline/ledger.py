@@ -3,11 +3,14 @@
 Guarantee. For a dataset identity with a budget (E, D) (``pcqr budget set``), the charges in the
 ledger never sum to more than (E, D): a job whose charge would pass the budget is refused with a
 :class:`~pipeline.errors.PcqrError` before it reads a private row, and nothing is recorded for it.
-A job charges what it requests, not what it ends up using. A job that fails on invalid input (a
-PcqrError: bad values found while reading its rows) BEFORE releasing anything has its charge marked
-refunded (:func:`provisional_charge`; the one-line error is its only output). Any other job that fails after charging
-keeps its charge (its workers may have read rows): both err on the safe side. With no budget set,
-charges are still recorded, without a limit.
+A job charges what it requests, not what it ends up using. Charged only with a result: a job that
+fails after its charge BEFORE releasing anything has its charge marked refunded, whatever the
+failure (invalid values found while reading its rows, a learner's exception, an interrupt: the
+error, seen by the operator, is its only output), and its error ends "charge refunded"
+(:func:`provisional_charge`; a session's charge: pipeline.session_ledger.new_session, which keeps
+it once a batch was released and says "charge kept: N batches were released"). A process killed
+outright (SIGKILL, out of memory) keeps its charge: the safe side. With no budget set, charges are
+still recorded, without a limit.
 
 Composition. Basic composition (Dwork-Roth, *The Algorithmic Foundations of Differential
 Privacy*, Thm 3.16): if job i is (eps_i, delta_i)-DP, the k jobs together are
@@ -374,15 +377,29 @@ def provisional_charge(
     files: Sequence[str], uri: str, job: str, epsilon: float, delta: float, parameters: dict[str, Any],
     ledger_option: str | None = None, client: Any = None, features: Sequence[str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Charge (see :func:`charge_private_use`) for a block that releases nothing itself: if it raises
-    a PcqrError (invalid input), the charge is refunded and the error goes on."""
+    """Charge (see :func:`charge_private_use`) for a block that releases nothing itself: if it fails,
+    the charge is refunded and the error goes on, saying so (:func:`failed_after_charge`)."""
     charged = charge_private_use(files, uri, job, epsilon, delta, parameters, ledger_option, client,
                                  features=features)
     try:
         yield charged
-    except PcqrError:
-        refund_charge(charged, f"{job} failed on invalid input before releasing anything")
-        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        refund_charge(charged, refund_reason(job, exc))
+        raise failed_after_charge(exc, job, "charge refunded") from None
+
+
+def refund_reason(job: str, failure: BaseException) -> str:
+    """What a refund records: the job failed (on invalid input, for a PcqrError) before releasing anything."""
+    return f"{job} failed {'on invalid input ' if isinstance(failure, PcqrError) else ''}before releasing anything"
+
+
+def failed_after_charge(failure: BaseException, job: str, outcome: str) -> BaseException:
+    """The error to raise for a job that failed after its charge, saying what became of the charge
+    (``outcome``): a PcqrError's one line gets it appended, any other exception a note."""
+    if isinstance(failure, PcqrError):
+        return PcqrError(f"{failure}; {outcome}")
+    failure.add_note(f"pcqr: {job} failed; {outcome}")
+    return failure
 
 
 def refund_charge(charged: dict[str, Any], reason: str) -> None:

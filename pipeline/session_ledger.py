@@ -53,7 +53,7 @@ import numpy as np
 
 from pipeline.commit import PENDING_DIR
 from pipeline.errors import PcqrError
-from pipeline.ledger import Ledger, _now, ledger_path, refund_charge
+from pipeline.ledger import Ledger, _now, failed_after_charge, ledger_path, refund_charge, refund_reason
 from pipeline.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, Session
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and
@@ -266,8 +266,7 @@ class NewSession:
         released = self.book.released_batches() if self.book is not None else 0
         if released:
             return f"charge kept: {released} batch{'es were' if released > 1 else ' was'} released"
-        cause = "on invalid input " if isinstance(failure, PcqrError) else ""
-        reason = f"{self.job} failed {cause}before releasing anything"
+        reason = refund_reason(self.job, failure)
         if self.book is not None:  # closed first: a crash before the refund leaves a charge, never a free session
             close_session(self.charged["ledger"], self.book.session_id, reason)
         refund_charge(self.charged, reason)
@@ -294,11 +293,7 @@ def new_session(charged: dict[str, Any], state_dir: str, job: str) -> Iterator[N
     pending = NewSession(charged, state_dir, job)
     try:
         yield pending
-    except BaseException as exc:
-        outcome = pending.settle(exc)
-        if isinstance(exc, PcqrError):
-            raise PcqrError(f"{exc}; {outcome}") from None
-        exc.add_note(f"pcqr: {job} failed; {outcome}")
-        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        raise failed_after_charge(exc, job, pending.settle(exc)) from None
     finally:
         pending.close()

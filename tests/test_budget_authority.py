@@ -335,3 +335,21 @@ def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(w
     assert verify_log(log, expected_last_hash=last_hash).ok and _abstained(world.root / "log") == bottoms
     table = pq.read_table(log)
     assert sorted(table.column("query_id").to_pylist()) == list(range(2000))  # each query once
+
+
+def test_a_train_failing_after_its_charge_for_any_reason_is_refunded(world, capsys, monkeypatch) -> None:
+    """Not only invalid input: any failure before anything is released (here a bug in training)."""
+    import jobs.train
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a learner crashed")
+
+    monkeypatch.setattr(jobs.train, "train_session", broken)
+    with pytest.raises(RuntimeError) as raised:
+        main(["train", "--private", str(world.root / "private"), "--state", str(world.root / "state"), *HALTING,
+              "--cluster", world.cluster])
+    assert raised.value.__notes__ == ["pcqr: train failed; charge refunded"]
+    ledger = _ledger(world)
+    (charge,) = ledger["charges"]
+    assert charge[-1] is not None and "train failed before releasing anything" in charge[-1]
+    assert ledger["sessions"] == [] and not (world.root / "state").exists()

@@ -320,3 +320,16 @@ def test_ten_processes_started_together_charge_exactly_what_the_budget_admits(tm
         assert len(charges) == 3 and len({c["pid"] for c in charges}) == 3
         assert {c["pid"] for c in charges} <= {c.pid for c in children}
         assert ledger.spent(identity) == (3.0, 0.0)
+
+
+def test_a_ledger_written_before_sessions_existed_gains_the_table(tmp_path) -> None:
+    """The sessions table (pipeline.session_ledger) is one more CREATE TABLE IF NOT EXISTS: an older
+    ledger keeps its charges and gains it, with no schema version change."""
+    path = str(tmp_path / "ledger.sqlite")
+    with Ledger(path) as ledger:
+        ledger.charge("sha256:x", "data", "train", 1.0, 1e-6, {})
+        ledger.execute("DROP TABLE sessions")
+    with Ledger(path) as ledger:
+        tables = {row[0] for row in ledger.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "sessions" in tables and len(ledger.charges("sha256:x")) == 1
+        assert ledger.execute("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
