@@ -265,7 +265,9 @@ def _cached(ledger: Ledger | None, file: str, stat: tuple[int, int] | None) -> t
     return int(rows), int(total, 16)
 
 
-_MEMO: dict[Any, list[Fingerprint]] = {}  # this process's fingerprints (a guard, then the charge, reuse one)
+# This process's fingerprints taken with a ledger (a guard, then the charge, reuse one); without a
+# ledger (universal mode's check of the private data) every call reads the rows.
+_MEMO: dict[Any, list[Fingerprint]] = {}
 
 
 def fingerprint_dataset(files: Sequence[str], client: Any = None, ledger: Ledger | None = None,
@@ -289,8 +291,8 @@ def fingerprint_dataset(files: Sequence[str], client: Any = None, ledger: Ledger
     names = list(dict.fromkeys(normalise(f) for f in files))
     stats = {f: file_stat(f) for f in names}
     columns = tuple(sorted(features)) if features else None
-    key = tuple(stats.items())
-    for known in _MEMO.get(key, []) if all(s is not None for s in stats.values()) else []:
+    key = tuple(stats.items())  # with a ledger only: the memo has its file cache's semantics
+    for known in _MEMO.get(key, []) if ledger is not None and all(s is not None for s in stats.values()) else []:
         if not sketches or (known.row_sketch is not None and (columns is None or known.features == columns)):
             return known
     cached = {f: _cached(ledger, f, stats[f]) for f in names}
@@ -300,7 +302,8 @@ def fingerprint_dataset(files: Sequence[str], client: Any = None, ledger: Ledger
         stored = _stored(ledger, identity, rows, columns) if sketches else Fingerprint(identity, rows)
         if stored is not None:
             return _remember(key, stats, stored)
-    return _remember(key, stats, _compute(names, stats, client, ledger, columns, sketches))
+    found = _compute(names, stats, client, ledger, columns, sketches)
+    return found if ledger is None else _remember(key, stats, found)
 
 
 def _stored(ledger: Ledger | None, identity: str, rows: int, columns: tuple[str, ...] | None) -> Fingerprint | None:

@@ -203,7 +203,7 @@ def test_a_refused_job_reads_no_private_row_and_records_nothing(tmp_path, monkey
         charge_private_use(dataset.files, uri, "train", 1.0, 0.0, {}, path)
     assert reads == []
     with Ledger(path) as ledger:
-        assert len(ledger.charges(dataset_identity(files))) == 1
+        assert len(ledger.charges(dataset_identity(files, ledger=ledger))) == 1
     lines.clear()
     charged = charge_private_use(dataset.files, uri, "learn", 0.5, 0.0, {}, path, echo=lines.append)
     assert charged["limited"] and lines == [f"ledger: charged (0.5, 0) to {uri}: spent (1.5, 1e-06) of (1.5, 1e-06)"]
