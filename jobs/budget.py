@@ -30,11 +30,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def hashing_cluster_option(func: F) -> F:
-    """``--cluster PATH``: hash the dataset's files on that cluster's workers instead of in this process."""
+    """``--cluster PATH``: hash the dataset's rows on that cluster's workers instead of in this process."""
     return click.option(
         "--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
-        help="Fingerprint DATASET's files on this cluster's workers (default: in this process, 8 MB at a "
-        "time; the hashes are cached in the ledger, so unchanged files are not read again).",
+        help="Fingerprint DATASET's rows on this cluster's workers (default: in this process; each file's "
+        "result is cached in the ledger, so unchanged files are not read again).",
     )(func)
 
 
