@@ -1,10 +1,12 @@
 """The ``pcqr`` command: one subcommand per job kind (jobs/*.py)."""
 from __future__ import annotations
 
+import errno
 import sys
+from typing import Any
 
 import click
-from distributed.scheduler import KilledWorker
+from distributed.scheduler import KilledWorker, NoValidWorkerError, NoWorkerError
 
 from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
 from pipeline import __version__
@@ -41,23 +43,61 @@ pcqr.add_command(learn.predict_command)
 pcqr.add_command(release.release_answer_command)
 
 
+# errno values of OSErrors a user causes (a path, its permissions, a full or read-only disk): one line
+# naming the file. Any other OSError is a bug or the machine's and keeps its traceback.
+USER_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.EACCES,
+                         errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.ELOOP})
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def error(message: str) -> None:
+    """Print a user error: one line, the one prefix every pcqr error has."""
+    click.echo(f"pcqr: error: {' '.join(message.split())}", err=True)
+
+
+def usage_error(exc: click.ClickException, argv: list[str]) -> str:
+    """click's own errors (unknown option, bad value, missing argument) as one line with the help hint."""
+    message = exc.format_message().rstrip()
+    if not isinstance(exc, click.UsageError):
+        return message
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        path = ctx.command_path
+    else:  # raised while parsing, before a context exists: the command is the first word
+        path = f"pcqr {argv[0]}" if argv and argv[0] in pcqr.commands else "pcqr"
+    return f"{message} (see {path} --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: user errors are one line on stderr and a non-zero exit."""
+    """Console entry point: user errors are one line on stderr, ``pcqr: error: ...``, and a non-zero exit."""
     try:
         pcqr.main(args=argv, prog_name="pcqr", standalone_mode=False)
     except PcqrError as exc:
-        click.echo(f"pcqr: error: {exc}", err=True)
+        error(str(exc))
         return exc.exit_code
     except KilledWorker as exc:
-        click.echo(f"pcqr: error: a task kept killing its workers and was given up ({exc}); "
-                   "nothing uncommitted was released; re-running the command retries (pcqr answer resumes)", err=True)
+        error(f"a task kept killing its workers and was given up ({exc}); nothing uncommitted was released; "
+              "re-running the command retries (pcqr answer resumes)")
         return 3
+    except (NoWorkerError, NoValidWorkerError) as exc:
+        error(f"{exc} (distributed.scheduler.no-workers-timeout); nothing uncommitted was released; check the "
+              "cluster's workers and re-run the command (pcqr answer resumes)")
+        return 3
+    except OSError as exc:
+        if exc.errno not in USER_ERRNOS or not exc.filename:
+            raise
+        where = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+        error(f"{where}: {exc.strerror or exc}")
+        return 2
     except click.exceptions.Abort:
-        click.echo("pcqr: aborted", err=True)
+        error("interrupted")
         return 130
+    except _NO_ARGS_IS_HELP as exc:  # `pcqr`, `pcqr budget`: the help, as --help would (click >= 8.2)
+        click.echo(exc.ctx.get_help())
+        return 0
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        error(usage_error(exc, sys.argv[1:] if argv is None else argv))
+        return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
     return 0

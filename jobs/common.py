@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable, TypeVar
 
 import click
+
+from pipeline.errors import PcqrError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +70,24 @@ def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
         elif isinstance(value, dict):
             value = " ".join(f"{k}={v}" for k, v in value.items())
         click.echo(f"{key:<{width}}  {value}")
+
+
+def check_writable_directory(path: str, option: str) -> None:
+    """Refuse, before any work, a directory this command will write into that cannot be written:
+    under a file, or whose nearest existing folder is read-only (nothing is created here).
+
+    Raises
+    ------
+    PcqrError
+        One line naming the option and the directory.
+    """
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise PcqrError(f"{option} {path}: cannot be created: {folder} is a file, not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PcqrError(f"{option} {path}: cannot write to {folder} (read-only or no permission)")
 
 
 def note(message: str) -> None:

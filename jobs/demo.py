@@ -2,25 +2,97 @@
 
 Generates synthetic data (a threshold on one of 5 features), trains k
 subsample models on a local Dask cluster, answers the queries through the
-sparse-vector coordinator into a public log, and prints the summary with the
-accuracy against the generated truth.
+sparse-vector coordinator into a public log, and prints what happened in plain
+sentences, then the summary table, with the accuracy against the generated truth.
+
+Everything lives in a temporary folder with its own privacy ledger: the demo never
+charges the user's ledger, and the folder is removed at the end unless ``--keep``.
 """
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import math
 import os
-import sys
+import shutil
 import tempfile
 from typing import Any
 
 import click
 
 from jobs import answer, generate
-from jobs.common import cluster_option, json_option, note
+from jobs.common import cluster_option, emit_summary, json_option, note
+from pipeline.errors import PcqrError
+
+
+TABLE_ORDER = ("answered", "abstained", "refused", "duplicates", "accuracy", "evaluated", "budget_used", "cutoff",
+               "budget_spent", "epsilon", "delta", "proven_epsilon", "proven_delta", "delta_composition",
+               "delta_stability", "delta_sampler", "lambda", "subsamples", "threshold", "threshold_source")
+
+
+def _run(command: click.Command, args: list[str], name: str) -> str:
+    """Run a pcqr command in this process; its stdout, captured (its notes stay on stderr)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        command.main(args=args, prog_name=name, standalone_mode=False)
+    return out.getvalue()
+
+
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+def _percent(part: float, whole: float) -> str:
+    """A share rounded down to 0.1% (99.95% is "99.9%": "100%" only when it is all)."""
+    share = 100 * part / whole if whole else 0.0
+    return f"{int(share)}%" if share == int(share) else f"{math.floor(share * 10) / 10:.1f}%"
+
+
+def plain_sentences(summary: dict[str, Any], queries: int) -> list[str]:
+    """What the answer summary says, in words: answers, accuracy, the proven guarantee, the budget."""
+    answered, cutoff, used = summary["answered"], summary["cutoff"], summary["budget_used"]
+    lines = [f"answered {_count(answered)} of {_count(queries)} queries ({_percent(answered, queries)}); "
+             f"{_count(summary['abstained'])} abstained, {_count(summary['refused'])} refused."]
+    if summary.get("accuracy") is not None:
+        lines.append(f"accuracy of the answers {_percent(summary['accuracy'], 1)} "
+                     f"(checked against the generated truth for all {_count(summary['evaluated'])} answers).")
+    eps, delta = summary["proven_epsilon"], summary["proven_delta"]
+    lines.append(
+        f"privacy proven: (eps, delta) = ({eps:.3g}, {delta:.2g}) for the whole session, requested "
+        f"({summary['epsilon']:g}, {summary['delta']:g}). proven_epsilon is what pcqr's accountant proves "
+        f"for the noise Algorithm 5 chose from the requested eps (lambda = {summary['lambda']:.3g}); "
+        "the paper's formula for lambda is conservative, so the proof usually gives a smaller eps, "
+        "never a larger one. proven_delta adds the composition, stability and sampler terms listed below."
+    )
+    halted = " the budget is spent: every later query of this session is refused." if summary["budget_spent"] else ""
+    lines.append(
+        f"abstentions used {_count(used)} of {_count(cutoff)} (budget_used of the cutoff T): privacy is spent "
+        f"only when a query abstains (its vote was too close to call); after T abstentions the session "
+        f"halts.{halted}"
+    )
+    return lines
+
+
+def temporary_folder() -> str:
+    """A new folder for the demo's data, state, log and ledger."""
+    return tempfile.mkdtemp(prefix="pcqr-demo-")
+
+
+def _workspace(out: str | None, keep: bool) -> tuple[str, bool]:
+    """The demo's folder and whether it stays: --out (kept), else a new temporary one."""
+    if out is None:
+        return temporary_folder(), keep
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise PcqrError(f"--out {out}: not an empty folder; the demo needs a new or empty one")
+    os.makedirs(out, exist_ok=True)
+    return out, True
 
 
 @click.command("demo")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Working directory (default: a new temporary one).")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Work in this new or empty folder and keep it (default: a temporary folder, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary folder (data, state, log, ledger) and say where it is.")
 @click.option("--rows", type=int, default=3_000_000, show_default=True, help="Private rows to generate.")
 @click.option("--queries", type=int, default=10_000, show_default=True, help="Queries to generate and answer.")
 @click.option("--noise", type=float, default=0.0, show_default=True, help="Label noise (0 = realizable).")
@@ -31,27 +103,50 @@ from jobs.common import cluster_option, json_option, note
               help="w, the stability threshold (a privacy parameter; default: the smallest certifiable).")
 @cluster_option
 @json_option
-def command(out: str | None, rows: int, queries: int, noise: float, epsilon: float,
+def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, epsilon: float,
             subsamples: int, cutoff: int, threshold: float | None, cluster: str | None, as_json: bool) -> None:
-    """Generate data, train, answer and summarise, on a local cluster by default."""
-    work = out or tempfile.mkdtemp(prefix="pcqr-demo-")
+    """Generate data, train, answer and summarise, on a local cluster by default, in a temporary
+    folder with its own ledger (your privacy ledger is never charged)."""
+    work, kept = _workspace(out, keep)
+    where = "kept at the end" if kept else "removed at the end (--keep keeps it)"
+    note(f"demo: working in {work} with its own privacy ledger (yours is not charged); {where}")
+    try:
+        summary = _demo(work, rows, queries, noise, epsilon, subsamples, cutoff, threshold, cluster)
+    finally:
+        if not kept:
+            shutil.rmtree(work, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True, default=str))
+        return
+    for line in plain_sentences(summary, queries):
+        click.echo(line)
+    click.echo("")
+    first = [key for key in TABLE_ORDER if key in summary]  # the --json line is sorted by key: lead with these
+    table = {key: summary[key] for key in [*first, *sorted(summary.keys() - set(first))]}
+    if "ledger" in table:  # the demo's own ledger: no advice to set a budget on a folder about to go
+        table["ledger"] = f"charged {summary['epsilon']:g}, {summary['delta']:g} to the demo's own ledger, not yours"
+    emit_summary(table, as_json=False)
+    if kept:
+        note(f"demo: the data, state, log and ledger are in {work}")
+
+
+def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
+          threshold: float | None, cluster: str | None) -> dict[str, Any]:
+    """Generate, then one-shot answer (train + answer) against the demo's own ledger; the summary."""
     data = os.path.join(work, "data")
-    note(f"demo: working in {work}")
     kind = "agnostic" if noise > 0 else "realizable"
     common = ["--cluster", cluster] if cluster else []
-    with contextlib.redirect_stdout(sys.stderr):  # stdout keeps only the answer summary
-        generate.command.main(
-            args=["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
-                  "--noise", str(noise), "--seed", "0", "--out", data, "--overwrite", "--json", *common],
-            prog_name="pcqr generate", standalone_mode=False,
-        )
-    args: list[Any] = [
+    _run(generate.command, ["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
+                            "--noise", str(noise), "--seed", "0", "--out", data, *common], "pcqr generate")
+    note(f"demo: generated {_count(rows)} private rows and {_count(queries)} queries in {data}")
+    args = [
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),
-        "--log", os.path.join(work, "log"), "--epsilon", str(epsilon), "--delta", "1e-6",
-        "--cutoff", str(cutoff), "--queries-max", str(queries), "--subsamples", str(subsamples),
-        "--learner", "stump", *common, *(["--threshold", str(threshold)] if threshold is not None else []),
+        "--log", os.path.join(work, "log"), "--ledger", os.path.join(work, "ledger.sqlite"),
+        "--epsilon", str(epsilon), "--delta", "1e-6", "--cutoff", str(cutoff), "--queries-max", str(queries),
+        "--subsamples", str(subsamples), "--learner", "stump", "--json", *common,
+        *(["--threshold", str(threshold)] if threshold is not None else []),
     ]
-    if as_json:
-        args.append("--json")
-    answer.command.main(args=args, prog_name="pcqr answer", standalone_mode=False)
+    printed = _run(answer.command, args, "pcqr answer")
+    summary: dict[str, Any] = json.loads(printed.strip().splitlines()[-1])
+    return summary

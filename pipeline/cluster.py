@@ -44,6 +44,7 @@ from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
 from pipeline.errors import PcqrError
+from pipeline.worker_errors import quiet_expected_errors
 
 BACKENDS = ("local", "address", "scheduler-file", "spec")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.?")
@@ -58,7 +59,7 @@ _BACKEND_KEYS = {
 _NONE, _WHOLE, _SIZE = type(None), "a whole number >= 0 or null", "a size (4GiB), a fraction of RAM, auto or null"
 _TYPES: dict[str, tuple[tuple[type, ...], str, int | None]] = {  # key: (types, description, minimum)
     "backend": ((str,), "a backend name", None),
-    "n-workers": ((int, _NONE), _WHOLE, 0),
+    "n-workers": ((int, _NONE), "a whole number >= 1 or null", 1),  # 0: nothing would ever run
     "threads-per-worker": ((int, _NONE), "a whole number >= 1 or null", 1),
     "memory-limit": ((str, int, float, _NONE), _SIZE, 0),
     "dashboard-address": ((str, int), "a port on 127.0.0.1 (':0', ':8787')", None),
@@ -310,6 +311,22 @@ def _start(config: ClusterConfig, stack: ExitStack) -> Client:
     return stack.enter_context(Client(cluster))
 
 
+def _wait_for_workers(config: ClusterConfig, client: Client) -> None:
+    """A job on a cluster with no worker fails in one line instead of waiting forever: at most
+    ``distributed.scheduler.no-workers-timeout`` for the first worker (an adaptive cluster starts
+    its workers on demand: there the scheduler's own timeout, the same key, fails the task)."""
+    timeout = dask.config.get("distributed.scheduler.no-workers-timeout", None)
+    if timeout is None or config.options.get("adapt") is not None:
+        return
+    try:
+        client.wait_for_workers(1, timeout=parse_timedelta(timeout))
+    except TimeoutError:
+        key = {"address": "address", "scheduler-file": "scheduler-file", "spec": "scale"}.get(config.backend, "n-workers")
+        raise _Where(config.source, dask.config.collect_env()).error(
+            key, f"no Dask worker joined the scheduler within {timeout} (distributed.scheduler.no-workers-timeout): "
+                 "start workers for it (dask worker ADDRESS), or set a longer timeout in the cluster.yaml") from None
+
+
 @contextmanager
 def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = None) -> Iterator[Client]:
     """Open the Dask client that the cluster configuration describes.
@@ -330,11 +347,14 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
     Raises
     ------
     PcqrError
-        Bad configuration (checked before anything starts) or an unreachable scheduler.
+        Bad configuration (checked before anything starts), an unreachable scheduler, or no worker
+        within ``distributed.scheduler.no-workers-timeout``.
     """
     config = load_cluster_config(cluster_path)
     with dask.config.set(config.dask_config), ExitStack() as stack:
         client, link = _start(config, stack), None
+        quiet_expected_errors(client)  # a worker's PcqrError: pcqr's one line, no "Compute Failed" block
+        _wait_for_workers(config, client)
         with suppress(KeyError):  # a remote scheduler may have no HTTP server
             link = client.dashboard_link
         if echo is not None:
