@@ -103,8 +103,9 @@ def _record(session: Session) -> str:
 
 
 def register_session(ledger_file: str, session: Session, charged: dict[str, Any], state_dir: str) -> None:
-    """Record a new session (position zero) with the charge that pays for it; right after the charge,
-    before session.json is first written (a crash in between leaves a charge and no usable state)."""
+    """Record a new session (position zero) with the charge that pays for it (``charged["id"]``), once
+    it is trained and before its session.json is first written: a crash before this leaves a charge
+    and no session (over-charged, never free); one after it, a session with no state."""
     with Ledger(ledger_file) as ledger, ledger.transaction():
         now = _now()
         ledger.execute(
@@ -171,6 +172,8 @@ class SessionBook:
         from pipeline.state import save_session
 
         path = ledger_path(ledger_option)
+        if not os.path.exists(path):  # refused without creating an empty ledger there
+            _check_known(None, session, state_dir, path)
         ledger = Ledger(path)
         try:
             row = session_row(ledger, session.session_id)

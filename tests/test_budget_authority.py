@@ -186,7 +186,7 @@ def test_a_session_unknown_to_the_ledger_is_refused(world, capsys) -> None:
     _train(world, "state")
     other = world.root / "other.sqlite"
     _refused(capsys, [*_answer(world, "state", "log"), "--ledger", str(other)], "--ledger", "not in the ledger")
-    assert not (world.root / "log").exists()
+    assert not (world.root / "log").exists() and not other.exists()
     session_file = world.root / "state" / "session.json"
     forged = json.loads(session_file.read_text())
     forged["session_id"] = "0" * 32
