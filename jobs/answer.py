@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from jobs.common import (
-    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, privacy_options, progress,
-    wait_option,
+    allow_overlap_option, check_writable_directory, cluster_option, emit_summary, json_option, ledger_option, note,
+    privacy_options, progress, wait_option,
 )
 from jobs.train import plan_training, session_charge, session_summary, train_session
 from pipeline.cluster import learner_modules, load_cluster_config, open_client
@@ -153,6 +153,7 @@ def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
             if repaired:
                 note(repaired)
     log_dir = check_log_dir(options["log_dir"], session)
+    check_writable_directory(log_dir, "--log")  # before any charge or answer, not at the first batch
     answered = None
     if session is not None:  # verified before served: the log's whole hash chain, before anything else
         answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
