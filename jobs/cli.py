@@ -29,8 +29,9 @@ def pcqr() -> None:
       pcqr demo                                      # all of it on a local cluster
       pcqr plan --hypothesis interval --alpha 0.05 --epsilon 1 --queries-max 10000
                                                      # the sample sizes the papers require
-      pcqr learn --private data/private --public pub --hypothesis threshold --out model.json
-      pcqr release --private data/private --public pub --hypothesis threshold --out table.parquet
+      pcqr generate --rows 5000 --queries 0 --seed 7 --out pub   # public points
+      pcqr learn --private data/private --public pub/private --features x0 --hypothesis threshold --out model.json
+      pcqr release --private data/private --public pub/private --features x0 --hypothesis threshold --out table.parquet
       pcqr release-answer table.parquet --query threshold=0.3
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget

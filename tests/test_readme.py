@@ -1,16 +1,98 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README's commands run as written.
+
+* The set-up commands are the ones CI runs (.ci/run).
+* Every ``bash`` block (except those marked ``<!-- not run by tests/test_readme.py: why -->`` on the
+  line before) is a list of ``pcqr`` commands; each parses against the real command line (fast), and
+  the slow test runs them all, verbatim and in README order, in one fresh folder with its own ledger
+  and the default cluster, as a newcomer would.
+"""
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from jobs.cli import pcqr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_COMMAND = "pip install '.[test]' && pytest"
 DEMO_COMMAND = "pip install . && pcqr demo"
+SKIP = re.compile(r"<!-- not run by tests/test_readme\.py: .+ -->")
+BLOCK = re.compile(r"(?P<before>[^\n]*)\n```(?P<lang>[^\n]*)\n(?P<body>.*?)\n```", re.S)
+
+
+def _readme() -> str:
+    return open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def blocks(readme: str) -> list[tuple[str, bool, list[str]]]:
+    """Every fenced block: (language, run by this test, its command lines)."""
+    found = []
+    for match in BLOCK.finditer(readme):
+        lines = [line.strip() for line in match["body"].splitlines() if line.strip() and not line.strip().startswith("#")]
+        found.append((match["lang"].strip(), not SKIP.fullmatch(match["before"].strip()), lines))
+    return found
+
+
+def readme_commands() -> list[str]:
+    return [line for lang, run, lines in blocks(_readme()) if lang == "bash" and run for line in lines]
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = _readme()
     ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
     assert f"\n{TEST_COMMAND}\n" in readme and f"\n{DEMO_COMMAND}\n" in readme
     commands = [line for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert commands[-1].strip() == TEST_COMMAND
+
+
+def test_every_block_is_bash_and_every_skip_says_why() -> None:
+    found = blocks(_readme())
+    assert found and all(lang == "bash" for lang, _, _ in found), [lang for lang, _, _ in found]
+    skipped = [lines for _, run, lines in found if not run]
+    assert skipped == [[DEMO_COMMAND], [TEST_COMMAND]]  # only the two install commands
+    assert len(readme_commands()) >= 10
+
+
+@pytest.mark.parametrize("line", readme_commands())
+def test_each_readme_command_parses(line: str) -> None:
+    """Each command names a real subcommand with real options and every required one (no run)."""
+    argv = shlex.split(line.split(" #")[0])
+    assert argv[0] == "pcqr"
+    command: click.Command = pcqr
+    args = argv[1:]
+    while isinstance(command, click.Group):
+        assert args and args[0] in command.commands, line
+        command, args = command.commands[args[0]], args[1:]
+    command.make_context(argv[0], list(args))  # raises click's UsageError on anything unknown or missing
+
+
+def _pcqr_on_path(folder: Path) -> str:
+    """A ``pcqr`` executable that runs this checkout with this interpreter: the README's word, verbatim."""
+    script = folder / "pcqr"
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(ROOT)} exec {shlex.quote(sys.executable)} -m jobs.cli \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.mark.slow
+def test_the_readme_runs_as_written(tmp_path: Path) -> None:
+    """The whole README, in order, at its own sizes (the session: 3,000,000 rows, k = 2,500; about a
+    minute on two cores), in a new folder with a new ledger and no cluster.yaml (the default local cluster)."""
+    work, tools = tmp_path / "work", tmp_path / "bin"
+    work.mkdir()
+    tools.mkdir()
+    env = {**os.environ, "PATH": _pcqr_on_path(tools), "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
+    env.pop("DASK_PCQR__CLUSTER__BACKEND", None)
+    for line in readme_commands():
+        result = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
+        assert "Traceback" not in result.stderr and "warning" not in result.stderr, f"{line}\n{result.stderr[-3000:]}"
+    assert (work / "answers").is_dir() and (work / "model.json").is_file() and (work / "table.parquet").is_file()
