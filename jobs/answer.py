@@ -30,7 +30,7 @@ from pipeline.log import batch_files
 from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
 from pipeline.overlap import guard_public_inputs
-from pipeline.query_release import QUERY_ID, release_answers, validate_queries
+from pipeline.query_release import release_answers, validate_queries
 from pipeline.session_ledger import SessionBook
 from pipeline.state_lock import lock_state
 from pipeline.state import (
@@ -110,7 +110,8 @@ def reopen_private(session: Session) -> Dataset | None:
 @click.option("--queries", required=True, help="Query dataset (Parquet): the private features, plus query_id.")
 @click.option("--log", "log_dir", default=None, type=click.Path(file_okay=False), help="Public directory of the answered-query log.")
 @click.option("--private", default=None, help="Private labelled dataset: train a new session in --state first.")
-@click.option("--id-column", default=QUERY_ID, show_default=True, help="Query id column (row position if absent).")
+@click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
+              "else row positions; a column given here must exist.")
 @click.option("--batch-size", type=int, default=100_000, show_default=True, help="Queries per batch (one log file each).")
 @click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
 @click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
@@ -183,7 +184,7 @@ def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
         if plan is not None:
             save_models(state, ensemble)
-        session.log_dir = log_dir
+        session.log_dir = os.path.abspath(log_dir)  # the state works from any directory
         if skip == 0:
             session.input = {"uri": queries.uri, "fingerprint": input_fingerprint(queries), "rows": queries.rows, "done": 0}
         save_session(state, session)
@@ -226,4 +227,6 @@ def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
     if truth is not None:
         summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
         summary["evaluated"] = counts.evaluated
+        if counts.truth_missing:
+            summary["truth_missing"] = counts.truth_missing
     emit_summary(summary, options["as_json"])

@@ -6,6 +6,7 @@ then answers queries with it.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, ContextManager
 
@@ -171,7 +172,7 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
             "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
         },
         features=list(plan.private.features),
-        private_uri=plan.private.uri,
+        private_uri=plan.private.uri if "://" in plan.private.uri else os.path.abspath(plan.private.uri),
         private_rows=plan.private.rows,
         seed=plan.seed,
         sparse_vector=coordinator.state,

@@ -106,7 +106,7 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
             data = handle.read()
         digest = sha256(data)
         try:
-            table = pq.read_table(io.BytesIO(data), columns=[*features, "answer", "status"])
+            table = pq.read_table(io.BytesIO(data), columns=[*features, "answer", "status"], page_checksum_verification=True)
         except Exception:  # pyarrow raises several types for a file that is not what we wrote
             raise _tampered(path) from None
         recorded = (table.schema.metadata or {}).get(PREV_HASH_KEY, b"").decode(errors="replace")

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -108,7 +109,7 @@ def _list_files(uri: str, role: str) -> list[str]:
 def _open_parquet(file: str) -> pq.ParquetFile:
     fs, path = filesystem(file)
     try:
-        return pq.ParquetFile(fs.open_input_file(path))
+        return pq.ParquetFile(fs.open_input_file(path), page_checksum_verification=True)
     except (pa.ArrowInvalid, OSError) as exc:
         raise PcqrError(f"{file}: not a readable Parquet file ({exc})") from None
 
@@ -160,22 +161,52 @@ def open_dataset(
 
 
 _SINGULAR = {"queries": "query"}
+#: The query id column used when ``--id-column`` is not given and the data has it.
+QUERY_ID = "query_id"
+INT64_MAX = 2**63 - 1
+
+
+def check_id_type(schema: pa.Schema, file: str, column: str, option: str) -> None:
+    """Query ids are integers that fit int64: a string, float or other column is refused (metadata
+    only, before anything is charged); a uint64 column's values are checked by :func:`id_values`."""
+    kind = schema.field(column).type
+    if not pa.types.is_integer(kind):
+        raise PcqrError(f"{file}: {option} column {column!r} is {kind}, expected integer query ids")
+
+
+def id_values(table: pa.Table, column: str, file: str, option: str = "--id-column") -> pa.Array:
+    """The id column as int64 (runs on a worker): missing values or values beyond int64 are refused."""
+    values = table.column(column)
+    if values.null_count:
+        raise PcqrError(f"{file}: {option} column {column!r} has missing values")
+    if pa.types.is_uint64(values.type) and len(values) and pa.compute.max(values).as_py() > INT64_MAX:
+        raise PcqrError(f"{file}: {option} column {column!r} has ids above 2^63 - 1 (int64)")
+    return values.cast(pa.int64())
 
 
 def open_matching(
     uri: str, role: str, features: Sequence[str], against: str, id_column: str | None = None
 ) -> Dataset:
     """A dataset that must hold the given feature columns (those of ``against``, e.g. "the
-    private features"); ``id_column`` is used when present. Metadata is read once."""
+    private features"). ``id_column`` (``--id-column``) must exist when given; when it is None,
+    the ``query_id`` column is the id if present, else row positions are. Metadata is read once."""
     probe = open_dataset(uri, role)
-    missing = [f for f in features if f not in probe.schema.names]
+    names = probe.schema.names
+    missing = [f for f in features if f not in names]
     if missing:
         raise PcqrError(
             f"{probe.files[0]}: {_SINGULAR.get(role, role)} columns do not match {against}: missing "
             f"{', '.join(missing)} (expected: {', '.join(features)})"
         )
+    if id_column is not None and id_column not in names:
+        raise PcqrError(f"{probe.files[0]}: --id-column {id_column!r} is not a column of the {role} "
+                        f"(columns: {', '.join(names)}); omit it to number the rows")
+    ids = id_column if id_column is not None else QUERY_ID if QUERY_ID in names else None
+    if ids is not None:
+        check_id_type(probe.schema, probe.files[0], ids, "--id-column")
+        if ids in features:
+            raise PcqrError(f"{probe.files[0]}: --id-column {ids!r} is also a feature")
     chosen = _choose_features(probe.schema, probe.files[0], role, features, set())
-    ids = id_column if id_column is not None and id_column in probe.schema.names else None
     return replace(probe, features=chosen, id_column=ids)
 
 
@@ -184,6 +215,9 @@ def _choose_features(
 ) -> tuple[str, ...]:
     if features:
         for name in features:
+            if name in exclude:
+                raise PcqrError(f"{file}: --features {name!r} is the {role} dataset's label or id column, "
+                                "not a feature")
             if name not in schema.names:
                 raise PcqrError(f"{file}: {role} dataset has no feature column {name!r} (--features)")
             if not _is_numeric(schema.field(name)):
@@ -200,8 +234,12 @@ def _schema_text(schema: pa.Schema) -> str:
 
 
 def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
-    """Read one part's row groups (runs on a worker)."""
-    return _open_parquet(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
+    """Read one part's row groups (runs on a worker). Page checksums are verified where the file
+    has them; a page that fails its checksum or does not decode is a one-line error naming the file."""
+    try:
+        return _open_parquet(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
+    except (pa.ArrowException, OSError) as exc:
+        raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
 
 
 def feature_matrix(table: pa.Table, features: Sequence[str], file: str) -> np.ndarray:

@@ -8,20 +8,18 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from pipeline.data import label_vector, open_dataset, read_part
+from pipeline.data import check_id_type, id_values, label_vector, open_dataset, read_part
 from pipeline.errors import PcqrError
 
 
 def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> Callable[[np.ndarray], np.ndarray]:
     """A lookup from query ids to true labels (-1 where the truth has no such id)."""
-    dataset = open_dataset(uri, "truth", label=label, id_column=id_column, features=[id_column])
+    dataset = open_dataset(uri, "truth", id_column=id_column, features=[label])
+    check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
     ids, labels = [], []
     for part in dataset.parts(1 << 20):
         table = read_part(part, [id_column, label])
-        column = table.column(id_column)
-        if column.null_count:
-            raise PcqrError(f"{part.file}: truth column {id_column!r} has missing values")
-        ids.append(column.to_numpy(zero_copy_only=False).astype(np.int64))
+        ids.append(id_values(table, id_column, part.file, "--truth id").to_numpy())
         labels.append(label_vector(table, label, part.file))
     all_ids, all_labels = np.concatenate(ids), np.concatenate(labels)
     order = np.argsort(all_ids, kind="stable")
@@ -35,6 +33,17 @@ def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> C
         return np.where(found, all_labels[at], -1).astype(np.int64)
 
     return lookup
+
+
+def score(expected: np.ndarray, answers: np.ndarray) -> tuple[int, int, int]:
+    """Compare answers with the truth's labels (``expected``: -1 where the truth has no such id).
+
+    Returns ``(correct, covered, missing)``: accuracy is ``correct / covered``, over the answers
+    the truth covers; ``missing`` answers have no truth and are not counted either way.
+    """
+    covered = expected >= 0
+    correct = int(np.count_nonzero(expected[covered] == answers[covered]))
+    return correct, int(np.count_nonzero(covered)), int(np.count_nonzero(~covered))
 
 
 def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.ndarray, data: np.ndarray) -> float:

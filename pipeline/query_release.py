@@ -22,8 +22,9 @@ from distributed import Client, Future
 from pipeline.answered import AnsweredIndex, index_from_log, row_keys
 from pipeline.cluster import hold
 from pipeline.commit import publish, stage
-from pipeline.data import Dataset, Part, feature_matrix, read_part
+from pipeline.data import QUERY_ID, Dataset, Part, feature_matrix, id_values, read_part
 from pipeline.errors import PcqrError
+from pipeline.evaluation import score
 from pipeline.log import (
     DUPLICATE,
     RELEASED_MODEL,
@@ -40,7 +41,6 @@ from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pipeline.state import Session, save_session
 from pipeline.votes import Ensemble
 
-QUERY_ID = "query_id"
 #: The crash-safe commit of pipeline.commit. Only the overhead benchmark turns it off.
 DURABLE = True
 _SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
@@ -55,8 +55,9 @@ def query_table(part: Part, features: Sequence[str], id_column: str | None) -> t
     if id_column is None:
         ids = pa.array(np.arange(part.start, part.start + table.num_rows, dtype=np.int64))
         table = table.append_column(QUERY_ID, ids)
-    elif table.column(id_column).null_count:
-        raise PcqrError(f"{part.file}: query id column {id_column!r} has missing values")
+    else:
+        table = table.set_column(table.schema.get_field_index(id_column), id_column,
+                                 id_values(table, id_column, part.file))
     return table, X
 
 
@@ -95,7 +96,8 @@ class ReleaseCounts:
     duplicates: int = 0  # of the answered: the logged answer of an earlier identical query
     batches: int = 0
     correct: int = 0
-    evaluated: int = 0
+    evaluated: int = 0  # answered queries the truth covers
+    truth_missing: int = 0  # answered queries the truth does not cover
     halted: bool = False
 
     def add(self, status: np.ndarray, source: np.ndarray) -> None:
@@ -262,8 +264,10 @@ def release_answers(
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
-            counts.correct += int(np.count_nonzero(expected[answered] == label[answered]))
-            counts.evaluated += int(np.count_nonzero(answered))
+            correct, covered, missing = score(expected[answered], label[answered])
+            counts.correct += correct
+            counts.evaluated += covered
+            counts.truth_missing += missing
         if on_batch is not None:
             on_batch(len(status))
 

@@ -198,7 +198,7 @@ def read_answers(log_dir: str) -> pa.Table:
     Verify the log first (:func:`verify_log`): this reads whatever is there.
     """
     tables = [
-        pq.ParquetFile(path).read(columns=list(ANSWER_COLUMNS)).replace_schema_metadata(None)
+        pq.ParquetFile(path, page_checksum_verification=True).read(columns=list(ANSWER_COLUMNS)).replace_schema_metadata(None)
         for _, path in batch_files(log_dir)
     ]
     if not tables:
@@ -209,7 +209,7 @@ def read_answers(log_dir: str) -> pa.Table:
 def read_queries(log_dir: str, features: list[str]) -> Iterable[pa.Table]:
     """The logged queries batch by batch: query_id and the feature columns (public)."""
     for _, path in batch_files(log_dir):
-        yield pq.ParquetFile(path).read(columns=["query_id", *features]).replace_schema_metadata(None)
+        yield pq.ParquetFile(path, page_checksum_verification=True).read(columns=["query_id", *features]).replace_schema_metadata(None)
 
 
 def status_counts(table: pa.Table) -> dict[str, int]:

@@ -206,7 +206,7 @@ def _atomic_writer(path: str, schema: pa.Schema) -> Iterator[Callable[[dict], No
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
     try:
-        with pq.ParquetWriter(tmp, schema) as writer:
+        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as writer:
             yield lambda columns: writer.write_table(pa.table(columns, schema=schema),
                                                      row_group_size=BLOCK_ROWS)  # one per block
         os.replace(tmp, path)
