@@ -7,11 +7,16 @@
     ...
 
 Keys are option names without the leading dashes (``queries-max`` or
-``queries_max``); a flag is ``true``/``false``; a repeatable option takes a
-list. ``--set KEY=VALUE`` overrides a key from the command line.
+``queries_max``); each value has the option's type (a number for a number, a
+flag is ``true``/``false``); only a repeatable option takes a list. Relative
+paths (private, public, queries, truth, state, log, out) are relative to the
+spec file's folder. ``cluster`` and ``ledger`` are the operator's: they come from
+the command line (``--cluster``, ``--set ledger=PATH``), never from the spec file.
+``--set KEY=VALUE`` overrides a key from the command line.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -26,8 +31,22 @@ def _jobs() -> dict[str, click.Command]:
     return {m.command.name: m.command for m in (generate, train, answer, demo, plan, learn, release) if m.command.name}
 
 
-def spec_arguments(spec: dict[str, Any], command: click.Command, source: str) -> list[str]:
-    """Turn a spec's keys into the command's argument list, refusing unknown keys."""
+#: Keys that name a file or directory: a relative value is relative to the spec file's folder.
+PATH_KEYS = frozenset({"private", "public", "queries", "truth", "state", "log", "out", "into", "new-log", "model"})
+#: Keys only the operator sets (on the command line: --cluster, --set): a spec may come from someone
+#: else, and these choose which code may run (the cluster's learner allow-list, a `spec` backend's
+#: class) and which budget is charged.
+OPERATOR_KEYS = frozenset({"cluster", "ledger"})
+
+
+def spec_arguments(spec: dict[str, Any], command: click.Command, source: str,
+                   base: str | None = None, operator: frozenset[str] = frozenset()) -> list[str]:
+    """Turn a spec's keys into the command's argument list, refusing unknown keys and values whose
+    type is not the option's (a list only for a repeatable option).
+
+    ``base``: the spec file's folder, against which relative paths resolve (None: leave them).
+    ``operator``: keys that came from the operator's command line, allowed among OPERATOR_KEYS.
+    """
     options = {
         name.lstrip("-"): param
         for param in command.params
@@ -41,15 +60,48 @@ def spec_arguments(spec: dict[str, Any], command: click.Command, source: str) ->
         if param is None:
             known = ", ".join(sorted(options))
             raise PcqrError(f"{source}: unknown key {key!r} for job {command.name!r} (known: {known})")
+        if name in OPERATOR_KEYS and name not in operator:
+            raise PcqrError(f"{source}: key {key!r} cannot be set in a spec (it chooses the cluster's code or the "
+                            f"budget): pass --{name} on the command line")
         if param.is_flag:
             if not isinstance(value, bool):
                 raise PcqrError(f"{source}: key {key!r} is a flag: use true or false")
             if value:
                 args.append(f"--{name}")
             continue
-        for item in value if isinstance(value, list) else [value]:
-            args += [f"--{name}", str(item)]
+        if isinstance(value, list):
+            if not param.multiple:
+                raise PcqrError(f"{source}: key {key!r} takes one value, not a list")
+            items = value
+        else:
+            items = [value]
+        for item in items:
+            text = _scalar(item, param, f"{source}: key {key!r}")
+            if name in PATH_KEYS and base is not None and "://" not in text and not os.path.isabs(text):
+                text = os.path.normpath(os.path.join(base, os.path.expanduser(text)))
+            args += [f"--{name}", text]
     return args
+
+
+def _scalar(value: Any, param: click.Option, where: str) -> str:
+    """One YAML value as the option's text, if it has the option's type."""
+    kind = param.type
+    if value is None:
+        raise PcqrError(f"{where} has no value")
+    if isinstance(value, (list, dict)):
+        raise PcqrError(f"{where}: expected one value, got a {'list' if isinstance(value, list) else 'mapping'}")
+    if isinstance(kind, click.types.IntParamType):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PcqrError(f"{where}: expected an integer, got {value!r}")
+    elif isinstance(kind, click.types.FloatParamType):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PcqrError(f"{where}: expected a number, got {value!r}")
+    elif isinstance(kind, click.Choice):
+        if not isinstance(value, str) or value not in kind.choices:
+            raise PcqrError(f"{where}: expected one of {', '.join(map(str, kind.choices))}, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise PcqrError(f"{where}: expected text, got {value!r}")
+    return str(value)
 
 
 def load_spec(path: str) -> dict[str, Any]:
@@ -81,13 +133,22 @@ def job_arguments(
 ) -> tuple[click.Command, list[str]]:
     """The job command a spec names and its argument list, every key checked (nothing runs)."""
     spec = load_spec(spec_path)
+    operator: set[str] = set()
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise PcqrError(f"--set {item!r}: expected KEY=VALUE")
-        spec[key] = yaml.safe_load(value)
+        try:
+            spec[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise PcqrError(f"--set {item!r}: the value is not valid YAML") from None
+        name = key.replace("_", "-")
+        operator.add(name)
+        if name in PATH_KEYS and isinstance(spec[key], str) and "://" not in spec[key]:
+            spec[key] = os.path.abspath(os.path.expanduser(spec[key]))  # typed here: relative to this directory
     if cluster is not None:
         spec["cluster"] = cluster
+        operator.add("cluster")
     if as_json:
         spec["json"] = True
     job = spec.pop("job", None)
@@ -96,4 +157,5 @@ def job_arguments(
         raise PcqrError(f"{spec_path}: key 'job' must be one of {', '.join(sorted(jobs))}, got {job!r}")
     if cluster is not None and not any("--cluster" in p.opts for p in jobs[job].params if isinstance(p, click.Option)):
         raise PcqrError(f"{spec_path}: job {job!r} does not use a cluster; run it with pcqr run")
-    return jobs[job], spec_arguments(spec, jobs[job], spec_path)
+    base = os.path.dirname(os.path.abspath(spec_path))
+    return jobs[job], spec_arguments(spec, jobs[job], spec_path, base, frozenset(operator))

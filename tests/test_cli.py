@@ -120,9 +120,8 @@ def test_spec_runs_the_same_job(data, capsys, thread_cluster_yaml, tmp_path) -> 
         f"job: answer\nprivate: {data / 'private'}\nqueries: {data / 'queries'}\nstate: {data / 'state'}\n"
         f"log: {data / 'log'}\nepsilon: {MECHANICS['epsilon']}\ndelta: {MECHANICS['delta']}\n"
         f"cutoff: {MECHANICS['cutoff']}\nqueries_max: 100000\nsubsamples: {MECHANICS['subsamples']}\n"
-        f"cluster: {thread_cluster_yaml}\n"
     )
-    code, out, err = run(capsys, "run", str(spec), "--json")
+    code, out, err = run(capsys, "run", str(spec), "--json", "--cluster", thread_cluster_yaml)
     assert code == 0, err
     assert last_json(out)["answered"] > 0
     spec.write_text("job: answer\nno_such_option: 1\n")

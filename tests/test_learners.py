@@ -252,12 +252,12 @@ def test_a_job_spec_refuses_the_same(learner, params, needle, private_data, caps
     spec = private_data / "job.yaml"
     spec.write_text(
         f"job: answer\nprivate: {private_data / 'private'}\nqueries: {private_data / 'queries'}\n"
-        f"state: {private_data / 'state'}\nlog: {private_data / 'log'}\ncluster: {thread_cluster_yaml}\n"
+        f"state: {private_data / 'state'}\nlog: {private_data / 'log'}\n"
         + "".join(f"{k}: {v}\n" for k, v in MECHANICS.items())
         + f"learner: {learner}\nlearner-param: {params.format(touched=private_data / 'touched')}\n"
     )
     before = _ledger_bytes(test_ledger)
-    code, err = _cli(capsys, "run", str(spec))
+    code, err = _cli(capsys, "run", str(spec), "--cluster", thread_cluster_yaml)
     _refused(code, err, private_data, before, test_ledger, needle)
 
 
