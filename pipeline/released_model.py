@@ -42,7 +42,9 @@ def write_model(path: str, record: dict[str, Any]) -> None:
 
 
 def load_model(path: str) -> tuple[Hypothesis, list[str], dict[str, Any]]:
-    """A released model: (hypothesis, feature names, the whole record)."""
+    """A released model: (hypothesis, feature names, the whole record). Every field is checked
+    (pipeline.hypotheses.fields: finite numbers, known directions, feature indices within the
+    features); anything else is a one-line PcqrError naming the file."""
     from pipeline.hypotheses import hypothesis_from_dict
 
     try:
@@ -51,6 +53,15 @@ def load_model(path: str) -> tuple[Hypothesis, list[str], dict[str, Any]]:
         if not isinstance(model, dict) or model.get("format") != MODEL_FORMAT:
             found = model.get("format") if isinstance(model, dict) else type(model).__name__
             raise ValueError(f"format is {found!r}, expected {MODEL_FORMAT}")
-        return hypothesis_from_dict(model["hypothesis"]), list(model["features"]), model
+        hypothesis = hypothesis_from_dict(model["hypothesis"])
+        features = model["features"]
+        if not isinstance(features, list) or not all(isinstance(f, str) for f in features) \
+                or len(set(features)) != len(features):
+            raise ValueError(f"features must be a list of distinct column names, got {features!r}")
+        record = model["hypothesis"]
+        used = [record["feature"]] if "feature" in record else list(record.get("features") or [])
+        if any(i >= len(features) for i in used):
+            raise ValueError(f"the hypothesis reads feature index {max(used)}, the model has {len(features)} features")
+        return hypothesis, list(features), model
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None

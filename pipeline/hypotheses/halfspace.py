@@ -40,6 +40,7 @@ from pipeline.hypotheses.common import (
     first_distinct,
     sample_columns,
 )
+from pipeline.hypotheses.fields import index_pair, number
 
 _TOLERANCE = 1e-12
 
@@ -76,8 +77,7 @@ class HalfspaceHypothesis:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HalfspaceHypothesis:
         """Inverse of :meth:`to_dict`."""
-        f1, f2 = (int(f) for f in d["features"])
-        return cls((f1, f2), float(d["w1"]), float(d["w2"]), float(d["b"]))
+        return cls(index_pair(d, "features"), number(d, "w1", False), number(d, "w2", False), number(d, "b", False))
 
 
 class HalfspaceEnumeration(Enumeration):

@@ -29,6 +29,7 @@ from pipeline.hypotheses.common import (
     sample_columns,
     triangle_pairs,
 )
+from pipeline.hypotheses.fields import index, number
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class IntervalHypothesis:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> IntervalHypothesis:
         """Inverse of :meth:`to_dict`."""
-        return cls(int(d["feature"]), float(d["low"]), float(d["high"]))
+        return cls(index(d, "feature"), number(d, "low", False), number(d, "high", False))
 
 
 class IntervalEnumeration(Enumeration):

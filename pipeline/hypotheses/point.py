@@ -23,6 +23,7 @@ from pipeline.hypotheses.common import (
     check_labelled,
     sample_columns,
 )
+from pipeline.hypotheses.fields import index, optional_number
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ class PointHypothesis:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PointHypothesis:
         """Inverse of :meth:`to_dict`."""
-        value = d.get("value")
-        return cls(int(d["feature"]), None if value is None else float(value))
+        return cls(index(d, "feature"), optional_number(d, "value", False))
 
 
 class PointEnumeration(Enumeration):

@@ -36,6 +36,7 @@ from pipeline.hypotheses.common import (
     scoring_column,
     triangle_pairs,
 )
+from pipeline.hypotheses.fields import index_pair, number
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ class RectangleHypothesis:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RectangleHypothesis:
         """Inverse of :meth:`to_dict`."""
-        fx, fy = (int(f) for f in d["features"])
-        return cls((fx, fy), float(d["x_low"]), float(d["x_high"]), float(d["y_low"]), float(d["y_high"]))
+        return cls(index_pair(d, "features"), number(d, "x_low", False), number(d, "x_high", False), number(d, "y_low", False),
+                   number(d, "y_high", False))
 
 
 class RectangleEnumeration(Enumeration):

@@ -31,6 +31,7 @@ from pipeline.hypotheses.common import (
     json_float,
     sample_columns,
 )
+from pipeline.hypotheses.fields import direction, index, number
 
 DIRECTIONS = ("both", "up", "down")
 
@@ -60,7 +61,7 @@ class ThresholdHypothesis:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ThresholdHypothesis:
         """Inverse of :meth:`to_dict`."""
-        return cls(int(d["feature"]), float(d["threshold"]), d["direction"] == "up")
+        return cls(index(d, "feature"), number(d, "threshold", False), direction(d))
 
 
 class ThresholdEnumeration(Enumeration):
