@@ -127,6 +127,8 @@ def hypothesis_from_dict(d: dict[str, Any], models: Sequence[Any] | None = None)
     -------
     Hypothesis
     """
+    if not isinstance(d, dict):
+        raise ValueError(f"a hypothesis is a mapping of fields, got {type(d).__name__}")
     kind = d.get("class")
     if kind == "finite":
         if models is None:
