@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KilledWorker as exc:
         error(f"a task kept killing its workers and was given up ({exc}); nothing uncommitted was released; "
-              "re-running the command retries (pcqr answer resumes)")
+              "re-running the command retries (a session with committed batches resumes; a new session that "
+              "released nothing was refunded and is created again)")
         return 3
     except (NoWorkerError, NoValidWorkerError) as exc:
         error(f"{exc} (distributed.scheduler.no-workers-timeout); nothing uncommitted was released; check the "
