@@ -24,6 +24,10 @@ import click
 from jobs import answer, generate
 from jobs.common import cluster_option, emit_summary, json_option, note
 from pipeline.errors import PcqrError
+from pipeline.privacy import SubSampParameters
+from pipeline.synthetic import make_spec
+
+DELTA = 1e-6  # the demo's delta
 
 
 TABLE_ORDER = ("answered", "abstained", "refused", "duplicates", "accuracy", "evaluated", "budget_used", "cutoff",
@@ -74,6 +78,19 @@ def plain_sentences(summary: dict[str, Any], queries: int) -> list[str]:
     return lines
 
 
+def check_options(rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
+                  threshold: float | None) -> None:
+    """What generate and answer would refuse, refused before the folder is made or anything runs."""
+    if queries < 1:
+        raise PcqrError(f"--queries: must be at least 1, got {queries}")
+    make_spec("agnostic" if noise > 0 else "realizable", "threshold", rows, 5, queries, 0, noise if noise > 0 else None)
+    if noise < 0:
+        raise PcqrError(f"--noise: must be in [0, 0.5), got {noise}")
+    SubSampParameters.paper(epsilon, DELTA, cutoff, queries, 0.05, subsamples, threshold)
+    if subsamples > rows:
+        raise PcqrError(f"--subsamples {subsamples}: needs at least one of the --rows per model, got {rows} rows")
+
+
 def temporary_folder() -> str:
     """A new folder for the demo's data, state, log and ledger."""
     return tempfile.mkdtemp(prefix="pcqr-demo-")
@@ -107,6 +124,7 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
             subsamples: int, cutoff: int, threshold: float | None, cluster: str | None, as_json: bool) -> None:
     """Generate data, train, answer and summarise, on a local cluster by default, in a temporary
     folder with its own ledger (your privacy ledger is never charged)."""
+    check_options(rows, queries, noise, epsilon, subsamples, cutoff, threshold)  # one line, before anything
     work, kept = _workspace(out, keep)
     where = "kept at the end" if kept else "removed at the end (--keep keeps it)"
     note(f"demo: working in {work} with its own privacy ledger (yours is not charged); {where}")
@@ -143,7 +161,7 @@ def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subs
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),
         "--log", os.path.join(work, "log"), "--ledger", os.path.join(work, "ledger.sqlite"),
-        "--epsilon", str(epsilon), "--delta", "1e-6", "--cutoff", str(cutoff), "--queries-max", str(queries),
+        "--epsilon", str(epsilon), "--delta", str(DELTA), "--cutoff", str(cutoff), "--queries-max", str(queries),
         "--subsamples", str(subsamples), "--learner", "stump", "--json", *common,
         *(["--threshold", str(threshold)] if threshold is not None else []),
     ]

@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.common import (
-    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, split_features,
+    allow_overlap_option, check_writable_directory, check_writable_file, cluster_option, emit_summary, json_option,
+    ledger_option, note, split_features,
 )
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import feature_matrix, open_dataset, open_matching, read_part, read_public_features
+from pipeline.data import feature_matrix, id_values, open_dataset, open_matching, read_part, read_public_features
 from pipeline.errors import PcqrError
 from pipeline.ledger import charge_note, provisional_charge
 from pipeline.limits import MIN_EM_EPSILON
@@ -54,6 +55,7 @@ def learn_command(**o: Any) -> None:
 
     check_epsilon(o["epsilon"], lowest=MIN_EM_EPSILON)  # pipeline.limits
     check_fraction(o["beta"], "--beta")
+    check_writable_file(o["out"], "--out")  # before the charge, not after the release
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     public = open_matching(o["public_uri"], "public", list(private.features), "the private features")
@@ -83,7 +85,8 @@ def _predict_part(part: Any, features: list[str], id_column: str | None, hypothe
     columns = [*features] + ([id_column] if id_column else [])
     table = read_part(part, columns)
     X = feature_matrix(table, features, part.file)
-    ids = table.column(id_column) if id_column else pa.array(np.arange(part.start, part.start + table.num_rows))
+    ids = (id_values(table, id_column, part.file) if id_column
+           else pa.array(np.arange(part.start, part.start + table.num_rows)))
     return pa.table({"query_id": ids, "prediction": pa.array(hypothesis.predict(X), type=pa.int8())})
 
 
@@ -91,15 +94,17 @@ def _predict_part(part: Any, features: list[str], id_column: str | None, hypothe
 @click.argument("model_path", metavar="MODEL")
 @click.argument("queries", metavar="QUERIES")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory of Parquet predictions.")
-@click.option("--id-column", default="query_id", show_default=True, help="Query id column (row position if absent).")
+@click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
+              "else row positions; a column given here must exist.")
 @cluster_option
 @json_option
-def predict_command(model_path: str, queries: str, out: str, id_column: str, cluster: str | None, as_json: bool) -> None:
+def predict_command(model_path: str, queries: str, out: str, id_column: str | None, cluster: str | None, as_json: bool) -> None:
     """Apply a released model to queries (post-processing: no privacy cost)."""
     hypothesis, features, _ = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
     if os.path.isdir(out) and os.listdir(out):
         raise PcqrError(f"--out {out}: directory is not empty")
+    check_writable_directory(out, "--out")
     load_cluster_config(cluster)
     with open_client(cluster, echo=note) as client:
         futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=dataset.id_column,
@@ -108,7 +113,7 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str, clu
         for i, future in enumerate(futures):
             table = future.result()
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
+            pq.write_table(table, sink, write_page_checksum=True)
             write_atomic(os.path.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
             total += table.num_rows
     emit_summary({"out": out, "predictions": total, "model": model_path}, as_json)

@@ -23,13 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.common import (
-    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, progress, split_features,
+    allow_overlap_option, check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note,
+    progress, split_features,
 )
 from pipeline import __version__
 from pipeline.atomic import write_atomic
 from pipeline.cluster import load_cluster_config, open_client
 from pipeline.data import load_features, open_dataset, open_matching, read_public_features
 from pipeline.errors import PcqrError
+from pipeline.hypotheses.fields import DIRECTIONS, number
 from pipeline.ledger import charge_note, provisional_charge
 from pipeline.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
 from pipeline.mechanisms.pmw import PMWParameters
@@ -104,6 +106,7 @@ def release_command(**o: Any) -> None:
     check_epsilon_delta(o["epsilon"], o["delta"])
     check_fraction(o["alpha"], "--alpha", MIN_PMW_ALPHA)  # PMW runs at alpha/2 and beta/2 (pipeline.limits)
     check_fraction(o["beta"], "--beta", 2 * MIN_PROBABILITY)
+    check_writable_file(o["out"], "--out")  # before the charge, not after the release
     noise = noise_source(o["seed"], o["insecure_seed"])
     public = open_dataset(o["public_uri"], "public", features=split_features(o["features"]))
     features = list(public.features)
@@ -163,7 +166,7 @@ def release_command(**o: Any) -> None:
     table = _table(release, features)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, default=str).encode()})
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
     write_atomic(o["out"], sink.getvalue())
     emit_summary(summary, o["as_json"])
 
@@ -182,11 +185,13 @@ def read_release(path: str) -> tuple[pa.Table, dict[str, Any]]:
 def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """``--query``: JSON, or ``key=value,...`` (e.g. ``feature=x0,threshold=0.3,direction=up``)."""
     features = metadata["features"]
-    if text.lstrip().startswith("{"):
+    if text.lstrip()[:1] in ("{", "[", '"'):
         try:
-            query = dict(json.loads(text))
-        except (ValueError, TypeError) as exc:
+            query = json.loads(text)
+        except ValueError as exc:
             raise PcqrError(f"--query {text!r}: not valid JSON ({exc})") from None
+        if not isinstance(query, dict):
+            raise PcqrError(f"--query {text!r}: a JSON query is an object of fields, not a {type(query).__name__}")
     else:
         query = {}
         for item in filter(None, (s.strip() for s in text.split(","))):
@@ -201,8 +206,10 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
         query["feature"] = metadata["class_features"][0]
     feature = query.get("feature")
     name = feature
-    if isinstance(feature, int) or (isinstance(feature, str) and feature.isdigit()):
-        name = features[int(feature)] if int(feature) < len(features) else None
+    if (isinstance(feature, int) and not isinstance(feature, bool)) or (isinstance(feature, str) and feature.isdigit()):
+        name = features[int(feature)] if 0 <= int(feature) < len(features) else None
+    elif not isinstance(feature, str):
+        name = None
     if name not in metadata["class_features"]:
         raise PcqrError(f"--query {text!r}: feature {feature!r} is not one of the class's features "
                         f"({', '.join(metadata['class_features'])})")
@@ -213,9 +220,11 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
     for key in ("threshold", "low", "high", "value"):
         if key in query and query[key] is not None:
             try:
-                query[key] = float(query[key])
-            except ValueError:
-                raise PcqrError(f"--query {text!r}: {key} must be a number, got {query[key]!r}") from None
+                query[key] = number(query, key)
+            except ValueError as exc:
+                raise PcqrError(f"--query {text!r}: {exc}") from None
+    if query.get("direction") not in DIRECTIONS:
+        raise PcqrError(f"--query {text!r}: direction must be 'up' or 'down', got {query.get('direction')!r}")
     return query
 
 

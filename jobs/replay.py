@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any
@@ -29,12 +30,14 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, wait_option
+from jobs.common import (
+    check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
+)
 from pipeline.atomic import write_atomic
 from pipeline.errors import PcqrError
-from pipeline.evaluation import load_truth
-from pipeline.state import check_private_location
-from pipeline.state_lock import lock_state
+from pipeline.evaluation import load_truth, score
+from pipeline.state import check_private_location, has_session
+from pipeline.state_lock import LOCK_FILE, lock_state
 from pipeline.log import PROVENANCE_KEY, batch_files
 from pipeline.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 
@@ -56,14 +59,24 @@ def check_options(log: str, out: str | None, into: str | None, new_log: str | No
             raise PcqrError(f"--out {out}: is a directory; give a Parquet file path")
         if _inside(out, log):
             raise PcqrError(f"--out {out}: is inside the log {log}; write the replay elsewhere")
+        check_writable_file(out, "--out")
     if into is not None:
         check_private_location(into, [log])
         if new_log is not None and os.path.abspath(new_log) == os.path.abspath(log):
             raise PcqrError(f"--log {new_log}: is the log being replayed; the --into session writes its own log")
 
 
+def check_into(into: str) -> None:
+    """``--into`` must hold a session."""
+    if not has_session(into):
+        raise PcqrError(f"--into {into}: no session here (run 'pcqr train' first)")
+
+
 def verified(log: str, last_hash: str | None) -> LogReport:
     """The log's report, or a one-line PcqrError naming the log and the first bad batch."""
+    if last_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", last_hash):
+        raise PcqrError(f"--last-hash {last_hash!r}: expected the 64 hex digits of a SHA-256 "
+                        "(last_hash in the session's session.json)")
     report = verify_log(log, expected_last_hash=last_hash)
     if not report.ok:
         more = len(report.problems) - 1
@@ -73,16 +86,14 @@ def verified(log: str, last_hash: str | None) -> LogReport:
 
 
 def accuracy(answers: pa.Table, truth_uri: str) -> tuple[float | None, int, int]:
-    """Accuracy of the answered queries against a truth file, as ``pcqr answer --truth`` counts it
-    (an answered query missing from the truth counts as wrong): (accuracy, evaluated, missing)."""
+    """Accuracy of the answered queries against a truth file, as ``pcqr answer --truth`` counts it:
+    over the answered queries the truth covers. Returns (accuracy, evaluated, missing)."""
     lookup = load_truth(truth_uri)
     answered = answers.column("status").to_numpy(zero_copy_only=False) == "answered"
     ids = answers.column("query_id").to_numpy()[answered]
     labels = answers.column("answer").to_numpy(zero_copy_only=False)[answered]
-    expected = lookup(ids)
-    correct = int(np.count_nonzero(expected == labels))
-    evaluated = int(np.count_nonzero(answered))
-    return (correct / evaluated if evaluated else None), evaluated, int(np.count_nonzero(expected < 0))
+    correct, evaluated, missing = score(lookup(ids), labels)
+    return (correct / evaluated if evaluated else None), evaluated, missing
 
 
 def print_csv(answers: pa.Table, rows: int = 100_000) -> None:
@@ -105,7 +116,7 @@ def write_out(path: str, answers: pa.Table, report: LogReport) -> None:
         REPLAY_KEY: json.dumps(record, sort_keys=True).encode(),
     }
     sink = io.BytesIO()
-    pq.write_table(answers.replace_schema_metadata(metadata), sink, compression="zstd")
+    pq.write_table(answers.replace_schema_metadata(metadata), sink, compression="zstd", write_page_checksum=True)
     write_atomic(path, sink.getvalue())
 
 
@@ -123,7 +134,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
         try:
             for table in read_queries(log, [str(f) for f in features]):
                 if writer is None:
-                    writer = pq.ParquetWriter(queries, table.schema)
+                    writer = pq.ParquetWriter(queries, table.schema, write_page_checksum=True)
                 writer.write_table(table)
         finally:
             if writer is not None:
@@ -147,7 +158,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
     written = int(summary.get("batches", 0))
     files = batch_files(other_log)[-written:] if written else []
     theirs = pa.concat_tables(
-        [pq.ParquetFile(path).read(columns=["query_id", "answer", "status"]).replace_schema_metadata(None)
+        [pq.ParquetFile(path, page_checksum_verification=True).read(columns=["query_id", "answer", "status"]).replace_schema_metadata(None)
          for _, path in files]) if files else None
     if theirs is None or theirs.num_rows != answers.num_rows or not theirs.column("query_id").equals(
             answers.column("query_id")):
@@ -197,6 +208,8 @@ def command(log: str, out: str | None, truth: str | None, into: str | None, new_
             last_hash: str | None, ledger: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
     """Verify the public log LOG and re-serve its answers (no private data, no budget)."""
     check_options(log, out, into, new_log)
+    if into is not None and not os.path.exists(os.path.join(into, LOCK_FILE)):
+        check_into(into)  # no lock file made in a folder that holds no session
     locked = contextlib.nullcontext() if into is None else lock_state(
         into, wait, command="pcqr replay --into", option="--into")
     with locked:  # --into: that session's state is ours until the comparison is done
@@ -206,9 +219,9 @@ def command(log: str, out: str | None, truth: str | None, into: str | None, new_
 def replay(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
            last_hash: str | None, cluster: str | None, as_json: bool, ledger: str | None = None) -> None:
     """The command's work (with the --into state locked)."""
+    if into is not None:  # again with the lock held, before the log's notes: a refusal is one line
+        check_into(into)
     report = verified(log, last_hash)
-    for remark in report.notes:
-        note(remark)
     answers = read_answers(log)
     if answers.num_rows != report.queries or len(batch_files(log)) != report.batches:
         raise PcqrError(f"log {log}: changed while it was being replayed; replay it again")
@@ -231,6 +244,8 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
         summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
         if missing:
             summary["truth_missing"] = missing
+    for remark in report.notes:  # after the inputs are read: a refused command prints its error alone
+        note(remark)
     if into is not None:
         summary.update(run_into(log, report, answers, into, new_log, cluster, ledger))
     if out is not None:

@@ -66,9 +66,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _open(path: str, state_dir: str, option: str, create: bool) -> tuple[int, bool]:
-    """The lock file's descriptor, and whether the state directory was made for it (``create``)."""
-    made = create and not os.path.isdir(state_dir)
+def _missing(state_dir: str) -> list[str]:
+    """The directories ``os.makedirs(state_dir)`` would create, deepest first."""
+    missing, folder = [], os.path.abspath(state_dir)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
+def _open(path: str, state_dir: str, option: str, create: bool) -> tuple[int, list[str]]:
+    """The lock file's descriptor, and the directories made for it (``create``), deepest first."""
+    made = _missing(state_dir) if create else []
     if made:
         try:
             os.makedirs(state_dir, exist_ok=True)
@@ -82,9 +91,9 @@ def _open(path: str, state_dir: str, option: str, create: bool) -> tuple[int, bo
         raise PcqrError(f"{option} {state_dir}: cannot open its lock file {LOCK_FILE} ({exc.strerror})") from None
 
 
-def _acquire(state_dir: str, wait: bool, option: str, create: bool) -> tuple[int, bool]:
-    """A descriptor of ``DIR/lock`` holding LOCK_EX, the file still at that path; and whether
-    the state directory was made for it."""
+def _acquire(state_dir: str, wait: bool, option: str, create: bool) -> tuple[int, list[str]]:
+    """A descriptor of ``DIR/lock`` holding LOCK_EX, the file still at that path; and the
+    directories made for it, deepest first (the state directory and any missing parents)."""
     path = os.path.join(state_dir, LOCK_FILE)
     noted = False
     while True:
@@ -147,8 +156,8 @@ def lock_state(state_dir: str, wait: bool, *, create: bool = False, command: str
     create
         The command creates a session: make the directory if it is missing. Without ``create``
         a missing directory is an error. If the block fails while the directory holds nothing
-        but the lock file, the lock file (and the directory, if this call made it) is removed,
-        so a refused command leaves nothing behind.
+        but the lock file, the lock file (and the directory and its parents, if this call made
+        them) is removed, so a refused command leaves nothing behind.
     command
         What the holder is (``"pcqr answer"``), named to a refused process.
     option
@@ -189,8 +198,8 @@ def lock_state(state_dir: str, wait: bool, *, create: bool = False, command: str
         if _only_lock(state_dir):  # the command failed before writing anything: leave nothing
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(state_dir, LOCK_FILE))
-                if made:
-                    os.rmdir(state_dir)
+                for folder in made:  # the state directory, then the parents made for it
+                    os.rmdir(folder)
         raise
     finally:
         with _held_guard:
