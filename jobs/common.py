@@ -137,7 +137,8 @@ def privacy_options(func: F) -> F:
         click.option("--threshold", type=float, default=None, help="w, the stability threshold: a PRIVACY parameter (it pays for releasing the exact "
                      "majority label, delta_stab = T p1). Default: the smallest w pcqr can certify; a w that "
                      "does not fit --delta is refused with the smallest that does."),
-        click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path."),
+        click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
+                     "(sklearn., pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label)."),
