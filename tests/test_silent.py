@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jobs.run import spec_arguments
+from jobs.train import command as train_command  # imported here: its imports touch `random`, not allowed in a strategy
 from pipeline.data import open_dataset, read_part
 from pipeline.errors import PcqrError
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet, write_session_data
@@ -291,11 +293,8 @@ _KEYS = st.sampled_from(["epsilon", "delta", "cutoff", "subsamples", "learner", 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=st.dictionaries(_KEYS, _VALUES, max_size=6))
 def test_fuzz_spec_arguments(spec, tmp_path) -> None:
-    from jobs.run import spec_arguments
-    from jobs.train import command
-
     try:
-        args = spec_arguments(spec, command, "job.yaml", str(tmp_path))
+        args = spec_arguments(spec, train_command, "job.yaml", str(tmp_path))
     except PcqrError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("job.yaml: ")
         return
