@@ -26,6 +26,7 @@ from pipeline.ledger import charge_note
 from pipeline.data import Dataset, open_dataset, open_matching
 from pipeline.errors import PcqrError
 from pipeline.evaluation import load_truth
+from pipeline.limits import MAX_BATCH_SIZE
 from pipeline.log import batch_files
 from pipeline.mechanisms.universal import check_private_fingerprint
 from pipeline.noise import noise_source
@@ -136,8 +137,9 @@ def answer_session(options: dict[str, Any]) -> None:
 
 def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
     state = options["state"]
-    if options["batch_size"] < 1:
-        raise PcqrError(f"--batch-size must be at least 1, got {options['batch_size']}")
+    if not 1 <= options["batch_size"] <= MAX_BATCH_SIZE:
+        raise PcqrError(f"--batch-size must be in [1, {MAX_BATCH_SIZE:,}] (pipeline.limits: the memory of one batch), "
+                        f"got {options['batch_size']:,}")
     check_private_location(state, [options["log_dir"]])
     new_session = not has_session(state)
     if new_session and options["private"] is None:

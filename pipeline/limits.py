@@ -52,6 +52,11 @@ MAX_CUTOFF = 10**6
 #: build, 134 MB kept; that is lambda up to about 23,000.
 MAX_TAIL_ENTRIES = 1 << 23
 
+#: --batch-size: one batch is read by a worker, voted on, and held by the driver's coordinator with
+#: its votes, row keys and log columns (about 8 bytes per feature plus ~40 per query): 10^7 queries of
+#: a few features stay well under MEMORY_BOUND per batch, and one log file per batch stays readable.
+MAX_BATCH_SIZE = 10**7
+
 #: --subsamples (k): the driver holds the k models (a stump about 0.8 kB, a small scikit-learn
 #: model about 1.4 kB) and one window of k + 1 tail entries per instance: about 1 GiB at 10^6.
 MAX_SUBSAMPLES = 10**6

@@ -172,6 +172,7 @@ CASES = [
     case("answer-queries-nonexistent", ANSWER.replace("{queries2}", "{root}/nothing"), "nothing"),
     case("answer-no-session", "answer --state {new}/st --queries {queries} --log {new}/log", "--state"),
     case("answer-batch-size-zero", ANSWER + " --batch-size 0", "--batch-size"),
+    case("answer-batch-size-huge", ANSWER + " --batch-size 100000000000", "--batch-size must be in [1, 10,000,000]"),
     case("answer-fallback-label", ANSWER + " --fallback-label 2", "'--fallback-label'"),
     case("answer-log-other", ANSWER.replace("{log}", "{new}/log"), "--log"),
     case("answer-log-under-file", ONE_SHOT.replace("{new}/log", "{afile}/log"), "--log", "afile"),
