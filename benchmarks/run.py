@@ -45,7 +45,7 @@ CLUSTER_YAML = "pcqr: {cluster: {backend: local, n-workers: 2, threads-per-worke
 SUBPROCESS_TIMEOUT = 3600
 
 # Runs one `pcqr ...` command in a fresh Python process (the same entry point as the
-# `pcqr` script: jobs.cli.main), times pieces of it by wrapping functions at run time
+# `pcqr` script: pcqr.jobs.cli.main), times pieces of it by wrapping functions at run time
 # (no project file is changed), and writes, after the command returns, its own peak
 # RSS (RUSAGE_SELF: this process only) and the largest peak RSS among its terminated,
 # waited-for descendants (RUSAGE_CHILDREN: the Dask worker processes) to a JSON file.
@@ -69,21 +69,21 @@ def timed(owner, name, key, only_inside=False):
     setattr(owner, name, wrapper)
 
 import distributed
-import jobs.answer
-import pipeline.noise as noise
-import pipeline.query_release as qr
-import pipeline.sparse_vector as sv
-release = jobs.answer.release_answers
+import pcqr.jobs.answer
+import pcqr.pipeline.privacy.noise as noise
+import pcqr.pipeline.session.query_release as qr
+import pcqr.pipeline.session.sparse_vector as sv
+release = pcqr.jobs.answer.release_answers
 def release_answers(*args, **kwargs):
     inside.append(True)
     try:
         return release(*args, **kwargs)
     finally:
         inside.pop()
-jobs.answer.release_answers = release_answers
-timed(jobs.answer, "release_answers", "release_answers")
-timed(jobs.answer, "validate_queries", "validate_queries")
-timed(jobs.answer, "load_models", "load_models")
+pcqr.jobs.answer.release_answers = release_answers
+timed(pcqr.jobs.answer, "release_answers", "release_answers")
+timed(pcqr.jobs.answer, "validate_queries", "validate_queries")
+timed(pcqr.jobs.answer, "load_models", "load_models")
 def vmhwm_kb():
     with open("/proc/self/status") as status:
         for line in status:
@@ -109,10 +109,10 @@ timed(distributed.Future, "result", "wait_for_votes", only_inside=True)
 timed(distributed.Client, "scatter", "scatter_models", only_inside=True)
 for name in ("batch_table", "encode_batch", "append_batch", "save_session"):
     timed(qr, name, name)
-import jobs.train  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and training on S_hat
-timed(jobs.train, "_relabel", "relabel")
-timed(jobs.train, "train_models_on", "train_models_on_resampled")
-timed(jobs.answer, "train_session", "train_session")  # imported by name there
+import pcqr.jobs.train  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and training on S_hat
+timed(pcqr.jobs.train, "_relabel", "relabel")
+timed(pcqr.jobs.train, "train_models_on", "train_models_on_resampled")
+timed(pcqr.jobs.answer, "train_session", "train_session")  # imported by name there
 import contextlib, os
 if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's baseline
     qr.DURABLE = False  # log batch written straight after the session save (no pending copy)
@@ -129,9 +129,9 @@ if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's b
     @contextlib.contextmanager
     def no_charge(*args, **kwargs):
         yield NoCharge()
-    jobs.train.session_charge = no_charge
-    jobs.answer.session_charge = no_charge
-from jobs.cli import main
+    pcqr.jobs.train.session_charge = no_charge
+    pcqr.jobs.answer.session_charge = no_charge
+from pcqr.jobs.cli import main
 started = time.perf_counter()
 rc = main(argv)
 seconds = time.perf_counter() - started
@@ -208,7 +208,7 @@ def last_json(stdout: str) -> dict[str, Any]:
 
 def pcqr(work: Path, label: str, *args: str) -> tuple[float, dict[str, Any]]:
     """``pcqr ARGS --json`` as a subprocess; (wall seconds, its JSON summary)."""
-    seconds, stdout = run_command([sys.executable, "-m", "jobs.cli", *args, "--json"], work, label)
+    seconds, stdout = run_command([sys.executable, "-m", "pcqr.jobs.cli", *args, "--json"], work, label)
     return seconds, last_json(stdout)
 
 
@@ -335,7 +335,7 @@ def stable_queries(work: Path, margin: float = STABLE_MARGIN) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.synthetic import read_concept
+    from pcqr.pipeline.data.synthetic import read_concept
 
     concept = read_concept(str(sorted((work / "data" / "private").glob("*.parquet"))[0]))
     out = work / "data" / "stable-queries"
@@ -362,8 +362,8 @@ def _coordinator_regime(params: Any, ones: Any, k: int, batch_sizes: tuple[int, 
     """Time SparseVector.process over ``ones`` in each batch size (secure noise)."""
     import numpy as np
 
-    from pipeline.noise import SecureNoise
-    from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+    from pcqr.pipeline.privacy.noise import SecureNoise
+    from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 
     total, out = int(ones.size), {}
     for batch in batch_sizes:
@@ -405,9 +405,9 @@ def bench_coordinator(quick: bool) -> dict[str, Any]:
     query abstains until the T-th)."""
     import numpy as np
 
-    from pipeline import sparse_vector
-    from pipeline.noise import DiscreteLaplaceTail, SecureNoise
-    from pipeline.privacy import SubSampParameters
+    from pcqr.pipeline.session import sparse_vector
+    from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, SecureNoise
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
     total = 2 * 10**5 if quick else 10**7
     batch_sizes = (10**4, 10**5) if quick else (10**5, 10**6)
@@ -531,7 +531,7 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
         "answer_queries_per_second_wall": rate(queries, answer_s),
         "answer_in_process_seconds": release,
         "answer_queries_per_second_in_process": rate(queries, release),
-        "in_process_how": "time inside pipeline.query_release.release_answers (after cluster start, "
+        "in_process_how": "time inside pcqr.pipeline.session.query_release.release_answers (after cluster start, "
         "model load and the validation pass)",
         "coordinator_seconds": coordinator,
         "coordinator_share_of_in_process": coordinator / release if release else None,
@@ -580,9 +580,9 @@ def _task_breakdown(events: list[dict[str, Any]]) -> dict[str, float]:
 def bench_training_speedup(quick: bool) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
-    from pipeline.data import open_dataset
-    from pipeline.learners import LearnerSpec
-    from pipeline.subsample import train_models
+    from pcqr.pipeline.data.datasets import open_dataset
+    from pcqr.pipeline.models.learners import LearnerSpec
+    from pcqr.pipeline.models.subsample import train_models
 
     rows, features, k = (200_000, 10, 200) if quick else (2_000_000, 10, 200)
     repeats = 5
@@ -593,7 +593,7 @@ def bench_training_speedup(quick: bool) -> dict[str, Any]:
         "subsamples_k": k,
         "learner": learner.name + " (default parameters)",
         "repeats": repeats,
-        "how": "pipeline.subsample.train_models on a LocalCluster(n_workers=N, threads_per_worker=1, "
+        "how": "pcqr.pipeline.models.subsample.train_models on a LocalCluster(n_workers=N, threads_per_worker=1, "
         "processes), same data, after one warm-up training (k=20) per cluster; median of the repeats",
         "workers": {},
         "aim_speedup": 1.7,
@@ -760,9 +760,9 @@ def _agnostic_run(rows: int, k: int) -> dict[str, Any]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from pipeline.hypotheses import hypothesis_from_dict
-    from pipeline.privacy import SubSampParameters
-    from pipeline.synthetic import read_concept
+    from pcqr.pipeline.hypotheses import hypothesis_from_dict
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+    from pcqr.pipeline.data.synthetic import read_concept
 
     queries, features, noise = 1000, 1, 0.1
     options = [*AGNOSTIC_OPTIONS, "--queries-max", str(queries), "--subsamples", str(k)]
@@ -866,7 +866,7 @@ def _stump_sample(n: int, features: int, noise: float, seed: int) -> tuple[Any, 
 
 
 def _enumerate(name: str, features: int, data: tuple[Any, Any]) -> Any:
-    from pipeline.hypotheses import make_class
+    from pcqr.pipeline.hypotheses import make_class
 
     return make_class(name, features).enumerate(data[0])
 
@@ -912,8 +912,8 @@ def bench_relabel_stumps(quick: bool) -> dict[str, Any]:
     from distributed import Client, LocalCluster
     from distributed import wait as distributed_wait
 
-    from pipeline.mechanisms.exponential import select_hypothesis
-    from pipeline.noise import SecureNoise
+    from pcqr.pipeline.mechanisms.exponential import select_hypothesis
+    from pcqr.pipeline.privacy.noise import SecureNoise
 
     import math
 
@@ -1013,8 +1013,8 @@ def _interval_sample(u: int, n: int, seed: int) -> tuple[Any, Any]:
 def bench_sharded_em(quick: bool) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
-    from pipeline.mechanisms.exponential import select_hypothesis
-    from pipeline.noise import SecureNoise
+    from pcqr.pipeline.mechanisms.exponential import select_hypothesis
+    from pcqr.pipeline.privacy.noise import SecureNoise
 
     # quick: shards of 2^18 so that each worker still gets several shards
     u, n, repeats = (1500 if quick else 4500), 10**5, 3
@@ -1079,9 +1079,9 @@ def bench_sspp_intervals(quick: bool) -> dict[str, Any]:
     import numpy as np
     from distributed import Client, LocalCluster
 
-    from pipeline.hypotheses import make_class
-    from pipeline.mechanisms.sspp import semi_private_learner
-    from pipeline.noise import SecureNoise
+    from pcqr.pipeline.hypotheses import make_class
+    from pcqr.pipeline.mechanisms.sspp import semi_private_learner
+    from pcqr.pipeline.privacy.noise import SecureNoise
 
     u, n, parts, repeats = (600, 10**5, 2, 3) if quick else (2000, 10**6, 2, 3)
     public = np.random.default_rng(1).normal(size=(u, 1))
@@ -1121,8 +1121,8 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.evaluation import max_threshold_error
-    from pipeline.mechanisms.pap import public_key
+    from pcqr.pipeline.session.evaluation import max_threshold_error
+    from pcqr.pipeline.mechanisms.pap import public_key
 
     n_pub, n = (1000, 10**5) if quick else (4000, 10**6)
     result: dict[str, Any] = {
@@ -1130,7 +1130,7 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
         "how": "public x ~ N(0,1); private x ~ N(shift, 1); pcqr release --hypothesis threshold --epsilon 1 "
         "--delta 1e-6 --alpha A --beta 0.05 on the local 2-worker cluster; max_error = sup over all "
         "thresholds t and both directions of |answer(projection of h_t) - fraction of private rows h_t "
-        "labels 1| (exact, pipeline.evaluation.max_threshold_error); public_only_error = the same for the "
+        "labels 1| (exact, pcqr.pipeline.session.evaluation.max_threshold_error); public_only_error = the same for the "
         "answers the public data alone gives (PMW's uniform start on X_tilde)",
         "settings": {},
     }

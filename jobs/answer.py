@@ -14,28 +14,28 @@ from typing import Any
 
 import click
 
-from jobs.common import (
+from pcqr.jobs.common import (
     allow_overlap_option, check_writable_directory, cluster_option, emit_summary, json_option, ledger_option, note,
     privacy_options, progress, wait_option,
 )
-from jobs.train import plan_training, session_charge, session_summary, train_session
-from pipeline.cluster import learner_modules, load_cluster_config, open_client
-from pipeline.answered import index_from_log
-from pipeline.commit import recover
-from pipeline.ledger import charge_note
-from pipeline.data import Dataset, open_dataset, open_matching
-from pipeline.errors import PcqrError
-from pipeline.evaluation import load_truth
-from pipeline.limits import MAX_BATCH_SIZE
-from pipeline.log import batch_files
-from pipeline.mechanisms.universal import check_private_fingerprint
-from pipeline.noise import noise_source
-from pipeline.overlap import guard_public_inputs
-from pipeline.query_release import release_answers, validate_queries
-from pipeline.session_ledger import SessionBook
-from pipeline.state_lock import lock_state
-from pipeline.state import (
-    Session,
+from pcqr.jobs.train import plan_training, session_charge, session_summary, train_session
+from pcqr.pipeline.data.cluster import learner_modules, load_cluster_config, open_client
+from pcqr.pipeline.session.answered import index_from_log
+from pcqr.pipeline.session.commit import recover
+from pcqr.pipeline.budget.ledger import charge_note
+from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.evaluation import load_truth
+from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
+from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
+from pcqr.pipeline.privacy.noise import noise_source
+from pcqr.pipeline.budget.overlap import guard_public_inputs
+from pcqr.pipeline.session.query_release import release_answers, validate_queries
+from pcqr.pipeline.session.book import SessionBook
+from pcqr.pipeline.session.state_lock import lock_state
+from pcqr.pipeline.session.state import (
+    SessionState,
     check_private_location,
     has_session,
     load_models,
@@ -45,7 +45,7 @@ from pipeline.state import (
 )
 
 
-def check_log_dir(log_dir: str | None, session: Session | None) -> str:
+def check_log_dir(log_dir: str | None, session: SessionState | None) -> str:
     """The log directory this run appends to: a new session's must be empty, an old one's its own."""
     stored = session.log_dir if session is not None else None
     written = session.next_batch if session is not None else 0
@@ -70,7 +70,7 @@ def input_fingerprint(queries: Dataset) -> str:
     return hashlib.sha256(described.encode()).hexdigest()
 
 
-def resume_point(session: Session | None, queries: Dataset) -> int:
+def resume_point(session: SessionState | None, queries: Dataset) -> int:
     """Rows of ``queries`` an earlier run of this session already committed (0 for a new input).
 
     Re-running a command that was interrupted continues after its last committed batch, so no
@@ -90,7 +90,7 @@ def resume_point(session: Session | None, queries: Dataset) -> int:
     return done
 
 
-def reopen_private(session: Session) -> Dataset | None:
+def reopen_private(session: SessionState) -> Dataset | None:
     """Universal mode before its switch: the private dataset A_SSPP will read (metadata only here;
     its contents are checked against the session's fingerprint once the cluster is up)."""
     if session.universal is None or session.released is not None:
@@ -138,7 +138,7 @@ def answer_session(options: dict[str, Any]) -> None:
 def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
     state = options["state"]
     if not 1 <= options["batch_size"] <= MAX_BATCH_SIZE:
-        raise PcqrError(f"--batch-size must be in [1, {MAX_BATCH_SIZE:,}] (pipeline.limits: the memory of one batch), "
+        raise PcqrError(f"--batch-size must be in [1, {MAX_BATCH_SIZE:,}] (pcqr.pipeline.privacy.limits: the memory of one batch), "
                         f"got {options['batch_size']:,}")
     check_private_location(state, [options["log_dir"]])
     new_session = not has_session(state)
@@ -223,7 +223,7 @@ def _answer(options: dict[str, Any], held: contextlib.ExitStack) -> None:
     if options["allow_private_overlap"]:
         summary["allow_private_overlap"] = True
     if session.released is not None:
-        from pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+        from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
 
         summary["released_model"] = os.path.join(log_dir, RELEASED_MODEL_FILE)
     if truth is not None:

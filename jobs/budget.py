@@ -1,12 +1,12 @@
 """``pcqr budget set`` and ``pcqr budget show``: the privacy budget of a private dataset.
 
-The budget lives in the ledger (:mod:`pipeline.ledger`): ``set`` records the total (eps, delta)
+The budget lives in the ledger (:mod:`pcqr.pipeline.budget.ledger`): ``set`` records the total (eps, delta)
 that every job reading DATASET may spend together under basic composition; ``show`` lists every
 charge (job, time, eps, delta, parameters), the budget and the total spent. DATASET is the
-private dataset's path or URI -- known by the identity of its decoded rows (pipeline.fingerprint:
+private dataset's path or URI -- known by the identity of its decoded rows (pcqr.pipeline.budget.fingerprint:
 independent of file names, splitting, order and compression; hashed once per file and cached in
 the ledger) -- or a name given earlier with ``set --name``. ``set`` registers the dataset's row
-sketch, so that data overlapping it is charged to it as well (pipeline.overlap); ``show`` lists
+sketch, so that data overlapping it is charged to it as well (pcqr.pipeline.budget.overlap); ``show`` lists
 the registered datasets it overlaps.
 """
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from jobs.common import emit_summary, json_option, ledger_option, note
-from pipeline.cluster import open_client
-from pipeline.data import open_dataset
-from pipeline.errors import PcqrError
-from pipeline.fingerprint import Fingerprint, fingerprint_dataset
-from pipeline.ledger import Ledger, ledger_path, pair
-from pipeline.overlap import ROWS, Relation, describe, register, related_identities
-from pipeline.privacy import check_epsilon
+from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
+from pcqr.pipeline.data.cluster import open_client
+from pcqr.pipeline.data.datasets import open_dataset
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.fingerprint import Fingerprint, fingerprint_dataset
+from pcqr.pipeline.budget.ledger import Ledger, ledger_path, pair
+from pcqr.pipeline.budget.overlap import ROWS, Relation, describe, register, related_identities
+from pcqr.pipeline.privacy.subsamp import check_epsilon
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -8,9 +8,9 @@ from typing import Any
 import click
 from distributed.scheduler import KilledWorker, NoValidWorkerError, NoWorkerError
 
-from jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
-from pipeline import __version__
-from pipeline.errors import PcqrError
+from pcqr.jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
+from pcqr.pipeline import __version__
+from pcqr.pipeline.errors import PcqrError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -8,7 +8,7 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from pipeline.errors import PcqrError
+from pcqr.pipeline.errors import PcqrError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,7 +138,7 @@ def privacy_options(func: F) -> F:
                      "majority label, delta_stab = T p1). Default: the smallest w pcqr can certify; a w that "
                      "does not fit --delta is refused with the smallest that does."),
         click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
-                     "(sklearn., pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
+                     "(sklearn., pcqr.pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label)."),

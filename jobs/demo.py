@@ -21,11 +21,11 @@ from typing import Any
 
 import click
 
-from jobs import answer, generate
-from jobs.common import cluster_option, emit_summary, json_option, note
-from pipeline.errors import PcqrError
-from pipeline.privacy import SubSampParameters
-from pipeline.synthetic import make_spec
+from pcqr.jobs import answer, generate
+from pcqr.jobs.common import cluster_option, emit_summary, json_option, note
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.data.synthetic import make_spec
 
 DELTA = 1e-6  # the demo's delta
 

@@ -1,6 +1,6 @@
 """``pcqr generate``: write a synthetic private set, queries and their true labels.
 
-The logic lives in :mod:`pipeline.synthetic`; this module only parses options,
+The logic lives in :mod:`pcqr.pipeline.data.synthetic`; this module only parses options,
 opens the cluster, shows progress and prints the summary.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Callable, Iterator
 
 import click
 
-from jobs.common import cluster_option, emit_summary, json_option, note, progress_enabled
-from pipeline.cluster import open_client
-from pipeline.synthetic import (
+from pcqr.jobs.common import cluster_option, emit_summary, json_option, note, progress_enabled
+from pcqr.pipeline.data.cluster import open_client
+from pcqr.pipeline.data.synthetic import (
     CONCEPTS, DEFAULT_NOISE, DEFAULT_ROWS_PER_FILE, KINDS, check_out, make_spec, plan_parts,
     write_dataset,
 )

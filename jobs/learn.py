@@ -3,7 +3,7 @@
 
 The released model is a small JSON file: the hypothesis class and its parameters,
 the feature names, and the provenance. It is public and loadable without any of
-pcqr's private state (:mod:`pipeline.released_model`).
+pcqr's private state (:mod:`pcqr.pipeline.models.released`).
 """
 from __future__ import annotations
 
@@ -15,19 +15,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import (
+from pcqr.jobs.common import (
     allow_overlap_option, check_writable_directory, check_writable_file, cluster_option, emit_summary, json_option,
     ledger_option, note, split_features,
 )
-from pipeline.atomic import write_atomic
-from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import feature_matrix, id_values, open_dataset, open_matching, read_part, read_public_features
-from pipeline.errors import PcqrError
-from pipeline.ledger import charge_note, provisional_charge
-from pipeline.limits import MIN_EM_EPSILON
-from pipeline.privacy import check_epsilon, check_fraction
-from pipeline.released_model import load_model, write_model
-from pipeline.subsample import PART_ROWS
+from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+from pcqr.pipeline.data.datasets import feature_matrix, id_values, open_dataset, open_matching, read_part, read_public_features
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
+from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction
+from pcqr.pipeline.models.released import load_model, write_model
+from pcqr.pipeline.models.subsample import PART_ROWS
 
 @click.command("learn")
 @click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
@@ -48,12 +48,12 @@ def learn_command(**o: Any) -> None:
     """Release h_priv = A_SSPP(private, public): the cover from public points, the
     exponential mechanism on the private rows ((eps, delta_EM)-DP: ABM19, Lemma 3.2 of
     papers/004, plus the sampler's delta_EM, tiny; see pipeline/mechanisms/sspp.py)."""
-    from pipeline.hypotheses import check_enumerable, make_class
-    from pipeline.mechanisms.sspp import certificate, release_classifier
-    from pipeline.noise import noise_source
-    from pipeline.overlap import guard_public_inputs
+    from pcqr.pipeline.hypotheses import check_enumerable, make_class
+    from pcqr.pipeline.mechanisms.sspp import certificate, release_classifier
+    from pcqr.pipeline.privacy.noise import noise_source
+    from pcqr.pipeline.budget.overlap import guard_public_inputs
 
-    check_epsilon(o["epsilon"], lowest=MIN_EM_EPSILON)  # pipeline.limits
+    check_epsilon(o["epsilon"], lowest=MIN_EM_EPSILON)  # pcqr.pipeline.privacy.limits
     check_fraction(o["beta"], "--beta")
     check_writable_file(o["out"], "--out")  # before the charge, not after the release
     noise = noise_source(o["seed"], o["insecure_seed"])

@@ -1,8 +1,8 @@
 """``pcqr plan``: the private sample sizes the papers' results require, and their parameters.
 
-The formulas live in :mod:`pipeline.planner`; this module maps class names to VC
+The formulas live in :mod:`pcqr.pipeline.privacy.planner`; this module maps class names to VC
 dimensions, checks the options and prints the plan (a table, or one JSON object). Every option
-has a stated range (pipeline.limits), checked before anything is computed; sizes beyond a float
+has a stated range (pcqr.pipeline.privacy.limits), checked before anything is computed; sizes beyond a float
 are printed as strings ("1.23e+456").
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from jobs.common import emit_summary, json_option
-from pipeline.errors import PcqrError
-from pipeline.limits import check_overrides
-from pipeline.planner import TABLE_EPSILONS, check_inputs, plan, rows_needed, stump_vc
-from pipeline.privacy import SubSampParameters
+from pcqr.jobs.common import emit_summary, json_option
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import check_overrides
+from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, plan, rows_needed, stump_vc
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 # VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
 # ``--learner threshold`` fits both directions, VC 2: plan it with --vc 2. halfspace: in R^2.
@@ -98,7 +98,7 @@ def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float,
                        queries_max: int | None, beta: float, subsamples: int | None, as_json: bool) -> None:
     """``plan --rows-per-model R``: the private rows A_SubSamp needs per eps."""
     m = 10_000 if queries_max is None else queries_max
-    check_overrides(subsamples, None)  # up front, like every other option (pipeline.limits)
+    check_overrides(subsamples, None)  # up front, like every other option (pcqr.pipeline.privacy.limits)
     epsilons = sorted({*TABLE_EPSILONS, *([epsilon] if epsilon is not None else [])})
     table = rows_needed(epsilons, delta, cutoff, m, beta, rows_per_model)
     inputs = {"rows_per_model": rows_per_model, "delta": delta, "cutoff": cutoff, "queries_max": m, "beta": beta}

@@ -22,20 +22,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.common import (
+from pcqr.jobs.common import (
     allow_overlap_option, check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note,
     progress, split_features,
 )
-from pipeline import __version__
-from pipeline.atomic import write_atomic
-from pipeline.cluster import load_cluster_config, open_client
-from pipeline.data import load_features, open_dataset, open_matching, read_public_features
-from pipeline.errors import PcqrError
-from pipeline.hypotheses.fields import DIRECTIONS, number
-from pipeline.ledger import charge_note, provisional_charge
-from pipeline.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
-from pipeline.mechanisms.pmw import PMWParameters
-from pipeline.privacy import check_epsilon_delta, check_fraction
+from pcqr.pipeline import __version__
+from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+from pcqr.pipeline.data.datasets import load_features, open_dataset, open_matching, read_public_features
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses.fields import DIRECTIONS, number
+from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.privacy.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
+from pcqr.pipeline.mechanisms.pmw import PMWParameters
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
 TABLE_FORMAT = "pcqr.query-release/1"
 METADATA_KEY = b"pcqr.release"
@@ -96,15 +96,15 @@ def release_command(**o: Any) -> None:
     """Release answers to every counting query of a class (A_PAP of Bassily et al. 2020): the cover
     and the representative domain from the public data, then private multiplicative weights
     (Dwork-Roth 4.2) on the private rows mapped to representatives. (eps, delta)-DP."""
-    from pipeline.hypotheses import check_enumerable, make_class
-    from pipeline.hypotheses.representatives import representative_domain
-    from pipeline.mechanisms.pap import release_queries
-    from pipeline.mechanisms.sspp import cover_radius
-    from pipeline.noise import noise_source
-    from pipeline.overlap import guard_public_inputs
+    from pcqr.pipeline.hypotheses import check_enumerable, make_class
+    from pcqr.pipeline.hypotheses.representatives import representative_domain
+    from pcqr.pipeline.mechanisms.pap import release_queries
+    from pcqr.pipeline.mechanisms.sspp import cover_radius
+    from pcqr.pipeline.privacy.noise import noise_source
+    from pcqr.pipeline.budget.overlap import guard_public_inputs
 
     check_epsilon_delta(o["epsilon"], o["delta"])
-    check_fraction(o["alpha"], "--alpha", MIN_PMW_ALPHA)  # PMW runs at alpha/2 and beta/2 (pipeline.limits)
+    check_fraction(o["alpha"], "--alpha", MIN_PMW_ALPHA)  # PMW runs at alpha/2 and beta/2 (pcqr.pipeline.privacy.limits)
     check_fraction(o["beta"], "--beta", 2 * MIN_PROBABILITY)
     check_writable_file(o["out"], "--out")  # before the charge, not after the release
     noise = noise_source(o["seed"], o["insecure_seed"])
@@ -239,9 +239,9 @@ def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri
     """Answer queries of the class from a released table: each query is projected onto the cover
     (the member labelling the public points alike) and gets that member's answer. Post-processing:
     no private data, no privacy cost."""
-    from pipeline.hypotheses import hypothesis_from_dict, make_class
-    from pipeline.hypotheses.representatives import representative_domain
-    from pipeline.mechanisms.pap import public_cells, public_key
+    from pcqr.pipeline.hypotheses import hypothesis_from_dict, make_class
+    from pcqr.pipeline.hypotheses.representatives import representative_domain
+    from pcqr.pipeline.mechanisms.pap import public_cells, public_key
 
     table, metadata = read_release(table_path)
     parsed = [parse_query(q, metadata) for q in queries]

@@ -1,7 +1,7 @@
 """``pcqr replay LOG``: verify a public answered-query log and re-serve its answers.
 
 Reads the log only: no private data, no private state, no budget. The log is
-verified first (:func:`pipeline.replay.verify_log`: contiguous batches, Parquet,
+verified first (:func:`pcqr.pipeline.session.replay.verify_log`: contiguous batches, Parquet,
 hash chain, batch numbers, provenance); on any problem the command stops with
 one line naming the log and the first bad batch, and writes nothing. Then
 
@@ -30,16 +30,16 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from jobs.common import (
+from pcqr.jobs.common import (
     check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
 )
-from pipeline.atomic import write_atomic
-from pipeline.errors import PcqrError
-from pipeline.evaluation import load_truth, score
-from pipeline.state import check_private_location, has_session
-from pipeline.state_lock import LOCK_FILE, lock_state
-from pipeline.log import PROVENANCE_KEY, batch_files
-from pipeline.replay import LogReport, read_answers, read_queries, status_counts, verify_log
+from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.evaluation import load_truth, score
+from pcqr.pipeline.session.state import check_private_location, has_session
+from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
+from pcqr.pipeline.session.log import PROVENANCE_KEY, batch_files
+from pcqr.pipeline.session.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 
 REPLAY_KEY = b"pcqr.replay"
 CSV_COLUMNS = ["query_id", "answer", "status", "source"]
@@ -147,7 +147,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
         if ledger is not None:
             args += ["--ledger", ledger]
         note(f"replaying {report.queries} queries of {log} into the session in {into} (spends its budget)")
-        from jobs.answer import command as answer_command
+        from pcqr.jobs.answer import command as answer_command
 
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):

@@ -22,11 +22,11 @@ from typing import Any
 import click
 import yaml
 
-from pipeline.errors import PcqrError
+from pcqr.pipeline.errors import PcqrError
 
 
 def _jobs() -> dict[str, click.Command]:
-    from jobs import answer, demo, generate, learn, plan, release, train
+    from pcqr.jobs import answer, demo, generate, learn, plan, release, train
 
     return {m.command.name: m.command for m in (generate, train, answer, demo, plan, learn, release) if m.command.name}
 

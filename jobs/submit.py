@@ -22,10 +22,10 @@ import click
 import dask.config
 from dask.utils import parse_timedelta
 
-from jobs import run
-from jobs.common import json_option, note
-from pipeline.cluster import ClusterConfig, load_cluster_config
-from pipeline.errors import PcqrError
+from pcqr.jobs import run
+from pcqr.jobs.common import json_option, note
+from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config
+from pcqr.pipeline.errors import PcqrError
 
 REMOTE_BACKENDS = ("address", "scheduler-file", "spec")
 

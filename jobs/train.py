@@ -12,7 +12,7 @@ from typing import Any, ContextManager
 
 import click
 
-from jobs.common import (
+from pcqr.jobs.common import (
     cluster_option,
     emit_summary,
     json_option,
@@ -23,21 +23,21 @@ from jobs.common import (
     split_features,
     wait_option,
 )
-from pipeline.cluster import learner_modules, load_cluster_config, open_client
-from pipeline.data import Dataset, open_dataset
-from pipeline.errors import PcqrError
-from pipeline.learners import LearnerSpec, parse_learner_params
-from pipeline.model_store import check_storable
-from pipeline.limits import check_training_size
-from pipeline.noise import NoiseSource, noise_source
-from pipeline.privacy import SubSampParameters
-from pipeline.session_ledger import NewSession, new_session
-from pipeline.sparse_vector import SparseVector
-from pipeline.state import Session, has_session
-from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
-from pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
-from pipeline.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
-from pipeline.votes import Ensemble
+from pcqr.pipeline.data.cluster import learner_modules, load_cluster_config, open_client
+from pcqr.pipeline.data.datasets import Dataset, open_dataset
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+from pcqr.pipeline.models.store import check_storable
+from pcqr.pipeline.privacy.limits import check_training_size
+from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.book import NewSession, new_session
+from pcqr.pipeline.session.sparse_vector import SparseVector
+from pcqr.pipeline.session.state import SessionState, has_session
+from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pcqr.pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
+from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
+from pcqr.pipeline.models.votes import Ensemble
 
 
 @dataclass
@@ -89,7 +89,7 @@ def warn_if_useless(params: SubSampParameters) -> None:
 def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
     """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns.
     A_UnvPrivCl (universal): the same for the first m' queries at eps / 2 (Algorithm 4)."""
-    from pipeline.hypotheses import ThresholdClass, check_enumerable, make_class
+    from pcqr.pipeline.hypotheses import ThresholdClass, check_enumerable, make_class
 
     name, mode = options["hypothesis"], options["mode"]
     if not name:
@@ -123,7 +123,7 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
     elif isinstance(hypothesis_class, ThresholdClass):
         learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
     else:
-        learner = LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
+        learner = LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
     return TrainingPlan(
         agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class, universal
     )
@@ -131,11 +131,11 @@ def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource
 
 def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job: str) -> ContextManager[NewSession]:
     """The ledger charge of a new session: its whole (eps, delta), before any private row is read
-    (pipeline.ledger). A session is charged once, however many answer calls follow; universal
+    (pcqr.pipeline.budget.ledger). A session is charged once, however many answer calls follow; universal
     mode's A_SSPP is inside the same (eps, delta). The block registers the session with the charge
-    (``.register(session)``: pipeline.session_ledger); if it fails, the charge is refunded unless a
+    (``.register(session)``: pcqr.pipeline.session.book); if it fails, the charge is refunded unless a
     batch was released, and the error says which."""
-    from pipeline.ledger import charge_private_use
+    from pcqr.pipeline.budget.ledger import charge_private_use
 
     public: dict[str, Any] = {k: options[k] for k in ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff",
                                                       "queries_max", "beta", "subsamples", "threshold", "learner",
@@ -146,7 +146,7 @@ def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job
     return new_session(charged, options["state"], job)
 
 
-def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
+def train_session(client: Any, plan: TrainingPlan) -> tuple[SessionState, Ensemble]:
     """Train the k models on the cluster; returns the new session (not yet saved) and its models."""
     k = plan.params.subsamples
     relabeller = None
@@ -164,7 +164,7 @@ def train_session(client: Any, plan: TrainingPlan) -> tuple[Session, Ensemble]:
                 client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
             )
     coordinator = SparseVector.create(plan.params, plan.noise)  # draws the key and all T thresholds
-    session = Session(
+    session = SessionState(
         params=plan.params,
         learner={
             "name": plan.learner.name,
@@ -199,7 +199,7 @@ def _relabel(client: Any, plan: TrainingPlan) -> tuple[Any, Any]:
     )
 
 
-def session_summary(session: Session) -> dict[str, Any]:
+def session_summary(session: SessionState) -> dict[str, Any]:
     """The parameters every summary reports."""
     p = session.params
     summary: dict[str, Any] = {
@@ -245,9 +245,9 @@ def session_summary(session: Session) -> dict[str, Any]:
 @json_option
 def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
-    from pipeline.ledger import charge_note
-    from pipeline.state import save_models, save_session
-    from pipeline.state_lock import lock_state
+    from pcqr.pipeline.budget.ledger import charge_note
+    from pcqr.pipeline.session.state import save_models, save_session
+    from pcqr.pipeline.session.state_lock import lock_state
 
     with lock_state(options["state"], options["wait"], create=True, command="pcqr train"):
         plan = plan_training(options)  # under the lock: a second train finds this one's session

@@ -6,15 +6,15 @@ not a re-implementation of it. This module is the public way in, with no Dask an
 names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
 
 * :func:`subsamp_parameters` -- A_SubSamp's parameters, certified exactly as the CLI does
-  (:meth:`pipeline.privacy.SubSampParameters.paper`: a setting pcqr would refuse is refused).
+  (:meth:`pcqr.pipeline.privacy.subsamp.SubSampParameters.paper`: a setting pcqr would refuse is refused).
 * :func:`run_sparse_vector` -- the sparse-vector coordinator (A_SubSamp with A_stab) on given
   vote counts, in many independent sessions, each with fresh secure noise
-  (:meth:`pipeline.sparse_vector.SparseVector.create` and ``.process``).
+  (:meth:`pcqr.pipeline.session.sparse_vector.SparseVector.create` and ``.process``).
 * :func:`exponential_selection` -- independent draws of the exponential mechanism
-  (:mod:`pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
+  (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
 
-Noise comes from :class:`pipeline.noise.SecureNoise` unless the caller passes a source
+Noise comes from :class:`pcqr.pipeline.privacy.noise.SecureNoise` unless the caller passes a source
 (a seeded one makes runs reproducible and is, as everywhere, not private).
 
 Answer codes of :func:`run_sparse_vector` (int8):
@@ -39,13 +39,13 @@ import math
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogram, pick_in_shard
-from pipeline.noise import NoiseSource, SecureNoise
-from pipeline.privacy import SubSampParameters
-from pipeline.sparse_vector import ABSTAINED as _ABSTAINED
-from pipeline.sparse_vector import ANSWERED as _ANSWERED
-from pipeline.sparse_vector import SparseVector
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogram, pick_in_shard
+from pcqr.pipeline.privacy.noise import NoiseSource, SecureNoise
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.sparse_vector import ABSTAINED as _ABSTAINED
+from pcqr.pipeline.session.sparse_vector import ANSWERED as _ANSWERED
+from pcqr.pipeline.session.sparse_vector import SparseVector
 
 ANSWERED_0, ANSWERED_1, ABSTAINED, REFUSED = 0, 1, 2, 3
 CODE_NAMES = ("answered 0", "answered 1", "abstained", "refused")
@@ -102,7 +102,7 @@ def run_sparse_vector(
         How many independent sessions; each starts fresh (c = 0, new threshold noise, new
         session randomness) and answers the q queries in order.
     noise : NoiseSource, optional
-        Default: :class:`pipeline.noise.SecureNoise`.
+        Default: :class:`pcqr.pipeline.privacy.noise.SecureNoise`.
 
     Returns
     -------
@@ -142,11 +142,11 @@ def exponential_selection(
 
     Candidate i is drawn with probability proportional to
     exp(epsilon scores[i] / (2 sensitivity)), through the code A_Relabel and A_SSPP run
-    (one shard): the candidates' integer levels, :func:`pipeline.mechanisms.exponential.histogram`,
-    :func:`~pipeline.mechanisms.exponential.choose` and
-    :func:`~pipeline.mechanisms.exponential.pick_in_shard`. Within total variation
+    (one shard): the candidates' integer levels, :func:`pcqr.pipeline.mechanisms.exponential.histogram`,
+    :func:`~pcqr.pipeline.mechanisms.exponential.choose` and
+    :func:`~pcqr.pipeline.mechanisms.exponential.pick_in_shard`. Within total variation
     (L + 2) 2^-159 of the exact mechanism, L = (max - min score) / sensitivity
-    (:func:`pipeline.mechanisms.exponential.total_variation`).
+    (:func:`pcqr.pipeline.mechanisms.exponential.total_variation`).
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def exponential_selection(
     draws : int
         How many independent draws.
     noise : NoiseSource, optional
-        Default: :class:`pipeline.noise.SecureNoise`.
+        Default: :class:`pcqr.pipeline.privacy.noise.SecureNoise`.
 
     Returns
     -------

@@ -51,7 +51,7 @@ def test_ledger(tmp_path_factory) -> Iterator[str]:
 def client(tmp_path_factory) -> Iterator[Client]:
     """One small cluster of threads (loopback only, as pcqr opens it) for tests that call
     pipeline functions directly."""
-    from pipeline.cluster import open_client
+    from pcqr.pipeline.data.cluster import open_client
 
     path = tmp_path_factory.mktemp("client") / "cluster.yaml"
     path.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"

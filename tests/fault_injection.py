@@ -11,8 +11,8 @@ fault happens exactly once however many workers race for it; without the paramet
 nothing is killed. With ``--learner-param kills=N`` each kind of fault fires N times,
 in N different worker processes (markers PATH, PATH.2, ..., PATH.N).
 
-The class is deliberately neither a ``pipeline.learners._StumpModel`` nor linear, so the
-vote counter calls each model's ``predict`` on the workers (pipeline/votes.py's generic
+The class is deliberately neither a ``pcqr.pipeline.models.learners._StumpModel`` nor linear, so the
+vote counter calls each model's ``predict`` on the workers (pipeline/models/votes.py's generic
 counter): that is where the second fault fires.
 
 Workers import this module as ``tests.fault_injection``: start them from the repository
@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from pipeline.learners import best_threshold
+from pcqr.pipeline.models.learners import best_threshold
 
 
 def _inside_a_dask_worker() -> bool:

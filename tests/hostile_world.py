@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import LocalCluster
 
-from jobs.cli import main, pcqr
-from pipeline.state_lock import LOCK_FILE
+from pcqr.jobs.cli import main, pcqr
+from pcqr.pipeline.session.state_lock import LOCK_FILE
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
 
 PRIVACY = " ".join([*MECHANICS_PRIVACY, "--queries-max", "100000"])

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from jobs.cli import main
-from pipeline.hypotheses import make_class
-from pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
-from pipeline.noise import SeededNoise
+from pcqr.jobs.cli import main
+from pcqr.pipeline.hypotheses import make_class
+from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pcqr.pipeline.privacy.noise import SeededNoise
 
 GAMMA, CUT = 0.15, 0.3
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import audit
-from pipeline.errors import PcqrError
-from pipeline.noise import SeededNoise, discrete_laplace_pmf
+from pcqr.pipeline import audit
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import SeededNoise, discrete_laplace_pmf
 from tests.conftest import P_FAIL
 
 K = 50

@@ -30,12 +30,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import jobs.answer
-import pipeline.query_release
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.log import PREV_HASH_KEY, PROVENANCE_KEY, append_batch, batch_files, encode_batch, sha256
-from pipeline.replay import verify_log
+import pcqr.jobs.answer
+import pcqr.pipeline.session.query_release
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.log import PREV_HASH_KEY, PROVENANCE_KEY, append_batch, batch_files, encode_batch, sha256
+from pcqr.pipeline.session.replay import verify_log
 from tests.conftest import write_parquet, write_session_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ T = 5
 # pcqr's command line, run once the file argv[1] exists (processes released together).
 BARRIER = """
 import os, sys, time
-from jobs.cli import main
+from pcqr.jobs.cli import main
 open(f"{sys.argv[1]}.{os.getpid()}", "w").close()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.001)
@@ -56,7 +56,7 @@ sys.exit(main(sys.argv[2:]))
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_cluster_yaml: str) -> SimpleNamespace:
-    """Session data, this test's own ledger (PCQR_LEDGER, inherited by subprocesses) and a cluster."""
+    """SessionState data, this test's own ledger (PCQR_LEDGER, inherited by subprocesses) and a cluster."""
     write_session_data(tmp_path)
     ledger = tmp_path / "ledger.sqlite"
     monkeypatch.setenv("PCQR_LEDGER", str(ledger))
@@ -250,7 +250,7 @@ def test_a_one_shot_answer_with_bad_ids_leaves_the_ledger_unchanged(world, capsy
 
 def _failing_release(monkeypatch: pytest.MonkeyPatch, after_batches: int) -> None:
     """Make the answer loop fail (a PcqrError) once `after_batches` batches are committed and published."""
-    release = jobs.answer.release_answers
+    release = pcqr.jobs.answer.release_answers
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         if after_batches == 0:
@@ -261,7 +261,7 @@ def _failing_release(monkeypatch: pytest.MonkeyPatch, after_batches: int) -> Non
 
         return release(*args, **{**kwargs, "on_batch": on_batch})
 
-    monkeypatch.setattr(jobs.answer, "release_answers", failing)
+    monkeypatch.setattr(pcqr.jobs.answer, "release_answers", failing)
 
 
 def test_a_one_shot_answer_failing_before_any_batch_is_refunded(world, capsys, monkeypatch) -> None:
@@ -303,7 +303,7 @@ class _Killed(BaseException):
 
 def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(world, capsys, monkeypatch) -> None:
     _train(world, "state")
-    save = pipeline.query_release.save_session
+    save = pcqr.pipeline.session.query_release.save_session
     calls = []
 
     def save_then_die(state_dir: str, session: Any) -> None:
@@ -312,7 +312,7 @@ def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(w
             raise _Killed()
         save(state_dir, session)
 
-    monkeypatch.setattr(pipeline.query_release, "save_session", save_then_die)
+    monkeypatch.setattr(pcqr.pipeline.session.query_release, "save_session", save_then_die)
     with pytest.raises(_Killed):
         main(_answer(world, "state", "log"))
     monkeypatch.undo()
@@ -339,12 +339,12 @@ def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(w
 
 def test_a_train_failing_after_its_charge_for_any_reason_is_refunded(world, capsys, monkeypatch) -> None:
     """Not only invalid input: any failure before anything is released (here a bug in training)."""
-    import jobs.train
+    import pcqr.jobs.train
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a learner crashed")
 
-    monkeypatch.setattr(jobs.train, "train_session", broken)
+    monkeypatch.setattr(pcqr.jobs.train, "train_session", broken)
     with pytest.raises(RuntimeError) as raised:
         main(["train", "--private", str(world.root / "private"), "--state", str(world.root / "state"), *HALTING,
               "--cluster", world.cluster])

@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.subsample
-from jobs.cli import main
-from pipeline.answered import AnsweredIndex, row_keys
-from pipeline.fingerprint import dataset_identity
-from pipeline.ledger import Ledger
-from pipeline.data import open_dataset
+import pcqr.pipeline.models.subsample
+from pcqr.jobs.cli import main
+from pcqr.pipeline.session.answered import AnsweredIndex, row_keys
+from pcqr.pipeline.budget.fingerprint import dataset_identity
+from pcqr.pipeline.budget.ledger import Ledger
+from pcqr.pipeline.data.datasets import open_dataset
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet, write_session_data
 
 PARAMS = MECHANICS_PRIVACY  # (100, 1e-3) asked; w the smallest certifiable
@@ -55,10 +55,10 @@ def _no_private_reads(monkeypatch) -> None:
     def read(*args, **kwargs):
         raise AssertionError("a private row was read")
 
-    monkeypatch.setattr(pipeline.subsample, "load_part", read)  # training, relabelling, A_SSPP (learn, answer)
-    import jobs.release
+    monkeypatch.setattr(pcqr.pipeline.models.subsample, "load_part", read)  # training, relabelling, A_SSPP (learn, answer)
+    from pcqr.jobs import release
 
-    monkeypatch.setattr(jobs.release, "load_features", read)
+    monkeypatch.setattr(release, "load_features", read)
 
 
 def test_jobs_charge_and_are_refused_past_the_budget(data, capsys, thread_cluster_yaml, tmp_path, monkeypatch) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.log import PROVENANCE_KEY
-from pipeline.privacy import SubSampParameters
+from pcqr.jobs.cli import main
+from pcqr.pipeline.session.log import PROVENANCE_KEY
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from tests.conftest import MECHANICS, MECHANICS_PRIVACY, threshold_data, write_parquet
 
 PARAMS = [*MECHANICS_PRIVACY, "--queries-max", "100000"]
@@ -133,8 +133,8 @@ def test_spec_runs_the_same_job(data, capsys, thread_cluster_yaml, tmp_path) -> 
 
 
 def test_example_spec_is_valid() -> None:
-    from jobs.answer import command
-    from jobs.run import load_spec, spec_arguments
+    from pcqr.jobs.answer import command
+    from pcqr.jobs.run import load_spec, spec_arguments
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = load_spec(os.path.join(here, "jobs", "examples", "answer.yaml"))

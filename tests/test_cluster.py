@@ -1,4 +1,4 @@
-"""Tests for pipeline.cluster: cluster.yaml -> a Dask Client."""
+"""Tests for pcqr.pipeline.data.cluster: cluster.yaml -> a Dask Client."""
 from __future__ import annotations
 
 import json
@@ -18,8 +18,8 @@ import pytest
 import yaml
 from distributed import Client
 
-from pipeline.cluster import ClusterConfig, load_cluster_config, open_client
-from pipeline.errors import PcqrError
+from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config, open_client
+from pcqr.pipeline.errors import PcqrError
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 30.0
@@ -249,7 +249,7 @@ def test_address_backend_passes_tls_files(tmp_path: Path, monkeypatch: pytest.Mo
         raise OSError("Timed out trying to connect")
 
     monkeypatch.chdir("/")  # relative certificate paths resolve from the cluster.yaml's folder, not the cwd
-    monkeypatch.setattr("pipeline.cluster.Client", fake_client)
+    monkeypatch.setattr("pcqr.pipeline.data.cluster.Client", fake_client)
     with pytest.raises(PcqrError) as info, open_client(str(path)):
         pass
     _assert_one_line(info.value, str(path), "pcqr.cluster.address: cannot reach the scheduler")

@@ -1,4 +1,4 @@
-"""Crash safety of the answer loop (pipeline/commit.py): ``pcqr answer`` is killed with SIGKILL at
+"""Crash safety of the answer loop (pipeline/session/commit.py): ``pcqr answer`` is killed with SIGKILL at
 50 random moments of a long query stream and resumed each time.
 
 After every kill: no half-written Parquet file is visible in the log; every published batch file
@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
+from pcqr.jobs.cli import main
 from tests.conftest import DENSE_BOTTOMS_PRIVACY
 from tests.fault_injection import cli_env, sigkill_at_a_random_moment
 
@@ -46,7 +46,7 @@ def session(tmp_path_factory):
 
 def _answer_argv(root: Path, cluster: Path) -> list[str]:
     code = (
-        "import sys; from jobs.cli import main; sys.exit(main(sys.argv[1:]))"
+        "import sys; from pcqr.jobs.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     return [sys.executable, "-c", code, "answer", "--state", str(root / "state"), "--queries",
             str(root / "data" / "queries"), "--log", str(root / "log"), "--batch-size", str(BATCH),

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.data import feature_matrix, label_vector, open_dataset, read_part
-from pipeline.errors import PcqrError
+from pcqr.pipeline.data.datasets import feature_matrix, label_vector, open_dataset, read_part
+from pcqr.pipeline.errors import PcqrError
 from tests.conftest import threshold_data, write_parquet
 
 

@@ -20,8 +20,8 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.privacy import SubSampParameters
+from pcqr.jobs.cli import main
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 EPSILON, DELTA, CUTOFF, SUBSAMPLES, QUERIES = 40.0, 1e-6, 50, 2000, 10_000
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.errors import PcqrError
-from pipeline.mechanisms.exponential import (
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import (
     MAX_CANDIDATES,
     Choice,
     check_candidates,
@@ -21,7 +21,7 @@ from pipeline.mechanisms.exponential import (
     sampler_delta,
     total_variation,
 )
-from pipeline.noise import SecureNoise, SeededNoise, uniform_below
+from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, uniform_below
 from tests.conftest import P_FAIL
 
 
@@ -81,8 +81,8 @@ def test_uniform_below_is_uniform() -> None:
 
 def test_cluster_transport_returns_the_chosen_candidate(client, monkeypatch) -> None:
     """select_hypothesis on the cluster returns exactly the candidate `choose` picked (several shards)."""
-    from pipeline.hypotheses import make_class
-    from pipeline.mechanisms import exponential
+    from pcqr.pipeline.hypotheses import make_class
+    from pcqr.pipeline.mechanisms import exponential
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 1))

@@ -1,6 +1,6 @@
 """Dataset identity of decoded rows, overlap sketches and the misuse guard (issue 11, items 5 and 6).
 
-Statistical assertions use the sketches' stated error bounds (pipeline/overlap.py) with the hash
+Statistical assertions use the sketches' stated error bounds (pipeline/budget/overlap.py) with the hash
 treated as a random function; each fails by chance with probability at most P_FAIL = 1e-6."""
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.fingerprint import dataset_identity, feature_hashes, fingerprint_dataset, row_hashes
-from pipeline.ledger import Ledger, charge_private_use
-from pipeline.log import PROVENANCE_KEY
-from pipeline.overlap import legacy_identity
-from pipeline.siphash import siphash128
-from pipeline.sketch import OVERLAP_FRACTION, Sketch, containment
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.fingerprint import dataset_identity, feature_hashes, fingerprint_dataset, row_hashes
+from pcqr.pipeline.budget.ledger import Ledger, charge_private_use
+from pcqr.pipeline.session.log import PROVENANCE_KEY
+from pcqr.pipeline.budget.overlap import legacy_identity
+from pcqr.pipeline.budget.siphash import siphash128
+from pcqr.pipeline.budget.sketch import OVERLAP_FRACTION, Sketch, containment
 from tests.conftest import MECHANICS_PRIVACY, P_FAIL, threshold_data, write_parquet
 
 ROWS = 6000

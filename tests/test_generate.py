@@ -1,4 +1,4 @@
-"""Tests of ``pcqr generate`` (jobs/generate.py over pipeline/synthetic.py).
+"""Tests of ``pcqr generate`` (jobs/generate.py over pipeline/data/synthetic.py).
 
 Most tests run the command through CliRunner on one shared in-process Dask
 cluster (``open_client`` patched to yield it); one runs the real
@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner, Result
 from distributed import Client, LocalCluster
 
-import jobs.generate as generate
-from pipeline import synthetic
-from pipeline.errors import PcqrError
+import pcqr.jobs.generate as generate
+from pcqr.pipeline.data import synthetic
+from pcqr.pipeline.errors import PcqrError
 
 DELTA = 1e-6  # allowed false-failure probability of the statistical test
 SMALL = {"kind": "realizable", "rows": 1000, "features": 3, "queries": 250, "seed": 11}

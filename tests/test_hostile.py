@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.cli import main
+from pcqr.jobs.cli import main
 from tests.conftest import threshold_data
 from tests.hostile_world import (
     PRIVACY, CurrentStderr, World, built_world, cluster_yaml, corrupt_pages, files, first_log_batch, flip_answers,

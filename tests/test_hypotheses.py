@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from pipeline.errors import PcqrError
-from pipeline.hypotheses import (
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses import (
     CLASSES,
     ERMClassifier,
     Enumeration,
@@ -28,7 +28,7 @@ from pipeline.hypotheses import (
     hypothesis_from_dict,
     make_class,
 )
-from pipeline.learners import StumpLearner, best_threshold
+from pcqr.pipeline.models.learners import StumpLearner, best_threshold
 
 P = 3  # features of the test data
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier
 
-from pipeline.errors import PcqrError
-from pipeline.learners import (
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.learners import (
     LEARNER_MODULES,
     ConstantModel,
     LearnerSpec,
@@ -21,7 +21,7 @@ from pipeline.learners import (
     module_allowed,
     parse_learner_params,
 )
-from pipeline.votes import Ensemble
+from pcqr.pipeline.models.votes import Ensemble
 
 
 def _brute_force_mistakes(x: np.ndarray, y: np.ndarray) -> int:
@@ -107,8 +107,8 @@ REFUSED_NAMES = {
     "json.JSONDecoder": "module json is not allowed",
     "sklearn.preprocessing.StandardScaler": "not a scikit-learn estimator with fit and predict",
     "sklearn.linear_model.LinearRegression": "not a classifier",
-    "pipeline.learners.importlib": "not a class defined in the allowed modules",
-    "pipeline.learners._StumpModel": "not a public class",
+    "pcqr.pipeline.models.learners.importlib": "not a class defined in the allowed modules",
+    "pcqr.pipeline.models.learners._StumpModel": "not a public class",
     "sklearn..tree": "not a dotted class path",
     "nonsense": "not a dotted class path",
     "tests.allowed_learner.NearestMeanClassifier": "module tests.allowed_learner is not allowed",
@@ -122,7 +122,7 @@ def test_a_learner_name_outside_the_allowed_classifiers_is_refused(name: str) ->
         LearnerSpec(name, {"command": "true"}).build()
     message = str(refused.value)
     assert message.startswith(f"--learner {name!r}: {REFUSED_NAMES[name]};") and "\n" not in message
-    assert "sklearn., pipeline." in message and "pcqr: learners: allow:" in message
+    assert "sklearn., pcqr.pipeline." in message and "pcqr: learners: allow:" in message
     assert "tests.allowed_learner" not in sys.modules  # checked before anything is imported
 
 
@@ -144,7 +144,7 @@ def test_the_operator_extends_the_allowed_modules() -> None:
         ("threshold", {"feature": 3}, "feature 3 is out of range: the data has 3 features"),
         ("threshold", {"feature": "x"}, "'feature' parameter of ThresholdLearner must be an int"),
         ("stump", {"depth": 2}, "StumpLearner() takes no arguments"),
-        ("pipeline.hypotheses.ERMClassifier", {"hypothesis": "zzz"}, "--hypothesis 'zzz' is unknown"),
+        ("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": "zzz"}, "--hypothesis 'zzz' is unknown"),
     ],
 )
 def test_bad_learner_params_are_refused_by_the_estimator(name: str, params: dict, needle: str) -> None:
@@ -179,7 +179,7 @@ def test_learner_param_values_are_plain_scalars(item: str, needle: str) -> None:
 # written, the ledger untouched; an operator's cluster.yaml extends the list --------------------
 
 def _cli(capsys, *args: str) -> tuple[int, str]:
-    from jobs.cli import main
+    from pcqr.jobs.cli import main
 
     code = main(list(args))
     return code, capsys.readouterr().err
@@ -221,7 +221,7 @@ CLI_REFUSALS = [
     (["--learner", "builtins.eval", "--learner-param", "source=open('{touched}', 'w')"], ["--learner 'builtins.eval'"]),
     (["--learner", "subprocess.Popen", "--learner-param", "args=touch {touched}"], ["--learner 'subprocess.Popen'"]),
     (["--learner", "sklearn.preprocessing.StandardScaler"], ["not a scikit-learn estimator with fit and predict"]),
-    (["--learner", "json.JSONDecoder"], ["module json is not allowed", "sklearn., pipeline."]),
+    (["--learner", "json.JSONDecoder"], ["module json is not allowed", "sklearn., pcqr.pipeline."]),
     (["--learner", "tests.allowed_learner.NearestMeanClassifier"], ["module tests.allowed_learner is not allowed"]),
     (["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=-1"], ["--learner-param", "'C'"]),
     (["--learner", "sklearn.tree.DecisionTreeClassifier", "--learner-param", "max_depth=foo"], ["'max_depth'"]),

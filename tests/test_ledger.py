@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
-import pipeline.fingerprint as fingerprint_module
-from jobs.budget import command
-from pipeline.data import open_dataset
-from pipeline.errors import PcqrError
-from pipeline.fingerprint import dataset_identity
-from pipeline.ledger import Ledger, charge_private_use, ledger_path
+import pcqr.pipeline.budget.fingerprint as fingerprint_module
+from pcqr.jobs.budget import command
+from pcqr.pipeline.data.datasets import open_dataset
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.fingerprint import dataset_identity
+from pcqr.pipeline.budget.ledger import Ledger, charge_private_use, ledger_path
 from tests.conftest import threshold_data, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,7 +197,7 @@ def test_a_refused_job_reads_no_private_row_and_records_nothing(tmp_path, monkey
     for name in ("read", "read_row_group", "read_row_groups", "iter_batches"):
         monkeypatch.setattr(pq.ParquetFile, name, forbidden(name))
     monkeypatch.setattr(pq, "read_table", forbidden("read_table"))
-    monkeypatch.setattr("pipeline.data.read_part", forbidden("read_part"))
+    monkeypatch.setattr("pcqr.pipeline.data.datasets.read_part", forbidden("read_part"))
     dataset = open_dataset(uri, "private")  # what a job does first: metadata only
     with pytest.raises(PcqrError, match=f"privacy budget of {uri} exceeded"):
         charge_private_use(dataset.files, uri, "train", 1.0, 0.0, {}, path)
@@ -278,8 +278,8 @@ def test_budget_show_of_a_missing_dataset_names_it(tmp_path) -> None:
 
 CHILD = r"""
 import os, sys, time
-from pipeline.errors import PcqrError
-from pipeline.ledger import Ledger
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.ledger import Ledger
 path, identity, ready, go = sys.argv[1:5]
 with Ledger(path) as ledger:
     open(ready, "w").close()
@@ -323,7 +323,7 @@ def test_ten_processes_started_together_charge_exactly_what_the_budget_admits(tm
 
 
 def test_a_ledger_written_before_sessions_existed_gains_the_table(tmp_path) -> None:
-    """The sessions table (pipeline.session_ledger) is one more CREATE TABLE IF NOT EXISTS: an older
+    """The sessions table (pcqr.pipeline.session.book) is one more CREATE TABLE IF NOT EXISTS: an older
     ledger keeps its charges and gains it, with no schema version change."""
     path = str(tmp_path / "ledger.sqlite")
     with Ledger(path) as ledger:

@@ -1,5 +1,5 @@
 """Bounded work (issue 11, Deliver 4): every numeric parameter of plan, train, one-shot answer,
-learn and release is checked against what can run (pipeline.limits) before anything is charged,
+learn and release is checked against what can run (pcqr.pipeline.privacy.limits) before anything is charged,
 read or built: one line naming the option, exit 2, nothing written, the ledger unchanged."""
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.hypotheses import check_enumerable, make_class
-from pipeline.limits import (
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses import check_enumerable, make_class
+from pcqr.pipeline.privacy.limits import (
     MAX_CUTOFF, MAX_DICHOTOMIES, MAX_SUBSAMPLES, MAX_TAIL_ENTRIES, largest_lambda, paper_lambda, tail_entries,
 )
-from pipeline.mechanisms.relabel import AgnosticParameters
-from pipeline.noise import DiscreteLaplaceTail, tail_span
-from pipeline.privacy import SubSampParameters
+from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
+from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, tail_span
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from tests.conftest import write_session_data
 
 BIG = str(10**20)  # an integer beyond every count limit (and beyond int64)
@@ -167,7 +167,7 @@ def test_plan_of_a_huge_class_is_quick_and_small() -> None:
     script = (
         "import resource, time, json, io, contextlib\n"
         "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
-        "from jobs.cli import main\n"
+        "from pcqr.jobs.cli import main\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "start = time.perf_counter()\n"
         "out = io.StringIO()\n"

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import atomic
-from pipeline.log import (
+from pcqr.pipeline.data import atomic
+from pcqr.pipeline.session.log import (
     PREV_HASH_KEY,
     PROVENANCE_KEY,
     append_batch,
@@ -19,7 +19,7 @@ from pipeline.log import (
     encode_batch,
     sha256,
 )
-from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED
+from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED
 
 
 def _batch(batch: int, fallback: int | None = None) -> pa.Table:

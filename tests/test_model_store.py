@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pipeline.errors import PcqrError
-from pipeline.learners import ConstantModel, LearnerSpec, fit_subsample
-from pipeline.model_store import FORMAT, check_storable, dump_models, load_models_file
-from pipeline.state import MODELS_FILE, OLD_MODELS_FILE, load_models, save_models
-from pipeline.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.learners import ConstantModel, LearnerSpec, fit_subsample
+from pcqr.pipeline.models.store import FORMAT, check_storable, dump_models, load_models_file
+from pcqr.pipeline.session.state import MODELS_FILE, OLD_MODELS_FILE, load_models, save_models
+from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
 ALLOWED = ("tests.allowed_learner",)
 K, FEATURES = 23, 3
@@ -52,9 +52,9 @@ SPECS = {
     "threshold": (LearnerSpec("threshold", {"feature": 2}), StumpVotes, "stump"),
     "logistic": (LearnerSpec("sklearn.linear_model.LogisticRegression"), LinearVotes, "linear"),
     "tree": (LearnerSpec("sklearn.tree.DecisionTreeClassifier", {"max_depth": 3}), ModelVotes, "skops"),
-    "erm_interval": (LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": "interval", "features": [0]}),
+    "erm_interval": (LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": "interval", "features": [0]}),
                      ModelVotes, "erm"),
-    "erm_halfspace": (LearnerSpec("pipeline.hypotheses.ERMClassifier", {"hypothesis": "halfspace", "features": [0, 2]}),
+    "erm_halfspace": (LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": "halfspace", "features": [0, 2]}),
                       ModelVotes, "erm"),
     "allowed": (LearnerSpec("tests.allowed_learner.NearestMeanClassifier", {}, ALLOWED), ModelVotes, "skops"),
 }
@@ -212,7 +212,7 @@ def test_a_learner_whose_models_cannot_be_loaded_back_is_refused_before_training
 # --- through the command line: `pcqr answer` on a state whose model file was swapped ------------
 
 def test_answer_refuses_another_sessions_or_a_pickled_model_file(tmp_path, capsys, thread_cluster_yaml) -> None:
-    from jobs.cli import main
+    from pcqr.jobs.cli import main
     from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
 
     write_parquet(str(tmp_path / "private/part-0.parquet"), threshold_data(5000, seed=1))

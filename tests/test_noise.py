@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.errors import PcqrError
-from pipeline.noise import (
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import (
     DiscreteLaplaceTail,
     KeyedStream,
     SecureNoise,

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from distributed import LocalCluster
 
-from jobs import cli, demo
-from jobs.cli import main
-from pipeline.errors import BudgetExhausted, PcqrError
-from pipeline.worker_errors import QuietExpectedErrors
+from pcqr.jobs import cli, demo
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import BudgetExhausted, PcqrError
+from pcqr.pipeline.data.worker_errors import QuietExpectedErrors
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet
 from tests.fault_injection import cli_env
 
@@ -76,7 +76,7 @@ def _cluster_yaml(folder: Path, processes: bool) -> Path:
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_a_worker_side_error_is_one_line(bad_private: Path, tmp_path: Path, processes: bool) -> None:
     """The pcqr process's whole stderr: the dashboard line and pcqr's one line, nothing from distributed."""
-    argv = [sys.executable, "-m", "jobs.cli", "train", "--private", str(bad_private / "private"), "--state",
+    argv = [sys.executable, "-m", "pcqr.jobs.cli", "train", "--private", str(bad_private / "private"), "--state",
             str(tmp_path / "state"), "--cluster", str(_cluster_yaml(tmp_path, processes)), *MECHANICS_PRIVACY]
     env = {**cli_env(), "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
     result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
@@ -90,8 +90,8 @@ def test_a_bug_on_a_process_worker_keeps_its_traceback(tmp_path: Path) -> None:
     """Through open_client on worker processes: a task's PcqrError is silent in the workers' log, a
     task's ValueError is logged with its block as before."""
     script = textwrap.dedent(f"""
-        from pipeline.cluster import open_client
-        from pipeline.errors import PcqrError
+        from pcqr.pipeline.data.cluster import open_client
+        from pcqr.pipeline.errors import PcqrError
 
         def expected():
             raise PcqrError("EXPECTED-ONE-LINE")
@@ -148,7 +148,7 @@ def test_a_cluster_without_workers_fails_in_one_line(session_data: Path, capsys:
 def test_no_workers_timeout_has_a_default() -> None:
     import dask.config
 
-    import pipeline.cluster  # noqa: F401 -- loads pcqr's defaults
+    import pcqr.pipeline.data.cluster  # noqa: F401 -- loads pcqr's defaults
 
     assert dask.config.get("distributed.scheduler.no-workers-timeout") == "5 minutes"
 

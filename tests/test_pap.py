@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.evaluation import max_threshold_error
-from pipeline.hypotheses import make_class
-from pipeline.hypotheses.representatives import representative_domain
-from pipeline.mechanisms.pap import public_key, release_queries
-from pipeline.mechanisms.pmw import DenseQueries, PMWParameters, private_multiplicative_weights
-from pipeline.noise import SeededNoise, discrete_laplace_pmf
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.evaluation import max_threshold_error
+from pcqr.pipeline.hypotheses import make_class
+from pcqr.pipeline.hypotheses.representatives import representative_domain
+from pcqr.pipeline.mechanisms.pap import public_key, release_queries
+from pcqr.pipeline.mechanisms.pmw import DenseQueries, PMWParameters, private_multiplicative_weights
+from pcqr.pipeline.privacy.noise import SeededNoise, discrete_laplace_pmf
 from tests.conftest import P_FAIL, write_parquet
 
 

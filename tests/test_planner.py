@@ -1,4 +1,4 @@
-"""``pcqr plan`` (pipeline.planner, jobs.plan): the papers' sample sizes and parameters."""
+"""``pcqr plan`` (pcqr.pipeline.privacy.planner, pcqr.jobs.plan): the papers' sample sizes and parameters."""
 from __future__ import annotations
 
 import json
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from jobs import plan as plan_job
-from pipeline.errors import PcqrError
-from pipeline.planner import (
+from pcqr.jobs import plan as plan_job
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.planner import (
     agprivcl, cover_log_bound, plan, related_work_factor, sspp_public_size, stump_vc,
 )
-from pipeline.limits import MAX_SUBSAMPLES, largest_lambda
-from pipeline.privacy import SubSampParameters
+from pcqr.pipeline.privacy.limits import MAX_SUBSAMPLES, largest_lambda
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 KINDS = {"exact", "O()", "O~()"}
 ALGORITHMS = {"subsamp_realizable", "subsamp_agnostic", "agprivcl", "unvprivcl", "sspp", "pap"}
@@ -83,11 +83,11 @@ def test_agprivcl_parameters_are_algorithm_3s(d: int, alpha: float, beta: float,
     assert got["eps_prime"] == pytest.approx(eps_prime, rel=1e-12)
     assert got["eps_hat"] == pytest.approx(eps_hat, rel=1e-12)
     assert got["delta_hat"] == pytest.approx(delta_hat, rel=1e-12)
-    # the plan reports Algorithm 5's values even where pcqr would refuse to run them (pipeline.limits)
+    # the plan reports Algorithm 5's values even where pcqr would refuse to run them (pcqr.pipeline.privacy.limits)
     sub = SubSampParameters.paper(eps_hat, delta_hat, math.ceil(t), m, beta, enforce_limits=False)
     assert (got["lambda"], got["k"], got["w"]) == pytest.approx((sub.lam, sub.subsamples, sub.threshold))
     runs = sub.lam <= largest_lambda() and sub.subsamples <= MAX_SUBSAMPLES
-    assert got["runs"] == runs and (runs or "beyond pipeline.limits" in got_refs["runs"])
+    assert got["runs"] == runs and (runs or "beyond pcqr.pipeline.privacy.limits" in got_refs["runs"])
     # n' from the proof of Lemma 3.5 / 9 (8000, 7200 and Lemma 6's 256 at alpha/4, beta/4).
     logs = ((d * math.log(1 / alpha) + math.log(m / beta)) * math.log(2 / delta) ** 1.5
             * max(1, math.log(m * alpha / min(delta, beta / 2))))

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from pipeline.errors import PcqrError
-from pipeline.privacy import SubSampParameters, sparse_vector_guarantee
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.subsamp import SubSampParameters, sparse_vector_guarantee
 
 
 def test_paper_profile_formulas() -> None:

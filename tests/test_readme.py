@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
-from jobs.cli import pcqr
+from pcqr.jobs.cli import pcqr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_COMMAND = "pip install '.[test]' && pytest"
@@ -77,7 +77,7 @@ def test_each_readme_command_parses(line: str) -> None:
 def _pcqr_on_path(folder: Path) -> str:
     """A ``pcqr`` executable that runs this checkout with this interpreter: the README's word, verbatim."""
     script = folder / "pcqr"
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(ROOT)} exec {shlex.quote(sys.executable)} -m jobs.cli \"$@\"\n")
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(ROOT)} exec {shlex.quote(sys.executable)} -m pcqr.jobs.cli \"$@\"\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
 

@@ -2,7 +2,7 @@
 
 Issue 5, part 4. Every process listens on 127.0.0.1 only; the datasets sit in a folder
 the workers read themselves (the driver reads only Parquet metadata). The jobs run in
-this process, as the `pcqr` console script runs them (jobs.cli.main), against:
+this process, as the `pcqr` console script runs them (pcqr.jobs.cli.main), against:
 
 * a shared cluster (scheduler + two workers): `pcqr submit` with a scheduler file, and
   the fault-free reference run (`pcqr run`, address backend);
@@ -44,9 +44,9 @@ from dask.utils import key_split
 from distributed import Client
 from distributed.security import Security
 
-from jobs import cli, submit
-from pipeline.cluster import load_cluster_config, open_client
-from pipeline.errors import PcqrError
+from pcqr.jobs import cli, submit
+from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+from pcqr.pipeline.errors import PcqrError
 from tests.conftest import MECHANICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +177,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExternalCluster
 
 @pytest.fixture(autouse=True)
 def _submit_registered() -> Iterator[None]:
-    """`pcqr submit` through jobs.cli.main, also before jobs/cli.py registers the command."""
+    """`pcqr submit` through pcqr.jobs.cli.main, also before jobs/cli.py registers the command."""
     added = "submit" not in cli.pcqr.commands
     if added:
         cli.pcqr.add_command(submit.command)
@@ -287,7 +287,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, shared: ExternalCluster,
 
 
 def _run_quiet(argv: list[str]) -> dict[str, Any]:
-    """jobs.cli.main outside capsys (module fixtures): the summary from a JSON line on stdout."""
+    """pcqr.jobs.cli.main outside capsys (module fixtures): the summary from a JSON line on stdout."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = cli.main(argv)

@@ -6,9 +6,9 @@ import math
 import pytest
 from scipy import stats
 
-from pipeline.errors import PcqrError
-from pipeline.mechanisms.exponential import total_variation
-from pipeline.mechanisms.relabel import AgnosticParameters, binomial_upper_tail
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import total_variation
+from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, binomial_upper_tail
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from jobs.replay import command
-from pipeline.errors import PcqrError
-from pipeline.log import PROVENANCE_KEY, batch_files, batch_path, sha256
-from pipeline.replay import ANSWER_COLUMNS, verify_log
+from pcqr.jobs.cli import main
+from pcqr.jobs.replay import command
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.log import PROVENANCE_KEY, batch_files, batch_path, sha256
+from pcqr.pipeline.session.replay import ANSWER_COLUMNS, verify_log
 from tests.conftest import MECHANICS, privacy_options
 
 BATCHES, QUERIES = 6, 3000
@@ -80,7 +80,7 @@ def copy_log(logged: dict, tmp_path) -> str:
 
 
 def log_columns(log: str) -> pa.Table:
-    """The log's answer columns read straight from its files, independently of pipeline.replay."""
+    """The log's answer columns read straight from its files, independently of pcqr.pipeline.session.replay."""
     return pa.concat_tables([pq.read_table(path, columns=list(ANSWER_COLUMNS)).replace_schema_metadata(None)
                              for _, path in batch_files(log)])
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.run import spec_arguments
-from jobs.train import command as train_command  # imported here: its imports touch `random`, not allowed in a strategy
-from pipeline.data import open_dataset, read_part
-from pipeline.errors import PcqrError
+from pcqr.jobs.run import spec_arguments
+from pcqr.jobs.train import command as train_command  # imported here: its imports touch `random`, not allowed in a strategy
+from pcqr.pipeline.data.datasets import open_dataset, read_part
+from pcqr.pipeline.errors import PcqrError
 from tests.conftest import MECHANICS_PRIVACY, threshold_data, write_parquet, write_session_data
 from tests.test_cli import last_json, run
 
@@ -224,7 +224,7 @@ def test_spec_paths_are_relative_to_the_spec_file(tmp_path, capsys, thread_clust
 
 
 def _model(tmp_path: Path, hypothesis: dict, features: object = ("x0", "x1")) -> str:
-    from pipeline.released_model import MODEL_FORMAT
+    from pcqr.pipeline.models.released import MODEL_FORMAT
 
     path = tmp_path / "model.json"
     path.write_text(json.dumps({"format": MODEL_FORMAT, "hypothesis": hypothesis, "features": list(features)
@@ -307,8 +307,8 @@ def test_fuzz_spec_arguments(spec, tmp_path) -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(st.text(max_size=40), _VALUES.map(json.dumps)))
 def test_fuzz_release_queries(text) -> None:
-    from jobs.release import parse_query
-    from pipeline.hypotheses import hypothesis_from_dict
+    from pcqr.jobs.release import parse_query
+    from pcqr.pipeline.hypotheses import hypothesis_from_dict
 
     metadata = {"features": ["x0", "x1"], "class": "threshold", "class_features": ["x0"]}
     try:
@@ -327,7 +327,7 @@ def test_fuzz_release_queries(text) -> None:
                                    "w1", "w2", "b", "x_low", "x_high", "y_low", "y_high")})),
        features=_VALUES)
 def test_fuzz_model_files(hypothesis, features, tmp_path) -> None:
-    from pipeline.released_model import load_model
+    from pcqr.pipeline.models.released import load_model
 
     path = _model(tmp_path, hypothesis, features)
     try:

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.errors import PcqrError
-from pipeline.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
-from pipeline.privacy import SubSampParameters
-from pipeline.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
 from tests.conftest import P_FAIL
 
 
@@ -79,7 +79,7 @@ def test_state_continues_across_batches_and_restarts() -> None:
     sv = SparseVector.create(params, SecureNoise())
     sv.process(np.array([500, 1000]), 1000)
     saved = SparseVectorState.from_dict(sv.state.to_dict(), sv.state.thresholds)
-    assert "thresholds" not in sv.state.to_dict()  # kept in their own file by pipeline.state
+    assert "thresholds" not in sv.state.to_dict()  # kept in their own file by pcqr.pipeline.session.state
     resumed = SparseVector(params, saved)
     status, _ = resumed.process(np.array([1000, 500, 1000]), 1000)
     assert status.tolist() == [ANSWERED, ABSTAINED, REFUSED]
@@ -150,7 +150,7 @@ def test_each_query_is_an_exact_tail_draw_when_bottoms_are_dense(path, monkeypat
     """With every threshold pinned at 0, each query is answered independently with probability
     P(Z1 >= floor(2w) + 1 - gap), its U_i from the keyed stream; both code paths must give
     exactly that (binomial, 1e-6)."""
-    import pipeline.sparse_vector as sv_module
+    import pcqr.pipeline.session.sparse_vector as sv_module
 
     if path == "vectorised":
         monkeypatch.setattr(sv_module, "_DENSE", 0)

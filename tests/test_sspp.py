@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.hypotheses import hypothesis_from_dict, make_class
-from pipeline.mechanisms.sspp import cover_radius, semi_private_learner
-from pipeline.noise import SeededNoise
+from pcqr.jobs.cli import main
+from pcqr.pipeline.hypotheses import hypothesis_from_dict, make_class
+from pcqr.pipeline.mechanisms.sspp import cover_radius, semi_private_learner
+from pcqr.pipeline.privacy.noise import SeededNoise
 from tests.conftest import write_parquet
 
 CUT, GAMMA = -0.2, 0.1

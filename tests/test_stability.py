@@ -1,4 +1,4 @@
-"""The released label's stability term (pipeline/stability.py, ALGORITHMS.md section 2).
+"""The released label's stability term (pipeline/privacy/stability.py, ALGORITHMS.md section 2).
 
 The closed form is checked against a direct convolution of the two pmfs; the certificate's
 delta_stability is checked against the exact probability, computed from the pmfs, that a fresh
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.errors import PcqrError
-from pipeline.privacy import SubSampParameters
-from pipeline.stability import difference_tail, smallest_threshold, stability_delta
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.privacy.stability import difference_tail, smallest_threshold, stability_delta
 
 
 def dlap_pmf(z: np.ndarray, scale: float) -> np.ndarray:
@@ -128,7 +128,7 @@ def test_too_few_models_are_named_with_the_smallest_that_works() -> None:
 
 
 def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> None:
-    """Many independent sessions through the real coordinator (pipeline.audit), one query each, on
+    """Many independent sessions through the real coordinator (pcqr.pipeline.audit), one query each, on
     neighbouring vote vectors: gap 2 (ct(1) = 26 of 50, label 1) and gap 0 (ct(1) = 25, label 0).
 
     w = 20 at eps 2, T = 1 makes p1 about 0.055, large enough to measure, and delta = 0.3 admits it.
@@ -136,8 +136,8 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
     """
     from scipy.stats import binomtest
 
-    from pipeline import audit
-    from pipeline.stability import answer_probability
+    from pcqr.pipeline import audit
+    from pcqr.pipeline.privacy.stability import answer_probability
 
     p = audit.subsamp_parameters(epsilon=2.0, delta=0.3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
     certified = p.delta_terms().stability  # T * p1 with T = 1
@@ -157,13 +157,13 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
 def test_a_state_edited_to_an_uncertifiable_threshold_is_refused(tmp_path) -> None:
     import json
 
-    from pipeline.sparse_vector import SparseVector
-    from pipeline.noise import SeededNoise
-    from pipeline.state import SESSION_FILE, Session, load_session, save_session
+    from pcqr.pipeline.session.sparse_vector import SparseVector
+    from pcqr.pipeline.privacy.noise import SeededNoise
+    from pcqr.pipeline.session.state import SESSION_FILE, SessionState, load_session, save_session
 
     params = SubSampParameters.paper(4.0, 1e-6, 20, 10_000, 0.05, subsamples=2500)
     coordinator = SparseVector.create(params, SeededNoise(1))
-    session = Session(params=params, learner={"name": "stump", "params": {}}, features=["x0"], private_uri="p",
+    session = SessionState(params=params, learner={"name": "stump", "params": {}}, features=["x0"], private_uri="p",
                       private_rows=10, seed=1, sparse_vector=coordinator.state)
     save_session(str(tmp_path), session)
     assert load_session(str(tmp_path)).params.threshold == params.threshold

@@ -1,4 +1,4 @@
-"""One process at a time on a state directory (issue 10, point 4; pipeline/state_lock.py).
+"""One process at a time on a state directory (issue 10, point 4; pipeline/session/state_lock.py).
 
 * unit: a lock held by another process refuses a second one with the holder's pid in the one-line
   message; it is released when the holder exits or is SIGKILLed; ``wait=True`` blocks, says so
@@ -25,13 +25,13 @@ from typing import Iterator
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.fingerprint import dataset_identity
-from pipeline.ledger import Ledger
-from pipeline.data import open_dataset
-from pipeline.replay import verify_log
-from pipeline.state_lock import LOCK_FILE, lock_state
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.fingerprint import dataset_identity
+from pcqr.pipeline.budget.ledger import Ledger
+from pcqr.pipeline.data.datasets import open_dataset
+from pcqr.pipeline.session.replay import verify_log
+from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
 from tests.conftest import MECHANICS_PRIVACY, write_session_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("P
 # Holds the lock on argv[1] as "pcqr answer" for argv[2] seconds, then fails if argv[3] == "fail".
 HOLDER = """
 import sys, time
-from pipeline.state_lock import lock_state
+from pcqr.pipeline.session.state_lock import lock_state
 with lock_state(sys.argv[1], False, create=True, command="pcqr answer"):
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -50,7 +50,7 @@ with lock_state(sys.argv[1], False, create=True, command="pcqr answer"):
 # processes released together reach the lock within milliseconds of each other.
 BARRIER = """
 import os, sys, time
-from jobs.cli import main
+from pcqr.jobs.cli import main
 open(f"{sys.argv[1]}.{os.getpid()}", "w").close()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.001)

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.cli import main
-from pipeline.errors import PcqrError
-from pipeline.mechanisms.exponential import total_variation
-from pipeline.mechanisms.universal import RELEASED_MODEL_FILE, UniversalParameters, public_queries
-from pipeline.released_model import load_model
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import total_variation
+from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE, UniversalParameters, public_queries
+from pcqr.pipeline.models.released import load_model
 from tests.conftest import write_parquet
 
 GAMMA, ALPHA, ROWS, QUERIES = 0.1, 0.1, 400_000, 6_000
@@ -109,7 +109,7 @@ def test_switch_to_the_released_model(data, tmp_path, capsys, thread_cluster_yam
 
 
 def _ledger_at(state: dict) -> None:
-    """Put the session's ledger row (pipeline.session_ledger) at a hand-made state's position."""
+    """Put the session's ledger row (pcqr.pipeline.session.book) at a hand-made state's position."""
     import os
     import sqlite3
     from contextlib import closing

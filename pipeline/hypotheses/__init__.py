@@ -20,26 +20,26 @@ finite         <= number of models                        s predictions
 =============  =========================================  ============================
 
 Before any charge, :func:`check_enumerable` refuses a class whose dichotomies on a sample of a given
-number of rows (an upper bound from the count alone: public) exceed pipeline.limits
+number of rows (an upper bound from the count alone: public) exceed pcqr.pipeline.privacy.limits
 (:meth:`HypothesisClass.enumeration_cost`).
 
 Cut points are midpoints between consecutive distinct sample values and
-"above cut t" means ``x > t`` (see :mod:`pipeline.hypotheses.base`).
+"above cut t" means ``x > t`` (see :mod:`pcqr.pipeline.hypotheses.base`).
 """
 from __future__ import annotations
 
-from pipeline.hypotheses.base import (
+from pcqr.pipeline.hypotheses.base import (
     Enumeration, EnumerationCost, Hypothesis, HypothesisClass, Shard, check_enumerable,
 )
-from pipeline.hypotheses.erm import ERMClassifier
-from pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
-from pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
-from pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
-from pipeline.hypotheses.point import PointClass, PointHypothesis
-from pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
-from pipeline.hypotheses.registry import CLASSES, hypothesis_from_dict, make_class
-from pipeline.hypotheses.stump import StumpClass
-from pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
+from pcqr.pipeline.hypotheses.erm import ERMClassifier
+from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
+from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
+from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
+from pcqr.pipeline.hypotheses.point import PointClass, PointHypothesis
+from pcqr.pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
+from pcqr.pipeline.hypotheses.registry import CLASSES, hypothesis_from_dict, make_class
+from pcqr.pipeline.hypotheses.stump import StumpClass
+from pcqr.pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
 
 __all__ = [
     "CLASSES",

@@ -8,7 +8,7 @@ candidates -- whose global indices ``0 .. size() - 1`` are deterministic, so
 Dask tasks can score index ranges (:class:`Shard`) independently and a later
 task can rebuild ``hypothesis(index)`` for the chosen index.
 
-Conventions (helpers in :mod:`pipeline.hypotheses.common`): every one-feature
+Conventions (helpers in :mod:`pcqr.pipeline.hypotheses.common`): every one-feature
 cut sits between two consecutive distinct sample values ``v[c-1] < v[c]`` at
 their midpoint (nudged down to ``v[c-1]`` if rounding would reach ``v[c]``),
 so ``v[c-1] <= t < v[c]``; the outer cuts are ``-inf`` and ``+inf``. "x is
@@ -25,8 +25,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.limits import MAX_DICHOTOMIES, MAX_ENUMERATION_STEPS, MEMORY_BOUND, largest_fitting
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import MAX_DICHOTOMIES, MAX_ENUMERATION_STEPS, MEMORY_BOUND, largest_fitting
 
 
 @dataclass(frozen=True)
@@ -157,22 +157,22 @@ class HypothesisClass(ABC):
 
 
 def enumeration_problem(cost: EnumerationCost) -> str | None:
-    """Which bound of pipeline.limits an enumeration of this cost exceeds (one clause), or None."""
+    """Which bound of pcqr.pipeline.privacy.limits an enumeration of this cost exceeds (one clause), or None."""
     if cost.dichotomies > MAX_DICHOTOMIES:
         return (f"up to {cost.dichotomies:.3g} dichotomies, above the limit of 2^{int(math.log2(MAX_DICHOTOMIES))} "
-                "the exponential mechanism scores (pipeline.limits.MAX_DICHOTOMIES)")
+                "the exponential mechanism scores (pcqr.pipeline.privacy.limits.MAX_DICHOTOMIES)")
     if cost.steps > MAX_ENUMERATION_STEPS:
         return (f"up to {cost.steps:.3g} steps to enumerate its dichotomies, above the limit of "
-                f"2^{int(math.log2(MAX_ENUMERATION_STEPS))} (pipeline.limits.MAX_ENUMERATION_STEPS)")
+                f"2^{int(math.log2(MAX_ENUMERATION_STEPS))} (pcqr.pipeline.privacy.limits.MAX_ENUMERATION_STEPS)")
     if cost.memory > MEMORY_BOUND:
         return (f"up to {cost.memory / 2**30:.3g} GiB to hold its dichotomies, above the limit of 1 GiB "
-                "(pipeline.limits.MEMORY_BOUND)")
+                "(pcqr.pipeline.privacy.limits.MEMORY_BOUND)")
     return None
 
 
 def check_enumerable(hypothesis_class: HypothesisClass, points: int, sample: str) -> None:
     """Refuse (one line, with the most rows that fit) a class whose dichotomies on a sample of
-    ``points`` rows could not be enumerated and scored within pipeline.limits. The costs are upper
+    ``points`` rows could not be enumerated and scored within pcqr.pipeline.privacy.limits. The costs are upper
     bounds from the row count alone (public), so this runs before any charge or read.
 
     Parameters

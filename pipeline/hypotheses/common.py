@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.errors import PcqrError
+from pcqr.pipeline.errors import PcqrError
 
 #: Largest number of booleans a batched (rows x candidates) evaluation allocates.
 BATCH_CELLS = 1 << 22

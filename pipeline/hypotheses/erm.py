@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from pipeline.hypotheses.base import Hypothesis, HypothesisClass
-from pipeline.hypotheses.registry import make_class
+from pcqr.pipeline.hypotheses.base import Hypothesis, HypothesisClass
+from pcqr.pipeline.hypotheses.registry import make_class
 
 
 class ERMClassifier(ClassifierMixin, BaseEstimator):
@@ -22,9 +22,9 @@ class ERMClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     hypothesis : str
-        A name from :data:`pipeline.hypotheses.CLASSES`.
+        A name from :data:`pcqr.pipeline.hypotheses.CLASSES`.
     features : sequence of int, optional
-        Column indices (see :func:`pipeline.hypotheses.make_class`).
+        Column indices (see :func:`pcqr.pipeline.hypotheses.make_class`).
     models : sequence, optional
         Fitted models for ``hypothesis="finite"``.
     shard_size : int

@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
+from pcqr.pipeline.hypotheses.common import (
     check_labelled,
     distinct_rows,
     first_distinct,

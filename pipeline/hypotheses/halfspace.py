@@ -32,15 +32,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
+from pcqr.pipeline.hypotheses.common import (
     BATCH_CELLS,
     check_labelled,
     distinct_rows,
     first_distinct,
     sample_columns,
 )
-from pipeline.hypotheses.fields import index_pair, number
+from pcqr.pipeline.hypotheses.fields import index_pair, number
 
 _TOLERANCE = 1e-12
 

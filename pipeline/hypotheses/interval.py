@@ -2,7 +2,7 @@
 
 Dichotomies on u distinct sample values: every non-empty run of consecutive
 values ``v[i] .. v[j-1]`` (0 <= i < j <= u), cut at ``t_i`` and ``t_j``
-(midpoints, ``-inf`` / ``+inf`` at the ends; see :mod:`pipeline.hypotheses.base`),
+(midpoints, ``-inf`` / ``+inf`` at the ends; see :mod:`pcqr.pipeline.hypotheses.base`),
 plus the empty interval once: u(u+1)/2 + 1 labellings.
 
 Index order: 0 is the empty interval (``low = high = 0``); then the runs by
@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
+from pcqr.pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
     cut_at,
@@ -29,7 +29,7 @@ from pipeline.hypotheses.common import (
     sample_columns,
     triangle_pairs,
 )
-from pipeline.hypotheses.fields import index, number
+from pcqr.pipeline.hypotheses.fields import index, number
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
+from pcqr.pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
     sample_columns,
 )
-from pipeline.hypotheses.fields import index, optional_number
+from pcqr.pipeline.hypotheses.fields import index, optional_number
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard
+from pcqr.pipeline.hypotheses.common import (
     check_labelled,
     cut_at,
     distinct_rows,
@@ -36,7 +36,7 @@ from pipeline.hypotheses.common import (
     scoring_column,
     triangle_pairs,
 )
-from pipeline.hypotheses.fields import index_pair, number
+from pcqr.pipeline.hypotheses.fields import index_pair, number
 
 
 @dataclass(frozen=True)

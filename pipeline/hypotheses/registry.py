@@ -4,15 +4,15 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Sequence
 
-from pipeline.errors import PcqrError
-from pipeline.hypotheses.base import Hypothesis, HypothesisClass
-from pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
-from pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
-from pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
-from pipeline.hypotheses.point import PointClass, PointHypothesis
-from pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
-from pipeline.hypotheses.stump import StumpClass
-from pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses.base import Hypothesis, HypothesisClass
+from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
+from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
+from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
+from pcqr.pipeline.hypotheses.point import PointClass, PointHypothesis
+from pcqr.pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
+from pcqr.pipeline.hypotheses.stump import StumpClass
+from pcqr.pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
 
 #: Names accepted by ``--hypothesis``.
 CLASSES: tuple[str, ...] = ("threshold", "interval", "point", "stump", "rectangle", "halfspace", "finite")

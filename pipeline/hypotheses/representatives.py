@@ -7,7 +7,7 @@ maps any row to its class. Everything here is computed from the PUBLIC points on
 depend on private data.
 
 Per class (cuts at midpoints of consecutive distinct public values, "above t" is
-``x > t``, as in :mod:`pipeline.hypotheses.base`):
+``x > t``, as in :mod:`pcqr.pipeline.hypotheses.base`):
 
 * threshold, interval (one feature, u distinct public values): the u cells between
   consecutive cuts; cell j holds public value v[j], its representative.
@@ -29,9 +29,9 @@ from typing import Sequence
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.hypotheses.base import HypothesisClass
-from pipeline.hypotheses.common import cut_at, sample_columns
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses.base import HypothesisClass
+from pcqr.pipeline.hypotheses.common import cut_at, sample_columns
 
 #: Classes with a representative domain (``pcqr release``).
 SUPPORTED = ("threshold", "interval", "point", "stump")

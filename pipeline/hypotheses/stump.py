@@ -1,6 +1,6 @@
 """Decision stumps: a threshold on any one of p chosen features, both directions.
 
-Representatives are :class:`~pipeline.hypotheses.threshold.ThresholdHypothesis`
+Representatives are :class:`~pcqr.pipeline.hypotheses.threshold.ThresholdHypothesis`
 (``1 iff x_j > t`` or its complement), cut at midpoints. Dichotomies on the
 sample's distinct points, with u_j distinct values on feature j:
 at most ``2 + sum_j 2 (u_j - 1) <= 2p(u+1)`` labellings.
@@ -30,8 +30,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
+from pcqr.pipeline.hypotheses.common import (
     BATCH_CELLS,
     SortedLabels,
     check_labelled,
@@ -39,7 +39,7 @@ from pipeline.hypotheses.common import (
     midpoint,
     sample_columns,
 )
-from pipeline.hypotheses.threshold import ThresholdHypothesis
+from pcqr.pipeline.hypotheses.threshold import ThresholdHypothesis
 
 _HASH_SEED = 0x5EED5
 

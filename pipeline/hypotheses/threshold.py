@@ -2,7 +2,7 @@
 
 Dichotomies on u distinct sample values ``v[0] < ... < v[u-1]``: cut c
 (0 <= c <= u) has the c smallest values below it, at ``t_c`` (``-inf``,
-midpoints, ``+inf``; see :mod:`pipeline.hypotheses.base`).
+midpoints, ``+inf``; see :mod:`pcqr.pipeline.hypotheses.base`).
 
 * one direction: u + 1 labellings (cuts 0..u);
 * both directions: 2u labellings for u >= 1 (the all-0 and all-1 labellings
@@ -10,7 +10,7 @@ midpoints, ``+inf``; see :mod:`pipeline.hypotheses.base`).
 
 Index order (both directions): up cuts 0..u, then down cuts 1..u-1.
 Tie convention: up predicts 1 iff ``x > t``; down is its exact complement,
-``not x > t`` (so NaN gets 1, as in :mod:`pipeline.learners`).
+``not x > t`` (so NaN gets 1, as in :mod:`pcqr.pipeline.models.learners`).
 
 Scoring a shard of s candidates on n rows: sort the rows once per label and
 count rows not above each cut by binary search, O(n log n + s log n); no
@@ -23,15 +23,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
-from pipeline.hypotheses.common import (
+from pcqr.pipeline.hypotheses.base import Enumeration, EnumerationCost, HypothesisClass, Shard, log_factor
+from pcqr.pipeline.hypotheses.common import (
     SortedLabels,
     check_labelled,
     cut_at,
     json_float,
     sample_columns,
 )
-from pipeline.hypotheses.fields import direction, index, number
+from pcqr.pipeline.hypotheses.fields import direction, index, number
 
 DIRECTIONS = ("both", "up", "down")
 

@@ -61,9 +61,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.noise import NoiseSource, uniform_below
-from pipeline.privacy import round_up
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import NoiseSource, uniform_below
+from pcqr.pipeline.privacy.subsamp import round_up
 
 Histogram = Mapping[int, int]
 MAX_CANDIDATES = 1 << 64  # (b) of the module docstring assumes at most this many candidates
@@ -231,7 +231,7 @@ def select_hypothesis(
 ) -> Any:
     """The exponential mechanism over an enumeration's candidates, on the cluster.
 
-    ``enumeration`` is a future (or value) of a :class:`pipeline.hypotheses.Enumeration`;
+    ``enumeration`` is a future (or value) of a :class:`pcqr.pipeline.hypotheses.Enumeration`;
     ``data`` a future of labelled rows (X, y), or a list of them (the parts of a
     private dataset: each shard is scored on every part and the counts summed).
     The score is -mistakes / n, sensitivity 1 / n: weights exp(-epsilon

@@ -2,11 +2,11 @@
 Wu 2020 = papers/003, Algorithm 3, Theorem 10; ALGORITHMS.md section 7).
 
 1. H_tilde = one member of the class per dichotomy on the distinct PUBLIC points (the
-   enumeration of :mod:`pipeline.hypotheses`, the same cover as A_SSPP).
+   enumeration of :mod:`pcqr.pipeline.hypotheses`, the same cover as A_SSPP).
 2. X_tilde = the representative domain of H_tilde, from the public points only
-   (:mod:`pipeline.hypotheses.representatives`).
+   (:mod:`pcqr.pipeline.hypotheses.representatives`).
 3. Each private row is mapped to its representative; workers build the histogram x over
-   X_tilde and keep it. PMW (:mod:`pipeline.mechanisms.pmw`) with (alpha/2, beta/2, eps, delta)
+   X_tilde and keep it. PMW (:mod:`pcqr.pipeline.mechanisms.pmw`) with (alpha/2, beta/2, eps, delta)
    answers every member of H_tilde, in index order.
 4. G(h) = the answer of the member of H_tilde that labels the public points as h does
    (:func:`public_key`; ``pcqr release-answer``).
@@ -28,13 +28,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pipeline.cluster import hold
-from pipeline.errors import PcqrError
-from pipeline.hypotheses.representatives import RepresentativeDomain, representative_domain
-from pipeline.mechanisms.exponential import enumeration_shards, sum_arrays
-from pipeline.mechanisms.pmw import PMWParameters, PMWResult, private_multiplicative_weights
-from pipeline.mechanisms.sspp import enumerate_public, enumeration_size
-from pipeline.noise import NoiseSource
+from pcqr.pipeline.data.cluster import hold
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.hypotheses.representatives import RepresentativeDomain, representative_domain
+from pcqr.pipeline.mechanisms.exponential import enumeration_shards, sum_arrays
+from pcqr.pipeline.mechanisms.pmw import PMWParameters, PMWResult, private_multiplicative_weights
+from pcqr.pipeline.mechanisms.sspp import enumerate_public, enumeration_size
+from pcqr.pipeline.privacy.noise import NoiseSource
 
 #: Largest query matrix (members x representatives) we build, over all workers.
 MAX_MATRIX = 1 << 32
@@ -88,7 +88,7 @@ def _row(matrix: np.ndarray, i: int) -> np.ndarray:
 
 
 class ShardedQueries:
-    """A :class:`pipeline.mechanisms.pmw.QueryMatrix` whose shards live on the workers."""
+    """A :class:`pcqr.pipeline.mechanisms.pmw.QueryMatrix` whose shards live on the workers."""
 
     def __init__(self, client: Any, starts: list[int], matrices: list[Any], histogram: Any) -> None:
         self.client, self.starts, self.matrices, self.histogram = client, starts, matrices, histogram

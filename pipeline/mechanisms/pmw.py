@@ -30,7 +30,7 @@ for each query h, est = n f_h(A^t):
   answered by f_h(A^t) (post-processing of released values; the accuracy theorem no longer
   covers them and the result says so).
 
-Noise: discrete Laplace (exact, OpenDP through :class:`pipeline.noise.SecureNoise`) on integer
+Noise: discrete Laplace (exact, OpenDP through :class:`pcqr.pipeline.privacy.noise.SecureNoise`) on integer
 counts. Comparisons are exact in integers: test 1 is ``nu1 >= Z - count + ceil(T n + est)``, test
 2 ``nu2 >= Z + count + ceil(T n - est)``; ``ceil(T n +- est)`` depends only on released values
 (A^t), so its floating-point rounding is a data-independent shift of the threshold. The
@@ -41,7 +41,7 @@ sensitivity-1 count (Canonne-Kamath-Steinke 2020), 1/sigma(eps2)-DP.
 Privacy, certified per run (:meth:`PMWParameters.guarantee`, not taken from the book): at most c
 AboveThreshold instances, each 2/sigma(eps1)-DP, plus at most c releases, each 1/sigma(eps2)-DP;
 each group composed by the better of basic and advanced composition (delta/2 each,
-:func:`pipeline.privacy.composition_guarantee`), the two groups added. With the constants above
+:func:`pcqr.pipeline.privacy.subsamp.composition_guarantee`), the two groups added. With the constants above
 the total is about eps1/2 + eps2/4 < eps. Only the answers leave this module; the counts, the
 noise and the thresholds stay in it.
 """
@@ -53,10 +53,10 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.mechanisms.exponential import round_up
-from pipeline.noise import NoiseSource
-from pipeline.privacy import check_epsilon_delta, check_fraction, composition_guarantee
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import round_up
+from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, composition_guarantee
 
 _SPARSE_SHARE = math.sqrt(512) / (math.sqrt(512) + 1)  # eps1 / eps of NumericSparse (delta > 0)
 _FIRST_STRETCH = 256

@@ -17,7 +17,7 @@ Privacy: the chain of Lemma 3.4 (Lemma 8 of papers/000), each link computed for
 the actual run by :meth:`AgnosticParameters.privacy_chain`:
 
 1. A_SubSamp on S_hat is (e1, d1)-DP with (e1, d1) <= (eps_hat, delta_hat): the
-   sparse-vector composition bound of :mod:`pipeline.privacy` for its lambda, T,
+   sparse-vector composition bound of :mod:`pcqr.pipeline.privacy.subsamp` for its lambda, T,
    d1 its delta terms (composition, stability, sampler).
 2. Resampling: one record of S'' appears r times in S_hat, r ~ Bin(n', 1/n').
    With R = floor(log(2/delta)), P(r > R) is bounded from above (summed exactly,
@@ -26,7 +26,7 @@ the actual run by :meth:`AgnosticParameters.privacy_chain`:
 3. Lemma 3.1 (BNS15 Lemma 4.1): an algorithm that is (1, d2)-DP on the
    relabelled data is (4, 4 e d2)-DP on S' once A_Relabel (EM with eps~ = 1) is
    put in front; it needs e2 <= 1. The lemma is about the exact EM; ours is
-   within total variation TV(n') of it (:func:`pipeline.mechanisms.exponential.total_variation`,
+   within total variation TV(n') of it (:func:`pcqr.pipeline.mechanisms.exponential.total_variation`,
    the scores are mistake counts on the n' rows of S'), and so is the whole
    composition A(Relabel(.)) (post-processing cannot increase TV). A mechanism
    within TV tau of a (4, d)-DP one is (4, d + (1 + e^4) tau)-DP, so this link is
@@ -38,7 +38,7 @@ the actual run by :meth:`AgnosticParameters.privacy_chain`:
 
 Each link's delta is linear in the earlier one, so the chain carries the delta term
 by term (composition, stability, sampler, resampling), each multiplied by the links'
-factors; every product and sum is rounded up (:func:`pipeline.mechanisms.exponential.round_up`).
+factors; every product and sum is rounded up (:func:`pcqr.pipeline.mechanisms.exponential.round_up`).
 The run is refused when the chain does not end within (eps, delta), by any amount.
 """
 from __future__ import annotations
@@ -49,10 +49,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pipeline.errors import PcqrError
-from pipeline.limits import MAX_COUNT, check_overrides, largest_fitting, paper_lambda, subsamp_limit_problem
-from pipeline.mechanisms.exponential import round_up, sampler_delta
-from pipeline.privacy import (
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import MAX_COUNT, check_overrides, largest_fitting, paper_lambda, subsamp_limit_problem
+from pcqr.pipeline.mechanisms.exponential import round_up, sampler_delta
+from pcqr.pipeline.privacy.subsamp import (
     SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max, delta_certificate, total_delta,
 )
 
@@ -90,7 +90,7 @@ def step1(alpha: float, beta: float, delta: float, queries_max: int) -> tuple[fl
 
 
 def subsamp_problem(alpha: float, beta: float, delta: float, queries_max: int, threshold: float | None) -> str | None:
-    """Why the A_SubSamp that Algorithm 3 derives for m queries cannot run (pipeline.limits), or None."""
+    """Why the A_SubSamp that Algorithm 3 derives for m queries cannot run (pcqr.pipeline.privacy.limits), or None."""
     t_formula, _, _, eps_hat, delta_hat = step1(alpha, beta, delta, queries_max)
     cutoff = math.ceil(t_formula)
     lam = paper_lambda(eps_hat, delta_hat, cutoff)
@@ -100,7 +100,7 @@ def subsamp_problem(alpha: float, beta: float, delta: float, queries_max: int, t
 def check_subsamp_limits(alpha: float, beta: float, delta: float, queries_max: int, subsamples: int | None,
                          threshold: float | None, queries_name: str = "--queries-max") -> None:
     """Refuse (one line, with the largest --queries-max that fits) an A_AgPrivCl whose A_SubSamp,
-    at Algorithm 3's derived T, eps_hat and delta_hat, exceeds pipeline.limits: checked before
+    at Algorithm 3's derived T, eps_hat and delta_hat, exceeds pcqr.pipeline.privacy.limits: checked before
     SubSampParameters.paper, whose messages name options the user did not set here."""
     check_overrides(subsamples, threshold)
     problem = subsamp_problem(alpha, beta, delta, queries_max, threshold)
@@ -150,7 +150,7 @@ class AgnosticParameters:
         queries_name: str = "--queries-max",
     ) -> AgnosticParameters:
         """Step 1 of Algorithm 3, then A_SubSamp's parameters for (eps_hat, delta_hat, T), refused
-        (one line) beyond pipeline.limits; ``queries_name`` is what m is called in the message."""
+        (one line) beyond pcqr.pipeline.privacy.limits; ``queries_name`` is what m is called in the message."""
         check_epsilon_delta(epsilon, delta)
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
@@ -285,7 +285,7 @@ def relabel_and_resample(
     ``sources`` are futures of a private dataset's parts as (X, y). h_hat is
     private: it goes to the private state, never to public output.
     """
-    from pipeline.mechanisms.exponential import select_hypothesis
+    from pcqr.pipeline.mechanisms.exponential import select_hypothesis
 
     rng = np.random.default_rng(noise.generator_seed())
     counts = sample_counts(source_rows, params.sample_rows, rng)

@@ -5,13 +5,13 @@ Algorithm 7 of papers/001; ALGORITHMS.md section 6).
 2. H_tilde = one hypothesis of H per dichotomy of H on T_tilde (an alpha-cover of H
    with high probability, Lemma 3.3 of 004) -- enumerated from PUBLIC data only.
 3. h_priv = the exponential mechanism with eps over H_tilde, score -err(h; S) on the
-   private labelled S, sensitivity 1/n (:func:`pipeline.mechanisms.exponential.select_hypothesis`).
+   private labelled S, sensitivity 1/n (:func:`pcqr.pipeline.mechanisms.exponential.select_hypothesis`).
 
 Guarantee: (eps, delta_EM)-DP with respect to S. Lemma 3.2 of 004: the candidate set does
 not depend on S, and the exact EM is pure eps-DP. Our sampler is within total variation
 TV(n) of the exact EM (n private rows scored,
-:func:`pipeline.mechanisms.exponential.total_variation`), so the run is (eps, delta_EM) with
-delta_EM = (1 + e^eps) TV(n) (:func:`pipeline.mechanisms.exponential.sampler_delta`, about
+:func:`pcqr.pipeline.mechanisms.exponential.total_variation`), so the run is (eps, delta_EM) with
+delta_EM = (1 + e^eps) TV(n) (:func:`pcqr.pipeline.mechanisms.exponential.sampler_delta`, about
 1e-42 at eps = 1, n = 10^6): reported as ``delta_sampler`` and ``proven_delta``
 (:func:`certificate`), charged to the ledger and written into the released model's record.
 h_priv is released: it is the output.
@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pipeline.mechanisms.exponential import sampler_delta, select_hypothesis
+from pcqr.pipeline.mechanisms.exponential import sampler_delta, select_hypothesis
 
 
 def cover_radius(public_points: int, vc: int, beta: float) -> float:
@@ -66,9 +66,9 @@ def release_classifier(
     """A_SSPP on a private Dataset (its parts read by the workers) and ``public`` points:
     (h_priv, its public record in the released-model format, with |H_tilde|, the distinct
     public points and Lemma 3.3's cover radius at ``beta``)."""
-    from pipeline.hypotheses import make_class
-    from pipeline.released_model import model_record
-    from pipeline.subsample import PART_ROWS, load_part
+    from pcqr.pipeline.hypotheses import make_class
+    from pcqr.pipeline.models.released import model_record
+    from pcqr.pipeline.models.subsample import PART_ROWS, load_part
 
     hclass = make_class(hypothesis_name, len(private.features))
     parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]

@@ -2,10 +2,10 @@
 Theorem 4.1 there = Theorem 11 of papers/000; ALGORITHMS.md section 5).
 
 1. m_o = 32 (d log(1/alpha) + log(1/beta)) / alpha (rounded up), m' = min(m_o, m).
-2. The first m' queries are answered by A_AgPrivCl (:mod:`pipeline.mechanisms.relabel`).
+2. The first m' queries are answered by A_AgPrivCl (:mod:`pcqr.pipeline.mechanisms.relabel`).
 3. If m' = m_o: T_pub = the feature vectors of those m_o queries (public: the queries
    carry no privacy constraint, section 1 of ALGORITHMS.md), h_priv = A_SSPP(S, T_pub, H)
-   (:mod:`pipeline.mechanisms.sspp`), and h_priv is released.
+   (:mod:`pcqr.pipeline.mechanisms.sspp`), and h_priv is released.
 4. Every later query j > m_o is answered by h_priv(x_j): post-processing of h_priv,
    no privacy cost, so the count of bottoms (the budget used) is frozen.
 
@@ -17,7 +17,7 @@ sum. We split the budget: A_AgPrivCl runs at (eps/2, delta) -- its Lemma 3.4 cha
 computed per run, must end within (eps/2, delta) -- and A_SSPP at eps/2 (Lemma 3.2 of
 papers/004: pure eps/2-DP for the exact EM; our sampled EM on the n private rows is
 (eps/2, delta_EM)-DP with delta_EM = (1 + e^(eps/2)) TV(n),
-:func:`pipeline.mechanisms.exponential.sampler_delta`). The whole run is
+:func:`pcqr.pipeline.mechanisms.exponential.sampler_delta`). The whole run is
 (eps_chain + eps/2, delta_chain + delta_EM), added to ``delta_sampler``, and is refused
 unless that is within (eps, delta), by any amount. The switch happens after a fixed,
 public number of queries m_o, so when it happens reveals nothing; T_pub holds only
@@ -35,16 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from pipeline.data import Dataset, feature_matrix
-from pipeline.errors import PcqrError
-from pipeline.log import batch_files
-from pipeline.mechanisms.exponential import round_up, sampler_delta
-from pipeline.mechanisms.relabel import AgnosticParameters
-from pipeline.privacy import delta_certificate
-from pipeline.noise import NoiseSource
-from pipeline.privacy import check_epsilon_delta, check_fraction, check_queries_max
+from pcqr.pipeline.data.datasets import Dataset
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.exponential import round_up, sampler_delta
+from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
+from pcqr.pipeline.privacy.subsamp import delta_certificate
+from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, check_queries_max
 
 MECHANISM = "A_UnvPrivCl (Algorithm 4 of Nandi-Bassily: A_AgPrivCl for m_o queries, then A_SSPP's h_priv)"
 RELEASED_MODEL_FILE = "_released-model.json"  # "_": Parquet readers of the log skip it
@@ -153,33 +151,11 @@ class UniversalParameters:
         return cls(**values)
 
 
-def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
-    """T_pub: the feature vectors of the first ``count`` queries of the public log, in order.
-
-    The log is public, so reading it here is reading public data; a log missing
-    rows (a batch lost in a crash) cannot give T_pub and is refused.
-    """
-    pieces, have = [], 0
-    for _, path in batch_files(log_dir):
-        if have >= count:
-            break
-        table = pq.read_table(path, columns=features)
-        take = min(table.num_rows, count - have)
-        pieces.append(feature_matrix(table.slice(0, take), features, path))
-        have += take
-    if have < count:
-        raise PcqrError(
-            f"{log_dir}: the log holds {have} answered queries, A_UnvPrivCl needs the first {count} "
-            "as its public sample (is a batch file missing?)"
-        )
-    return np.concatenate(pieces)
-
-
 def private_fingerprint(client: Any, private: Dataset) -> str:
     """The private dataset's content fingerprint: the ledger's identity (a multiset hash of the
-    decoded rows, hashed on the workers: pipeline.fingerprint), computed afresh (no cache).
+    decoded rows, hashed on the workers: pcqr.pipeline.budget.fingerprint), computed afresh (no cache).
     Private: it is kept in the session's private state, never in public output."""
-    from pipeline.fingerprint import dataset_identity
+    from pcqr.pipeline.budget.fingerprint import dataset_identity
 
     return dataset_identity(private.files, client)
 
@@ -206,7 +182,7 @@ def release_classifier(
     noise: NoiseSource,
 ) -> tuple[Any, dict[str, Any]]:
     """Step 3 on the cluster: (h_priv, its public record). Workers read the private parts."""
-    from pipeline.mechanisms import sspp
+    from pcqr.pipeline.mechanisms import sspp
 
     return sspp.release_classifier(
         client, hypothesis_name, private, public, params.sspp_epsilon, params.beta, noise,

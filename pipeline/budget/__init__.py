@@ -1,0 +1,1 @@
+"""The privacy-budget ledger and dataset identity: charges, sessions, fingerprints, sketches, overlap."""

@@ -1,0 +1,240 @@
+"""Overlap with registered private datasets, from bottom-k sketches (:mod:`pcqr.pipeline.budget.fingerprint`).
+
+Two uses, both reading only sketches in the ledger and (for the guard) the public file:
+
+1. **Charges** (:func:`related_identities`). A dataset's row sketch is stored in the ledger when it
+   is registered (its first charge, or ``pcqr budget set``). A job on a dataset whose rows largely
+   overlap a registered one is charged to that identity as well as its own, in the same ledger
+   transaction, and says so in one line: the overlapping rows are the same people, so every job
+   that reads them counts against their budget. (Refusing instead would stop the ordinary case --
+   rows appended to, or removed from, a budgeted dataset -- for no privacy gain; charging both can
+   only overcount.) Datasets are related when either containment is estimated at
+   >= ``OVERLAP_FRACTION`` (0.5; estimator and error in :mod:`pcqr.pipeline.budget.sketch`: at k = 4096 within
+   +-0.05 except with probability 2.5e-9, never overlap that is not there): rows appended to or
+   removed from a budgeted dataset (up to about half of it) stay charged to it. Rows are compared whole (every
+   column, by value): a dataset re-written with a column added or dropped is NOT recognised, and
+   datasets of common rows (few distinct values) relate whenever they share those values (that
+   errs on the safe side). Ledgers written before identities were of decoded rows keep budgets
+   under ``sha256:`` identities; a dataset whose old identity is on record is linked to it.
+
+2. **Misuse guard** (:func:`check_public_overlap`). ``--public`` (learn, release), ``--queries`` and
+   ``--truth`` (answer) are compared, by the feature columns they share with it, with every
+   registered feature sketch and with the job's own private dataset's. A public row whose feature
+   vector occurs exactly once (``RARE``) among a private dataset's rows singles out a private row;
+   if any public row in the sketch's range (hash <= tau, tau the sketch's k-th value) does, the
+   command is refused in one line naming the option and the private dataset, before anything is
+   charged; ``--allow-private-overlap`` lets it through (recorded in the output's provenance).
+   What it detects: a public file holding x distinct private once-occurring feature vectors, out
+   of n_d distinct in the private data, is refused with probability at least 1 - exp(-x k / n_d)
+   (certain when n_d <= k, the sketch then being exact): at n_d = 3e6, x >= 2,200 rows are caught
+   with 95%, x >= 10,120 except with probability 1e-6; 100 private rows among a million public
+   ones only with 13%. False refusals: a public feature vector equal to a once-occurring private
+   one although unrelated -- never for features from a continuous distribution, except by a
+   64-bit hash collision (probability at most p k 2^-64 for p public rows: 2.2e-10 per 10^6
+   rows) -- but real for discrete features with rare combinations: then pass the flag. Copies
+   of a private dataset whose feature vectors are all shared by several of its rows are not
+   detected (their rows are indistinguishable from public data with the same values).
+   The refusal depends on private data: it is for the operator (see docs/privacy.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pcqr.pipeline.data.datasets import Dataset, filesystem, read_part
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
+from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
+from pcqr.pipeline.budget.ledger import Ledger, ledger_path
+
+CHUNK_BYTES = 8 * 1024 * 1024
+RARE = 1
+ROWS, FEATURES, LEGACY = "rows", "features", "legacy"
+
+
+def _key(columns: Sequence[str] | None) -> str:
+    return "" if not columns else json.dumps(sorted(columns))
+
+
+def load_sketch(ledger: Ledger, identity: str, columns: Sequence[str] | None) -> Sketch | None:
+    """The row sketch (``columns`` None) or the feature sketch over ``columns`` stored for ``identity``."""
+    stored = ledger.sketch(identity, FEATURES if columns else ROWS, _key(columns))
+    return None if stored is None else Sketch.from_bytes(stored[1])
+
+
+def register(ledger: Ledger, found: Fingerprint, label: str) -> None:
+    """Store the fingerprint's sketches under its identity (those already stored are kept)."""
+    if found.row_sketch is not None:
+        ledger.store_sketch(found.identity, ROWS, "", label, found.rows, found.row_sketch.to_bytes())
+    if found.feature_sketch is not None and found.features:
+        ledger.store_sketch(found.identity, FEATURES, _key(found.features), label, found.rows,
+                            found.feature_sketch.to_bytes())
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A registered identity a dataset overlaps (``containment`` None: a link to its old identity)."""
+
+    identity: str
+    label: str
+    containment: Containment | None
+
+
+def related_identities(ledger: Ledger, found: Fingerprint, files: Sequence[str], client: Any = None) -> list[Relation]:
+    """Every other registered identity ``found`` overlaps (see the module docstring), and its old
+    ``sha256:`` identity when the ledger has budgets or charges under it."""
+    assert found.row_sketch is not None
+    related = []
+    for identity, _, label, data in ledger.sketches(ROWS):
+        if identity != found.identity:
+            estimate = containment(found.row_sketch, Sketch.from_bytes(data))
+            if estimate.related:
+                related.append(Relation(identity, label, estimate))
+    links = [(columns, label) for identity, columns, label, _ in ledger.sketches(LEGACY) if identity == found.identity]
+    known = ledger.identities()
+    if not links and found.identity not in known and any(i.startswith("sha256:") for i in known):
+        old = legacy_identity(files, client)
+        if old in known:
+            label = (ledger.registration(old) or {}).get("label") or old
+            ledger.store_sketch(found.identity, LEGACY, old, str(label), found.rows, b"")
+            links.append((old, str(label)))
+    return related + [Relation(old, label, None) for old, label in links]
+
+
+def describe(related: list[Relation]) -> str:
+    """The registered datasets of ``related``, each with the estimated shares in common."""
+    described = []
+    for r in related:
+        if r.containment is None:
+            described.append(f"{r.label} (the same files, under their identity of earlier pcqr versions)")
+            continue
+        c = r.containment
+        shares = [f"{share:.0%} of {side}" for share, side in ((c.a_in_b, "these rows"), (c.b_in_a, "its rows"))
+                  if share is not None]
+        described.append(f"{r.label} ({' and '.join(shares)} in common, est.)")
+    return "; ".join(described)
+
+
+def relation_note(related: list[Relation]) -> str:
+    """Which registered datasets a charge also went to, and why (a part of the charge's one line)."""
+    return "overlaps registered data, also charged to " + describe(related)
+
+
+# --- identities of earlier versions (SHA-256 of the files' bytes) ---------------------------------
+
+def file_sha256(file: str) -> str:
+    """SHA-256 of a file's bytes, read in 8 MB chunks (runs on a worker)."""
+    fs, path = filesystem(file)
+    digest = hashlib.sha256()
+    try:
+        with fs.open_input_stream(path) as stream:
+            for chunk in iter(lambda: stream.read(CHUNK_BYTES), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise PcqrError(f"{file}: cannot read it to fingerprint the private dataset ({exc})") from None
+    return digest.hexdigest()
+
+
+def legacy_identity(files: Sequence[str], client: Any = None) -> str:
+    """The identity pcqr gave a dataset before identities were of decoded rows: ``"sha256:"`` +
+    SHA-256 over the sorted (file basename, SHA-256 of the file's bytes) pairs. A ledger written
+    then keeps its budgets under it (:func:`related_identities` links them)."""
+    names = list(dict.fromkeys(normalise(f) for f in files))
+    if client is None:
+        digests = [file_sha256(f) for f in names]
+    else:
+        digests = client.gather([client.submit(file_sha256, f, pure=False) for f in names])
+    outer = hashlib.sha256()
+    for basename, sha in sorted((os.path.basename(f.rstrip("/")), d) for f, d in zip(names, digests)):
+        outer.update(f"{basename}\0{sha}\n".encode())
+    return "sha256:" + outer.hexdigest()
+
+
+# --- the misuse guard ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Candidate:
+    label: str
+    columns: tuple[str, ...]
+    sketch: Sketch
+
+
+def _numeric(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        return _numeric(kind.value_type)
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
+
+
+def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | None,
+                own_label: str | None) -> list[_Candidate]:
+    names = {f.name for f in public.schema if _numeric(f.type)}  # only those can hold a numeric feature
+    found: dict[tuple[str, str], _Candidate] = {}
+    if own is not None and own.feature_sketch is not None and own.features and set(own.features) <= names:
+        found[(own.identity, _key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
+    if ledger_path is not None:
+        with Ledger(ledger_path) as ledger:
+            for identity, columns, label, data in ledger.sketches(FEATURES):
+                wanted = tuple(json.loads(columns))
+                if set(wanted) <= names and (identity, columns) not in found:
+                    found[(identity, columns)] = _Candidate(label, wanted, Sketch.from_bytes(data))
+    return list(found.values())
+
+
+def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger_path: str | None,
+                         own: Fingerprint | None = None, own_label: str | None = None,
+                         echo: Callable[[str], None] | None = None) -> None:
+    """Refuse (PcqrError naming ``option`` and the private dataset) a public dataset holding
+    feature vectors of a registered private dataset (or of ``own``, the job's own private one),
+    unless ``allowed`` (then ``echo`` gets one warning line). Reads the public file in this
+    process, part by part, and the ledger's sketches; charges nothing."""
+    candidates = _candidates(public, ledger_path, own, own_label)
+    if not candidates:
+        return
+    by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
+    for candidate in candidates:
+        by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
+    seen: dict[int, list[np.ndarray]] = {id(c): [] for c in candidates}
+    needed = sorted({name for c in candidates for name in c.columns})
+    for part in public.parts(PART_ROWS):
+        table = read_part(part, needed)
+        for columns, group in by_columns.items():
+            hashes = feature_hashes(table, columns)
+            for candidate in group:
+                seen[id(candidate)].append(hashes[hashes <= np.uint64(candidate.sketch.bound)])
+    for candidate in candidates:
+        in_range = np.concatenate(seen[id(candidate)]) if seen[id(candidate)] else np.zeros(0, np.uint64)
+        sketch = candidate.sketch
+        hits = int(np.sum(np.isin(in_range, sketch.values[sketch.counts <= RARE])))
+        if not hits:
+            continue
+        share = float(np.mean(np.isin(in_range, sketch.values)))
+        detail = (f"{hits} of the {in_range.size} rows its overlap sketch can see are rows of the private "
+                  f"dataset {candidate.label}, est. {share:.0%} of the file")
+        if not allowed:
+            raise PcqrError(f"{option} {public.uri}: holds private rows ({detail}); pass --allow-private-overlap "
+                            "if this is intended")
+        if echo is not None:
+            echo(f"warning: {option} {public.uri} holds private rows ({detail}); allowed by --allow-private-overlap")
+
+
+def guard_public_inputs(inputs: Sequence[tuple[str, Dataset | None]], allowed: bool, ledger_option: str | None,
+                        private: Dataset | None = None, client: Any = None,
+                        echo: Callable[[str], None] | None = None) -> None:
+    """A command's misuse guard, before its charge: every (option, public dataset) of ``inputs``
+    against the ledger's feature sketches and, when the command reads one, the private dataset's
+    own (fingerprinted now on ``client``'s workers over its features; the charge reuses it)."""
+    path = ledger_path(ledger_option)
+    own = None
+    if private is not None:
+        with Ledger(path) as ledger:
+            own = fingerprint_dataset(private.files, client, ledger, private.features)
+    for option, public in inputs:
+        if public is not None:
+            check_public_overlap(public, option, allowed, path if os.path.exists(path) else None, own,
+                                 private.uri if private is not None else None, echo)

@@ -1,0 +1,1 @@
+"""Data and the cluster: Parquet datasets, the Dask client, synthetic data, atomic writes, worker errors."""

@@ -1,0 +1,276 @@
+"""Datasets as Parquet: discovery and schema checks in the driver, reading and value checks on workers.
+
+A dataset is one Parquet file or a directory of them (sorted by name; files
+starting with ``.`` or ``_`` are skipped), at a local path or any URI pyarrow
+understands (``s3://``, ``gs://``, ``hdfs://``, ``file://``).
+
+The driver reads only *metadata* (schemas, row counts per row group): that is
+how it validates columns and plans the work without ever loading a private
+row. Workers read their own row groups (:func:`read_part`) and check the
+values (:func:`feature_matrix`, :func:`label_vector`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pcqr.pipeline.errors import PcqrError
+
+
+@dataclass(frozen=True)
+class Part:
+    """A piece of a dataset a worker reads: some row groups of one file."""
+
+    file: str
+    row_groups: tuple[int, ...]
+    rows: int
+    start: int  # global position of the first row in the dataset
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What the driver knows about a dataset: files, schema, row groups, chosen columns."""
+
+    uri: str
+    files: tuple[str, ...]
+    schema: pa.Schema
+    row_groups: tuple[tuple[int, ...], ...]  # rows per row group, per file
+    features: tuple[str, ...]
+    label: str | None
+    id_column: str | None
+
+    @property
+    def rows(self) -> int:
+        return sum(sum(groups) for groups in self.row_groups)
+
+    def parts(self, target_rows: int) -> list[Part]:
+        """Consecutive row groups of each file, grouped into parts of about target_rows."""
+        parts: list[Part] = []
+        start = 0
+        for file, groups in zip(self.files, self.row_groups):
+            chosen: list[int] = []
+            rows = 0
+            for index, count in enumerate(groups):
+                if chosen and rows + count > target_rows:
+                    parts.append(Part(file, tuple(chosen), rows, start))
+                    start += rows
+                    chosen, rows = [], 0
+                chosen.append(index)
+                rows += count
+            if chosen and rows:
+                parts.append(Part(file, tuple(chosen), rows, start))
+                start += rows
+        return parts
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in uri:
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise PcqrError(f"{uri}: cannot open ({exc})") from None
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def _full_uri(uri: str, path: str) -> str:
+    if "://" in uri:
+        scheme = uri.split("://", 1)[0]
+        return f"{scheme}://{path}"
+    return path
+
+
+def _list_files(uri: str, role: str) -> list[str]:
+    fs, path = filesystem(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise PcqrError(f"{role} dataset {uri}: no such file or directory")
+    if info.type == pafs.FileType.File:
+        return [_full_uri(uri, path)]
+    selector = pafs.FileSelector(path, recursive=True)
+    files = sorted(
+        f.path
+        for f in fs.get_file_info(selector)
+        if f.type == pafs.FileType.File
+        and not os.path.basename(f.path).startswith((".", "_"))
+        and f.path.endswith((".parquet", ".parq", ".pq"))
+    )
+    if not files:
+        raise PcqrError(f"{role} dataset {uri}: the directory holds no .parquet file")
+    return [_full_uri(uri, f) for f in files]
+
+
+def _open_parquet(file: str) -> pq.ParquetFile:
+    fs, path = filesystem(file)
+    try:
+        return pq.ParquetFile(fs.open_input_file(path), page_checksum_verification=True)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise PcqrError(f"{file}: not a readable Parquet file ({exc})") from None
+
+
+def _is_numeric(field: pa.Field) -> bool:
+    t = field.type
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def open_dataset(
+    uri: str,
+    role: str,
+    *,
+    label: str | None = None,
+    features: Sequence[str] | None = None,
+    id_column: str | None = None,
+) -> Dataset:
+    """Discover a dataset from metadata only and check its columns.
+
+    ``label`` is required to exist when given; ``features`` defaults to every
+    numeric column other than the label and the id column. Raises PcqrError
+    naming the file and column on an empty dataset, a missing or non-numeric
+    column, or files whose schemas differ.
+    """
+    files = _list_files(uri, role)
+    first = _open_parquet(files[0])
+    schema = first.schema_arrow
+    groups = []
+    for file in files:
+        pf = first if file == files[0] else _open_parquet(file)
+        if not pf.schema_arrow.equals(schema, check_metadata=False):
+            raise PcqrError(
+                f"{file}: schema differs from {files[0]} "
+                f"({_schema_text(pf.schema_arrow)} vs {_schema_text(schema)})"
+            )
+        meta = pf.metadata
+        groups.append(tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups)))
+    names = schema.names
+    for column, option in ((label, "--label"), (id_column, "id column")):
+        if column is not None and column not in names:
+            raise PcqrError(f"{files[0]}: {role} dataset has no column {column!r} ({option}); columns: {', '.join(names)}")
+    if label is not None and not _is_numeric(schema.field(label)):
+        raise PcqrError(f"{files[0]}: label column {label!r} is {schema.field(label).type}, expected 0/1 integers")
+    chosen = _choose_features(schema, files[0], role, features, {label, id_column})
+    dataset = Dataset(uri, tuple(files), schema, tuple(groups), chosen, label, id_column)
+    if dataset.rows == 0:
+        raise PcqrError(f"{role} dataset {uri}: no rows")
+    return dataset
+
+
+_SINGULAR = {"queries": "query"}
+#: The query id column used when ``--id-column`` is not given and the data has it.
+QUERY_ID = "query_id"
+INT64_MAX = 2**63 - 1
+
+
+def check_id_type(schema: pa.Schema, file: str, column: str, option: str) -> None:
+    """Query ids are integers that fit int64: a string, float or other column is refused (metadata
+    only, before anything is charged); a uint64 column's values are checked by :func:`id_values`."""
+    kind = schema.field(column).type
+    if not pa.types.is_integer(kind):
+        raise PcqrError(f"{file}: {option} column {column!r} is {kind}, expected integer query ids")
+
+
+def id_values(table: pa.Table, column: str, file: str, option: str = "--id-column") -> pa.Array:
+    """The id column as int64 (runs on a worker): missing values or values beyond int64 are refused."""
+    values = table.column(column)
+    if values.null_count:
+        raise PcqrError(f"{file}: {option} column {column!r} has missing values")
+    if pa.types.is_uint64(values.type) and len(values) and pa.compute.max(values).as_py() > INT64_MAX:
+        raise PcqrError(f"{file}: {option} column {column!r} has ids above 2^63 - 1 (int64)")
+    return values.cast(pa.int64())
+
+
+def open_matching(
+    uri: str, role: str, features: Sequence[str], against: str, id_column: str | None = None
+) -> Dataset:
+    """A dataset that must hold the given feature columns (those of ``against``, e.g. "the
+    private features"). ``id_column`` (``--id-column``) must exist when given; when it is None,
+    the ``query_id`` column is the id if present, else row positions are. Metadata is read once."""
+    probe = open_dataset(uri, role)
+    names = probe.schema.names
+    missing = [f for f in features if f not in names]
+    if missing:
+        raise PcqrError(
+            f"{probe.files[0]}: {_SINGULAR.get(role, role)} columns do not match {against}: missing "
+            f"{', '.join(missing)} (expected: {', '.join(features)})"
+        )
+    if id_column is not None and id_column not in names:
+        raise PcqrError(f"{probe.files[0]}: --id-column {id_column!r} is not a column of the {role} "
+                        f"(columns: {', '.join(names)}); omit it to number the rows")
+    ids = id_column if id_column is not None else QUERY_ID if QUERY_ID in names else None
+    if ids is not None:
+        check_id_type(probe.schema, probe.files[0], ids, "--id-column")
+        if ids in features:
+            raise PcqrError(f"{probe.files[0]}: --id-column {ids!r} is also a feature")
+    chosen = _choose_features(probe.schema, probe.files[0], role, features, set())
+    return replace(probe, features=chosen, id_column=ids)
+
+
+def _choose_features(
+    schema: pa.Schema, file: str, role: str, features: Sequence[str] | None, exclude: set[str | None]
+) -> tuple[str, ...]:
+    if features:
+        for name in features:
+            if name in exclude:
+                raise PcqrError(f"{file}: --features {name!r} is the {role} dataset's label or id column, "
+                                "not a feature")
+            if name not in schema.names:
+                raise PcqrError(f"{file}: {role} dataset has no feature column {name!r} (--features)")
+            if not _is_numeric(schema.field(name)):
+                raise PcqrError(f"{file}: feature column {name!r} is {schema.field(name).type}, not numeric")
+        return tuple(features)
+    chosen = tuple(f.name for f in schema if f.name not in exclude and _is_numeric(f))
+    if not chosen:
+        raise PcqrError(f"{file}: {role} dataset has no numeric feature column")
+    return chosen
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
+    """Read one part's row groups (runs on a worker). Page checksums are verified where the file
+    has them; a page that fails its checksum or does not decode is a one-line error naming the file."""
+    try:
+        return _open_parquet(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
+    except (pa.ArrowException, OSError) as exc:
+        raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
+
+
+def feature_matrix(table: pa.Table, features: Sequence[str], file: str) -> np.ndarray:
+    """The features as a float64 matrix; PcqrError naming file and column on null, NaN or inf."""
+    columns = []
+    for name in features:
+        column = table.column(name)
+        values = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        if column.null_count or not np.isfinite(values).all():
+            raise PcqrError(f"{file}: feature column {name!r} has missing, NaN or infinite values")
+        columns.append(values)
+    if not columns:
+        return np.empty((table.num_rows, 0))
+    return np.column_stack(columns)
+
+
+def label_vector(table: pa.Table, label: str, file: str) -> np.ndarray:
+    """The labels as int8; PcqrError naming file and column if any is not 0 or 1."""
+    column = table.column(label)
+    values = column.to_numpy(zero_copy_only=False)
+    if column.null_count or not np.isin(values, (0, 1)).all():
+        raise PcqrError(f"{file}: label column {label!r} has values outside {{0, 1}}")
+    return values.astype(np.int8)
+
+
+def load_features(part: Part, features: Sequence[str]) -> np.ndarray:
+    """Worker task: one part's feature matrix, values checked (unlabelled use of a dataset)."""
+    return feature_matrix(read_part(part, features), features, part.file)
+
+
+def read_public_features(public: Dataset, part_rows: int = 500_000) -> np.ndarray:
+    """Every row of a PUBLIC dataset's features, in the driver (only ever for public data)."""
+    pieces = [load_features(p, public.features) for p in public.parts(part_rows)]
+    return np.concatenate(pieces) if pieces else np.zeros((0, len(public.features)))

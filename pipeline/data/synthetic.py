@@ -1,0 +1,289 @@
+"""Synthetic classification data for the demo, the tests and the benchmarks.
+
+Features are i.i.d. standard normal (``x0..x{D-1}``, float64). The hidden concept
+comes from the seed: ``threshold`` labels 1 iff ``x0 > t``, ``halfspace`` 1 iff
+``<w, x> > b`` (``w`` a random unit vector). ``agnostic`` data (queries' true
+labels too) flips each label independently with probability ``noise``.
+
+Rows are cut into fixed blocks (:func:`block_rows`); block ``k`` of stream ``s``
+draws from ``SeedSequence(seed).spawn(..)[s].spawn(..)[k]`` (built from its spawn
+key), so the data depend only on the seed and sizes, never on ``rows_per_file`` or
+on which worker writes what. One Dask task writes each file, one block (= one row
+group) at a time, so memory is one block per task whatever the number of rows.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import os
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from distributed import Client, as_completed
+
+from pcqr.pipeline.errors import PcqrError
+
+KINDS = ("realizable", "agnostic")
+CONCEPTS = ("threshold", "halfspace")
+DATASETS = ("private", "queries", "truth")
+DEFAULT_NOISE = 0.1
+DEFAULT_ROWS_PER_FILE = 1_000_000
+BLOCK_ROWS = 125_000  # unit of randomness and parquet row-group size (fewer if many features)
+BLOCK_VALUES = 1 << 23  # at most 64 MiB of features per block
+MAX_FILES = 100_000
+CONCEPT_KEY = "pcqr.concept"
+SYNTHETIC_KEY = "pcqr.synthetic"
+_STREAM_IDS = {"private": 0, "queries": 1, "concept": 2}
+_OURS = re.compile(r"part-\d+\.parquet|\.part-\d+\.parquet\.tmp-[0-9a-f]+")  # our files, temps
+
+
+@dataclass(frozen=True)
+class Concept:
+    """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace)."""
+    kind: str
+    bias: float
+    weights: tuple[float, ...] = ()
+
+    def labels(self, x: np.ndarray) -> np.ndarray:
+        """Noise-free int8 labels of the rows of ``x`` (shape rows x features)."""
+        score = x[:, 0] if self.kind == "threshold" else x @ np.asarray(self.weights)
+        return (score > self.bias).astype(np.int8)
+
+    def to_json(self) -> str:
+        """The public description stored under :data:`CONCEPT_KEY`."""
+        if self.kind == "threshold":
+            body: dict[str, object] = {"kind": "threshold", "feature": "x0", "threshold": self.bias}
+        else:
+            body = {"kind": "halfspace", "weights": list(self.weights), "bias": self.bias}
+        return json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Concept:
+        """Inverse of :meth:`to_json` (floats round-trip exactly)."""
+        body = json.loads(text)
+        if body["kind"] == "threshold":
+            return cls("threshold", float(body["threshold"]))
+        return cls("halfspace", float(body["bias"]), tuple(float(w) for w in body["weights"]))
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Validated parameters of one synthetic dataset (see :func:`make_spec`)."""
+    kind: str
+    concept: str
+    rows: int
+    features: int
+    queries: int
+    seed: int
+    noise: float
+    rows_per_file: int = DEFAULT_ROWS_PER_FILE
+
+
+@dataclass(frozen=True)
+class Part:
+    """One task: rows [start, stop) of a stream, written to ``paths`` (queries: query + truth)."""
+    stream: str
+    start: int
+    stop: int
+    paths: tuple[str, ...]
+
+
+def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, seed: int,
+              noise: float | None = None,
+              rows_per_file: int = DEFAULT_ROWS_PER_FILE) -> DatasetSpec:
+    """Check the options (PcqrError naming the option) and fill in the default noise."""
+    if kind not in KINDS:
+        raise PcqrError(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    if concept not in CONCEPTS:
+        raise PcqrError(f"--concept: expected one of {', '.join(CONCEPTS)}, got {concept!r}")
+    for option, value, least in (("--rows", rows, 1), ("--features", features, 1),
+                                 ("--queries", queries, 0), ("--seed", seed, 0),
+                                 ("--rows-per-file", rows_per_file, 1)):
+        if value < least:
+            raise PcqrError(f"{option}: must be at least {least}, got {value}")
+    if noise is None:
+        noise = DEFAULT_NOISE if kind == "agnostic" else 0.0
+    if kind == "realizable" and noise != 0:
+        raise PcqrError(f"--noise: realizable data has no label noise (got {noise}); "
+                        "use --kind agnostic for noisy labels")
+    if not 0 <= noise < 0.5:
+        raise PcqrError(f"--noise: must be in [0, 0.5), got {noise}")
+    if math.ceil(max(rows, queries) / rows_per_file) > MAX_FILES:
+        raise PcqrError(f"--rows-per-file: {rows_per_file} would write more than {MAX_FILES} "
+                        "files per directory; raise it")
+    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file)
+
+
+def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
+    """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"],)))
+    if concept == "threshold":
+        return Concept("threshold", float(rng.uniform(-1.0, 1.0)))
+    w = rng.standard_normal(features)
+    w /= np.linalg.norm(w)
+    return Concept("halfspace", float(rng.uniform(-1.0, 1.0)), tuple(float(v) for v in w))
+
+
+def block_seed(seed: int, stream: str, block: int) -> np.random.SeedSequence:
+    """The seed of block ``block`` of ``stream`` ("private" or "queries")."""
+    return np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS[stream], block))
+
+
+def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: float,
+               seed_seq: np.random.SeedSequence) -> pa.Table:
+    """``rows`` rows (columns x0.., label) drawn from ``seed_seq``; pure and deterministic.
+
+    Features and label flips use separate child streams, so the features do not
+    depend on ``kind`` or ``noise`` and fewer rows give a prefix of more rows.
+    """
+    if kind == "realizable" and noise != 0:
+        raise ValueError("realizable data has no label noise")
+    x_seed, flip_seed = (np.random.SeedSequence(seed_seq.entropy,
+                                                spawn_key=(*seed_seq.spawn_key, i)) for i in (0, 1))
+    x = np.random.default_rng(x_seed).standard_normal((rows, features))
+    labels = concept.labels(x)
+    if kind == "agnostic" and noise > 0:
+        labels ^= (np.random.default_rng(flip_seed).random(rows) < noise).astype(np.int8)
+    columns = {f"x{j}": np.ascontiguousarray(x[:, j]) for j in range(features)}
+    return pa.table({**columns, "label": labels})
+
+
+def _schema(spec: DatasetSpec, concept: Concept, dataset: str) -> pa.Schema:
+    features = [pa.field(f"x{j}", pa.float64()) for j in range(spec.features)]
+    label, query_id = pa.field("label", pa.int8()), pa.field("query_id", pa.int64())
+    fields = {"private": [*features, label], "queries": [query_id, *features],
+              "truth": [query_id, label]}[dataset]
+    info = {"kind": spec.kind, "noise": spec.noise, "seed": spec.seed, "concept": spec.concept}
+    metadata = {SYNTHETIC_KEY: json.dumps(info, sort_keys=True)}
+    if dataset == "private":
+        metadata[CONCEPT_KEY] = concept.to_json()
+    return pa.schema(fields, metadata=metadata)
+
+
+def plan_parts(spec: DatasetSpec, out: str) -> list[Part]:
+    """The files to write, named so that sorting by name gives row (query) order."""
+    parts = []
+    for stream, total, dirs in (("private", spec.rows, ("private",)),
+                                ("queries", spec.queries, ("queries", "truth"))):
+        starts = range(0, total, spec.rows_per_file) or range(1)  # 0 queries: one empty file
+        width = max(5, len(str(len(starts) - 1)))
+        for i, start in enumerate(starts):
+            name = f"part-{i:0{width}d}.parquet"
+            stop = min(start + spec.rows_per_file, total)
+            parts.append(Part(stream, start, stop, tuple(os.path.join(out, d, name) for d in dirs)))
+    return parts
+
+
+def block_rows(features: int) -> int:
+    """Rows per block: :data:`BLOCK_ROWS`, halved while a block holds > BLOCK_VALUES floats."""
+    rows = BLOCK_ROWS
+    while rows * features > BLOCK_VALUES and rows > 1024:
+        rows //= 2
+    return rows
+
+
+def iter_rows(spec: DatasetSpec, concept: Concept, stream: str, start: int,
+              stop: int) -> Iterator[tuple[int, pa.Table]]:
+    """(first row index, rows) for rows [start, stop) of ``stream``, one block at a time."""
+    total, size = spec.rows if stream == "private" else spec.queries, block_rows(spec.features)
+    for block in range(start // size, -(-stop // size)):
+        first = block * size
+        table = make_chunk(spec.kind, concept, min(size, total - first), spec.features,
+                           spec.noise, block_seed(spec.seed, stream, block))
+        lo, hi = max(start, first) - first, min(stop, first + table.num_rows) - first
+        yield first + lo, table.slice(lo, hi - lo)
+
+
+@contextmanager
+def _atomic_writer(path: str, schema: pa.Schema) -> Iterator[Callable[[dict], None]]:
+    """Yield ``write(columns)``, appending a row group to a hidden temp renamed on success."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as writer:
+            yield lambda columns: writer.write_table(pa.table(columns, schema=schema),
+                                                     row_group_size=BLOCK_ROWS)  # one per block
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_part(part: Part, spec: DatasetSpec, concept: Concept) -> int:
+    """Write one part (a Dask task on a worker); returns the number of rows written."""
+    if part.stream == "private":
+        with _atomic_writer(part.paths[0], _schema(spec, concept, "private")) as write:
+            for _, table in iter_rows(spec, concept, "private", part.start, part.stop):
+                write(dict(zip(table.column_names, table.columns)))
+        return part.stop - part.start
+    with _atomic_writer(part.paths[0], _schema(spec, concept, "queries")) as queries, \
+            _atomic_writer(part.paths[1], _schema(spec, concept, "truth")) as truth:
+        for first, table in iter_rows(spec, concept, "queries", part.start, part.stop):
+            ids = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
+            features = {name: table[name] for name in table.column_names if name != "label"}
+            queries({"query_id": ids, **features})
+            truth({"query_id": ids, "label": table["label"]})
+    return part.stop - part.start
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """Refuse an ``out`` whose private/queries/truth directory is non-empty, unless overwrite."""
+    for path in (out, *(os.path.join(out, d) for d in DATASETS)):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise PcqrError(f"--out: {path} exists and is not a directory")
+        if path != out and os.path.isdir(path) and os.listdir(path) and not overwrite:
+            raise PcqrError(f"--out: {path} is not empty; pass --overwrite to replace its files")
+
+
+def _remove_stale(out: str, parts: list[Part]) -> None:
+    keep = {path for part in parts for path in part.paths}
+    for directory in (os.path.join(out, d) for d in DATASETS):
+        for name in filter(_OURS.fullmatch, os.listdir(directory)):
+            if os.path.join(directory, name) not in keep:
+                os.remove(os.path.join(directory, name))
+
+
+def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool = False,
+                  on_done: Callable[[int], None] | None = None) -> dict[str, object]:
+    """Write the dataset under ``out`` with one task per part on ``client``; returns a summary.
+
+    ``on_done(1)`` is called as each part completes. With ``overwrite``, files
+    from an earlier run that this run did not rewrite are removed at the end
+    (only ``part-*.parquet`` and our temp files; anything else is left alone).
+    """
+    out = os.path.abspath(out)
+    check_out(out, overwrite)
+    parts, futures = plan_parts(spec, out), []
+    try:
+        for dataset in DATASETS:
+            os.makedirs(os.path.join(out, dataset), exist_ok=True)
+        concept = concept_from_seed(spec.concept, spec.features, spec.seed)
+        futures = client.map(write_part, parts, spec=spec, concept=concept, pure=False)
+        for future in as_completed(futures):
+            future.result()
+            (on_done or (lambda _: None))(1)
+    except BaseException as error:
+        client.cancel(futures)
+        if isinstance(error, OSError):
+            raise PcqrError(f"--out: cannot write under {out}: {error}") from None
+        raise
+    if overwrite:
+        _remove_stale(out, parts)
+    return {"out": out, "kind": spec.kind, "concept": spec.concept, "rows": spec.rows,
+            "features": spec.features, "queries": spec.queries, "noise": spec.noise,
+            "seed": spec.seed, "rows_per_file": spec.rows_per_file,
+            "files": sum(len(part.paths) for part in parts)}
+
+
+def read_concept(path: str) -> Concept:
+    """The hidden concept recorded in a private part file's schema metadata."""
+    metadata = pq.read_schema(path).metadata or {}
+    if CONCEPT_KEY.encode() not in metadata:
+        raise PcqrError(f"{path}: no {CONCEPT_KEY} metadata; not written by pcqr generate")
+    return Concept.from_json(metadata[CONCEPT_KEY.encode()])

@@ -1,0 +1,278 @@
+"""The k trained models on disk without pickle: ``STATE/models.npz`` (issue 11).
+
+A pickle runs code when it is loaded, so pcqr never writes or reads one. The model file is
+a NumPy ``.npz`` read with ``allow_pickle=False``; its ``kind`` says how the models are kept:
+
+* ``stump``: built-in thresholds and stumps (and constant models) as three arrays,
+  ``feature`` (int64), ``threshold`` (float64), ``polarity`` (int8) -- what
+  :class:`pcqr.pipeline.models.votes.StumpVotes` counts with, so k = 240,000 loads in milliseconds;
+* ``linear``: binary linear classifiers (and constants) as ``coef`` (k x features) and
+  ``intercept`` (:class:`pcqr.pipeline.models.votes.LinearVotes`);
+* ``erm``: agnostic mode's :class:`pcqr.pipeline.hypotheses.ERMClassifier` models as JSON (their
+  parameters and the chosen hypothesis's ``to_dict``), constants in ``constant``;
+* ``skops``: any other allowed scikit-learn classifier, through ``skops.io``, constants in
+  ``constant``. On load every type skops does not trust by default must be a class under
+  the allowed learner modules (pcqr.pipeline.models.learners.LEARNER_MODULES plus the operator's
+  ``pcqr: learners: allow:``); anything else is refused, naming the type.
+
+Every load checks the file against the session: k models, feature indices below the number
+of features, finite parameters, known directions. A file that fails is refused in one line
+naming it; nothing from it is used.
+"""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from typing import Any, Sequence
+
+import numpy as np
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.learners import LEARNER_MODULES, ConstantModel, module_allowed
+from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
+
+FORMAT = "pcqr-models/1"
+
+
+def dump_models(ensemble: Ensemble) -> bytes:
+    """The bytes of a model file for ``ensemble`` (np.savez: plain arrays, no object arrays)."""
+    counter = ensemble.counter
+    arrays: dict[str, np.ndarray]
+    if isinstance(counter, StumpVotes):
+        arrays = {"kind": np.array("stump"), "feature": counter.features, "threshold": counter.thresholds,
+                  "polarity": counter.polarities}
+    elif isinstance(counter, LinearVotes):
+        arrays = {"kind": np.array("linear"), "coef": counter.coefs, "intercept": counter.intercepts}
+    else:
+        assert isinstance(counter, ModelVotes)
+        arrays = _dump_fitted(counter.models)
+    sink = io.BytesIO()
+    np.savez(sink, allow_pickle=False, format=np.array(FORMAT), **arrays)  # an object array is an error
+    return sink.getvalue()
+
+
+def load_models_file(path: str, k: int, n_features: int, modules: Sequence[str] = ()) -> Ensemble:
+    """The ensemble in ``path``, checked against a session of ``k`` models on ``n_features`` features.
+
+    Parameters
+    ----------
+    path : str
+        A file written from :func:`dump_models`.
+    k, n_features : int
+        The session's number of models and of feature columns.
+    modules : sequence of str
+        The operator's extra allowed learner modules (cluster.yaml ``pcqr: learners: allow:``).
+
+    Raises
+    ------
+    PcqrError
+        One line naming ``path``: not a model file, another session's (other k or features),
+        a value out of range, or a type outside the allowed modules.
+    """
+    return _from_arrays(_read(path), path, k, n_features, modules)
+
+
+def check_storable(model: Any, n_features: int, modules: Sequence[str] = ()) -> None:
+    """Refuse, before any charge, a learner whose fitted models could not be saved and loaded back
+    (a type skops cannot write, or one outside the allowed modules): one fitted trial model goes
+    through the same write and checked read as the session's k models will."""
+    name = f"{type(model).__module__}.{type(model).__qualname__}"
+    try:
+        data = dump_models(Ensemble([model]))
+    except Exception as exc:  # noqa: BLE001 -- skops refuses what it cannot represent
+        raise PcqrError(f"--learner: a fitted {name} cannot be stored without pickle ({_first_line(exc)})") from None
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    try:
+        _from_arrays(arrays, "the trial model file", 1, n_features, modules)
+    except PcqrError as exc:
+        raise PcqrError(f"--learner: a fitted {name} cannot be stored and loaded back ({exc})") from None
+
+
+def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: int, modules: Sequence[str]) -> Ensemble:
+    kind = str(arrays.pop("kind", ""))
+    if str(arrays.pop("format", "")) != FORMAT:
+        raise PcqrError(f"{path}: not a pcqr model file (format {FORMAT} expected)")
+    check = _Checker(path, arrays, k, n_features)
+    if kind == "stump":
+        features = check.array("feature", np.int64, (k,))
+        thresholds = check.array("threshold", np.float64, (k,))
+        polarities = check.array("polarity", np.int8, (k,))
+        check.indices(features, "feature")
+        check.that(not bool(np.isnan(thresholds).any()), "a threshold is NaN")
+        check.that(bool(np.isin(polarities, (0, 1)).all()), "a polarity is neither 0 nor 1")
+        return Ensemble.of(StumpVotes(features, thresholds, polarities))
+    if kind == "linear":
+        coefs = check.array("coef", np.float64, (k, n_features))
+        intercepts = check.array("intercept", np.float64, (k,))
+        check.that(bool(np.isfinite(coefs).all() and np.isfinite(intercepts).all()), "a coefficient is not finite")
+        return Ensemble.of(LinearVotes(coefs, intercepts))
+    if kind in ("erm", "skops"):
+        constant = check.array("constant", np.int8, (k,))
+        check.that(bool(np.isin(constant, (-1, 0, 1)).all()), "a constant label is not -1, 0 or 1")
+        fitted_count = int((constant == -1).sum())
+        if kind == "erm":
+            fitted = _load_erm(check, fitted_count)
+        else:
+            fitted = _load_skops(check, fitted_count, (*LEARNER_MODULES, *modules))
+        models, it = [], iter(fitted)
+        for label in constant.tolist():
+            models.append(next(it) if label == -1 else ConstantModel(label))
+        return Ensemble.of(ModelVotes(models))
+    raise PcqrError(f"{path}: not a pcqr model file (unknown kind {kind!r})")
+
+
+def _read(path: str) -> dict[str, Any]:
+    """The arrays of an .npz (allow_pickle=False: a pickle or an object array is an error, never run)."""
+    try:
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as exc:
+        raise PcqrError(f"{path}: not a pcqr model file ({_first_line(exc)})") from None
+    if not all(isinstance(a, np.ndarray) for a in arrays.values()):
+        raise PcqrError(f"{path}: not a pcqr model file (a member is not an array)")
+    return arrays
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class _Checker:
+    """One-line refusals naming the model file, and the session it is checked against."""
+
+    def __init__(self, path: str, arrays: dict[str, np.ndarray], k: int, n_features: int) -> None:
+        self.path, self.arrays, self.k, self.n_features = path, arrays, k, n_features
+
+    def error(self, message: str) -> PcqrError:
+        return PcqrError(f"{self.path}: {message} (a model file of another session, or damaged: retrain)")
+
+    def that(self, condition: bool, message: str) -> None:
+        if not condition:
+            raise self.error(message)
+
+    def array(self, name: str, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in self.arrays:
+            raise PcqrError(f"{self.path}: not a pcqr model file (no {name!r} array)")
+        value = self.arrays[name]
+        if value.dtype != dtype:
+            raise self.error(f"{name!r} holds {value.dtype} values, expected {np.dtype(dtype)}")
+        if value.shape != shape:
+            if value.shape[:1] != shape[:1]:
+                raise self.error(f"holds {value.shape[0] if value.ndim else 0} models, the session has k = {self.k}")
+            raise self.error(f"{name!r} has shape {value.shape}: models of {value.shape[-1]} features, "
+                             f"the session has {self.n_features}")
+        return value
+
+    def indices(self, values: Any, what: str) -> None:
+        values = np.asarray(values)
+        bad = values[(values < 0) | (values >= self.n_features)]
+        if bad.size:
+            raise self.error(f"{what} index {int(bad[0])} is out of range: the session has {self.n_features} features")
+
+    def text(self, name: str) -> str:
+        if name not in self.arrays or self.arrays[name].dtype.kind != "U" or self.arrays[name].ndim != 0:
+            raise PcqrError(f"{self.path}: not a pcqr model file (no {name!r} text)")
+        return str(self.arrays[name])
+
+
+def _dump_fitted(models: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Constants as labels, the rest as ERM JSON (agnostic mode) or skops bytes."""
+    from pcqr.pipeline.hypotheses import ERMClassifier
+
+    constant = np.array([m.label if isinstance(m, ConstantModel) else -1 for m in models], dtype=np.int8)
+    fitted = [m for m in models if not isinstance(m, ConstantModel)]
+    if all(type(m) is ERMClassifier and m.models is None for m in fitted):
+        records = [{"params": m.get_params(), "hypothesis": m.hypothesis_.to_dict(), "mistakes": m.mistakes_,
+                    "n_candidates": m.n_candidates_, "n_features": m.n_features_in_} for m in fitted]
+        return {"kind": np.array("erm"), "constant": constant, "erm": np.array(json.dumps(records))}
+    import skops.io
+
+    payload = np.frombuffer(skops.io.dumps(fitted), dtype=np.uint8)
+    return {"kind": np.array("skops"), "constant": constant, "skops": payload}
+
+
+def _load_erm(check: _Checker, count: int) -> list[Any]:
+    """ERMClassifier models rebuilt from JSON; each hypothesis must survive to_dict(from_dict(d)) == d
+    (so no unknown direction, NaN or stray key) and use only the session's feature indices."""
+    from pcqr.pipeline.hypotheses import ERMClassifier, hypothesis_from_dict, make_class
+
+    try:
+        records = json.loads(check.text("erm"))
+        check.that(isinstance(records, list) and len(records) == count,
+                   f"holds {len(records) if isinstance(records, list) else 0} fitted models, the constants say {count}")
+        models = []
+        for record in records:
+            params, d = record["params"], record["hypothesis"]
+            check.that(int(record["n_features"]) == check.n_features,
+                       f"a model was fitted on {record['n_features']} features, the session has {check.n_features}")
+            check.that(params.get("models") is None, "an ERM model of a finite class cannot be stored as JSON")
+            model = ERMClassifier(**params)
+            hypothesis = hypothesis_from_dict(d)
+            check.that(hypothesis.to_dict() == d, f"hypothesis {d!r} is not in canonical form")
+            features = d.get("features", [d.get("feature", 0)])
+            check.indices(np.array(features, dtype=np.int64), "feature")
+            model.hypothesis_class_ = make_class(model.hypothesis, check.n_features, model.features)
+            model.hypothesis_, model.mistakes_ = hypothesis, int(record["mistakes"])
+            model.n_candidates_, model.n_features_in_ = int(record["n_candidates"]), check.n_features
+            model.classes_ = np.array([0, 1])
+            models.append(model)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise check.error(f"a malformed ERM model ({type(exc).__name__}: {exc})") from None
+    except PcqrError as exc:
+        if str(exc).startswith(check.path):
+            raise
+        raise check.error(f"a malformed ERM model ({exc})") from None
+    return models
+
+
+def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[Any]:
+    """skops bytes, loaded only if every type skops does not trust by default is a class under ``modules``."""
+    import skops.io
+
+    payload = check.arrays.get("skops")
+    if payload is None or payload.dtype != np.uint8 or payload.ndim != 1:
+        raise PcqrError(f"{check.path}: not a pcqr model file (no 'skops' bytes)")
+    data = payload.tobytes()
+    try:
+        untrusted = skops.io.get_untrusted_types(data=data)
+    except Exception as exc:  # noqa: BLE001 -- a damaged archive raises anything
+        raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
+    for name in untrusted:
+        if not _allowed_class(name, modules):
+            raise PcqrError(
+                f"{check.path}: holds type {name}, which is not a class under the allowed learner modules "
+                f"({', '.join(modules)}; cluster.yaml pcqr: learners: allow:); refusing to load it"
+            )
+    try:
+        models = skops.io.loads(data, trusted=untrusted)
+    except Exception as exc:  # noqa: BLE001
+        raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
+    check.that(isinstance(models, list) and len(models) == count, "the fitted models do not match the constants")
+    for model in models:
+        cls = type(model)
+        check.that(module_allowed(cls.__module__, modules) and callable(getattr(model, "predict", None)),
+                   f"holds a {cls.__module__}.{cls.__qualname__}, not an allowed classifier")
+        width = getattr(model, "n_features_in_", check.n_features)
+        check.that(width == check.n_features, f"a model was fitted on {width} features, the session has {check.n_features}")
+    return models
+
+
+def _allowed_class(name: str, modules: tuple[str, ...]) -> bool:
+    """Whether skops' type ``name`` (``module.Class``) is a class under ``modules`` (imported only if so)."""
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    if not module or not module_allowed(module, modules):
+        return False
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(value, type) and module_allowed(value.__module__, modules)

@@ -1,0 +1,306 @@
+"""Privacy parameters of A_SubSamp and the accounting that proves the run's guarantee.
+
+Algorithm 5 of papers/001 (BTT18, restated in ALGORITHMS.md section 2):
+
+    lambda = sqrt(32 T log(2/delta)) / eps
+    k      = 34 sqrt(2) lambda log(4 m T / min(delta, beta/2))
+    w      = the smallest threshold whose stability term fits (below); the paper's
+             2 lambda log(2 m / delta) is a conservative value of the same bound
+
+k decides accuracy only; lambda, T AND w enter the proof. The run's delta is the sum of
+three terms, each computed and reported (:class:`DeltaTerms`), none rounded down:
+
+* ``delta_composition``: between two bottoms the coordinator is one AboveThreshold instance
+  (Dwork-Roth, "The Algorithmic Foundations of Differential Privacy", Thm 3.23, run on the
+  negated statistic) on the distance to instability (gap / 2, sensitivity 1) with threshold
+  noise Lap(lambda) = Lap(2/eps0) and query noise Lap(2 lambda) = Lap(4/eps0): each instance is
+  eps0 = 2/lambda -DP. The session halts after T bottoms, so at most T instances run, and their
+  composition is the better of basic composition (T eps0, 0) and advanced composition
+  (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20) with delta' = delta/2:
+  sqrt(2 T log(2/delta)) eps0 + T eps0 (e^eps0 - 1). With the paper's lambda the advanced
+  bound's first term is exactly eps/2.
+* ``delta_stability``: the released label is the exact majority, which one record can flip on
+  an unstable query; T * p1 bounds the probability that one is ever answered
+  (:mod:`pcqr.pipeline.privacy.stability`). This is what w pays for.
+* ``delta_sampler``: the per-query tail bits are within TAIL_SAMPLER_ERROR of exact, over at
+  most m queries: (1 + e^eps) m TAIL_SAMPLER_ERROR.
+
+A run whose eps or summed delta exceeds the request, by any amount, is refused before
+anything is read; a --threshold that does not fit is refused with the smallest one that does.
+So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the bounds of
+:mod:`pcqr.pipeline.privacy.limits`): the coordinator's tail table (lambda), the T pre-drawn thresholds, k, w.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import (
+    MAX_COUNT, MAX_EPSILON, MIN_PROBABILITY, check_subsamp_options, count_range, paper_lambda, subsamp_limit_problem,
+)
+from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
+
+# Per-query error of DiscreteLaplaceTail (see pcqr.pipeline.privacy.noise): its bits differ
+# from exact discrete-Laplace tails by at most this much in probability.
+TAIL_SAMPLER_ERROR = 3e-39
+_ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
+
+
+def round_up(value: float) -> float:
+    """``value`` enlarged past the float rounding of the few operations that computed it
+    (at most 2^-53 relative each): what a certificate reports, never rounded in its favour."""
+    return value * _ROUND_UP
+
+
+def check_epsilon(epsilon: float, option: str = "--epsilon", lowest: float = 0.0) -> None:
+    """Refuse an impossible eps with a one-line error naming the parameter: a positive number (at
+    least ``lowest`` if given) at most MAX_EPSILON (pcqr.pipeline.privacy.limits: e^eps must be a finite float)."""
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON and epsilon >= lowest):
+        low = f"at least {lowest:g} and " if lowest else "a positive number "
+        raise PcqrError(f"{option} must be {low}at most {MAX_EPSILON:g}, got {epsilon}")
+
+
+def check_fraction(value: float, option: str, lowest: float = MIN_PROBABILITY) -> None:
+    """Refuse a probability that must lie in [lowest, 1) (--alpha, --beta, --delta; lowest is
+    MIN_PROBABILITY unless a mechanism needs more), naming it."""
+    if not (lowest <= value < 1):
+        raise PcqrError(f"{option} must be in (0, 1), at least {lowest:g}, got {value}")
+
+
+def check_queries_max(queries_max: int) -> None:
+    count_range("--queries-max (m)", queries_max, 1, MAX_COUNT, "an exact float")
+
+
+def check_epsilon_delta(epsilon: float, delta: float) -> None:
+    """Refuse impossible (eps, delta) with a one-line error naming the parameter."""
+    check_epsilon(epsilon)
+    check_fraction(delta, "--delta")
+
+
+def total_delta(terms: Mapping[str, float]) -> float:
+    """The proven delta of a run: its delta terms' sum (fsum, exactly rounded), rounded up."""
+    total = math.fsum(terms.values())
+    return math.nextafter(total, math.inf) if total > 0 else 0.0
+
+
+def delta_certificate(epsilon: float, terms: Mapping[str, float]) -> dict[str, float]:
+    """The summary's privacy keys (a contract: users' scripts read them): proven_epsilon, each
+    ``delta_<term>`` and proven_delta (:func:`total_delta`)."""
+    return {"proven_epsilon": epsilon, **{f"delta_{k}": v for k, v in terms.items()},
+            "proven_delta": total_delta(terms)}
+
+
+@dataclass(frozen=True)
+class DeltaTerms:
+    """The run's delta, term by term (each an upper bound, none rounded down)."""
+
+    composition: float
+    stability: float
+    sampler: float
+
+    @property
+    def total(self) -> float:
+        """The proven delta: the terms' sum, rounded up."""
+        return total_delta(asdict(self))
+
+
+@dataclass(frozen=True)
+class SubSampParameters:
+    """Every parameter of one A_SubSamp session (all public)."""
+
+    epsilon: float
+    delta: float
+    beta: float
+    cutoff: int
+    queries_max: int
+    lam: float
+    subsamples: int
+    threshold: float
+    subsamples_source: str  # "paper" or "override"
+    threshold_source: str  # "smallest_certifiable" or "override"
+
+    @classmethod
+    def paper(
+        cls,
+        epsilon: float,
+        delta: float,
+        cutoff: int,
+        queries_max: int,
+        beta: float,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+        enforce_limits: bool = True,
+    ) -> SubSampParameters:
+        """Algorithm 5's lambda and k, the smallest certifiable w, with optional overrides of
+        k and w; refused (one line) unless the whole (eps, delta) is certified and, with
+        ``enforce_limits`` (always, but for ``pcqr plan``'s report of the paper's values), unless the
+        session fits pcqr.pipeline.privacy.limits."""
+        check_epsilon_delta(epsilon, delta)
+        check_queries_max(queries_max)
+        check_fraction(beta, "--beta")
+        check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold, enforce_limits)
+        lam = paper_lambda(epsilon, delta, cutoff)
+        ratio = 4 * queries_max * cutoff / min(delta, beta / 2)  # beyond a float: from the logs
+        log_ratio = math.log(ratio) if ratio < math.inf else (
+            math.log(4 * queries_max * cutoff) - math.log(min(delta, beta / 2)))
+        k = 34 * math.sqrt(2) * lam * log_ratio
+        params = cls(
+            epsilon=epsilon,
+            delta=delta,
+            beta=beta,
+            cutoff=cutoff,
+            queries_max=queries_max,
+            lam=lam,
+            subsamples=subsamples if subsamples is not None else math.ceil(k),
+            threshold=threshold if threshold is not None else 0.0,
+            subsamples_source="paper" if subsamples is None else "override",
+            threshold_source="smallest_certifiable" if threshold is None else "override",
+        )
+        params.check_composition()
+        if threshold is None:
+            params = replace(params, threshold=params.smallest_threshold())
+        params.certify(enforce_limits)
+        return params
+
+    @property
+    def threshold_noise_scale(self) -> float:
+        """Scale of the threshold noise in gap units (2 x Lap(lambda) on dist = gap/2)."""
+        return 2 * self.lam
+
+    @property
+    def query_noise_scale(self) -> float:
+        """Scale of the per-query noise in gap units (2 x Lap(2 lambda) on dist = gap/2)."""
+        return 4 * self.lam
+
+    def _composition(self) -> tuple[float, float, float]:
+        """(eps, delta_composition, delta_sampler); the sampler term is inf when e^eps is not a float
+        (such an eps is above every request, MAX_EPSILON, and is refused)."""
+        eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
+        if eps > MAX_EPSILON:
+            return eps, delta, math.inf
+        sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
+        return eps, delta, sampler
+
+    def delta_terms(self) -> DeltaTerms:
+        """Each term of the run's delta; see the module docstring."""
+        _, composition, sampler = self._composition()
+        stab = stability_delta(self.threshold, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
+        return DeltaTerms(composition, stab, sampler)
+
+    def guarantee(self) -> tuple[float, float]:
+        """The (eps, delta) this session provably satisfies; see the module docstring."""
+        return self._composition()[0], self.delta_terms().total
+
+    def certificate(self) -> dict[str, float]:
+        """The summary's privacy keys: proven_epsilon and every delta term."""
+        return delta_certificate(self._composition()[0], asdict(self.delta_terms()))
+
+    def stability_budget(self) -> float:
+        """What is left of delta for delta_stab once composition and sampler are paid."""
+        _, composition, sampler = self._composition()
+        return self.delta - composition - sampler  # float error here only shrinks w's search by ulps
+
+    def smallest_threshold(self) -> float:
+        """The smallest w (a multiple of 1/2) whose whole delta fits the request."""
+        budget = self.stability_budget()
+        w = smallest_threshold(budget, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
+        if w is None:
+            raise PcqrError(
+                f"--delta {self.delta}: the composition and sampler terms leave no room for the stability "
+                "term of the released label; use a larger --delta or --epsilon"
+            )
+        while replace(self, threshold=w).guarantee()[1] > self.delta:  # the total, rounded up, must fit too
+            w += 0.5
+        return w
+
+    def check_composition(self) -> None:
+        """Refuse (lambda, T) for which the composition bound does not reach eps (no tolerance)."""
+        eps, composition, sampler = self._composition()
+        if eps > self.epsilon or composition + sampler >= self.delta:
+            raise PcqrError(
+                f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
+                f"Algorithm 5's lambda only certifies ({eps:.4g}, {composition + sampler:.3g})-DP by composition; "
+                "use a smaller --epsilon or a larger --cutoff"
+            )
+
+    def check_limits(self) -> None:
+        """Refuse (one line) a session the machine cannot hold (pcqr.pipeline.privacy.limits): the parameters'
+        ranges, the coordinator's tail table at lambda, T and w. Cheap: nothing is built. (k is
+        bounded when the models are trained: pcqr.pipeline.privacy.limits.check_training_size.)"""
+        check_epsilon_delta(self.epsilon, self.delta)
+        check_queries_max(self.queries_max)
+        check_fraction(self.beta, "--beta")
+        problem = subsamp_limit_problem(self.lam, self.cutoff, self.threshold)
+        if problem is not None:
+            raise PcqrError(f"the session's {problem}")
+
+    def certify(self, enforce_limits: bool = True) -> None:
+        """Refuse parameters whose eps or summed delta exceed the request, by any amount (and, first,
+        a session outside pcqr.pipeline.privacy.limits)."""
+        if enforce_limits:
+            self.check_limits()
+        self.check_composition()
+        if self.guarantee()[1] > self.delta:
+            smallest = self.smallest_threshold()
+            raise PcqrError(
+                f"--threshold {self.threshold:g}: the released label's stability term "
+                f"{self.delta_terms().stability:.3g} does not fit --delta {self.delta}; "
+                f"the smallest --threshold that fits is {smallest:g}"
+            )
+
+    def unanimous_abstention(self) -> float:
+        """P(a unanimous query, gap = k, is answered bottom) by a fresh instance (about)."""
+        answered = answer_probability(self.subsamples, self.threshold, self.query_noise_scale,
+                                      self.threshold_noise_scale)
+        return max(0.0, 1.0 - answered)
+
+    def useful_subsamples(self) -> int:
+        """The smallest k at which a unanimous query abstains with probability at most
+        min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation."""
+        target = min(0.5, self.cutoff / self.queries_max)
+
+        return max(1, smallest_integer(
+            lambda k: replace(self, subsamples=k).unanimous_abstention() <= target,
+            start=2 * math.ceil(self.threshold),
+        ))
+
+    def usefulness_warning(self) -> str | None:
+        """One line when k / 2 is not comfortably above w plus the noise, else None."""
+        abstain = self.unanimous_abstention()
+        if abstain <= 0.5:
+            return None
+        return (
+            f"k = {self.subsamples} models is too few for w = {self.threshold:g} at lambda = {self.lam:.4g}: "
+            f"even a unanimous query abstains with probability {abstain:.2f}; k >= {self.useful_subsamples()} "
+            f"would answer most (for eps {self.epsilon:g}, delta {self.delta:g}, T {self.cutoff}, "
+            f"m {self.queries_max})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SubSampParameters:
+        return cls(**data)
+
+
+def sparse_vector_guarantee(lam: float, cutoff: int, delta: float) -> tuple[float, float]:
+    """(eps, delta) of at most ``cutoff`` AboveThreshold instances, each 2/lam -DP
+    (see :func:`composition_guarantee`)."""
+    return composition_guarantee(2.0 / lam, cutoff, delta)
+
+
+def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float, float]:
+    """(eps, delta) of ``count`` adaptively composed eps0-DP mechanisms.
+
+    The better of basic composition (count eps0, 0) and advanced composition with
+    delta' = delta / 2 (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20):
+    sqrt(2 count log(2/delta)) eps0 + count eps0 (e^eps0 - 1).
+    """
+    basic = round_up(count * eps0)
+    advanced = round_up(math.sqrt(2 * count * math.log(2 / delta)) * eps0 + count * eps0 * math.expm1(eps0))
+    if basic <= advanced:
+        return basic, 0.0
+    return advanced, delta / 2

@@ -1,0 +1,133 @@
+"""The order of writes that makes the answer loop crash-safe (issue 5), and recovery on resume.
+
+One log batch N is committed in four durable steps (the files by :func:`pcqr.pipeline.data.atomic.write_atomic`:
+temporary file, fsync, rename, fsync of the directory; the ledger by one SQLite transaction):
+
+1. ``STATE/pending/batch-N.parquet``  -- the encoded batch, exactly the bytes the log will hold;
+2. the ledger's row of the session    -- c, the stream position, N + 1 batches, the batch's
+                                         SHA-256, moved from the run's position or refused
+                                         (:meth:`pcqr.pipeline.session.book.SessionBook.commit`:
+                                         THE AUTHORITY);
+3. ``STATE/session.json``             -- c, the coordinator's stream position, the noise
+                                         generator's state, next_batch = N + 1, last_hash =
+                                         SHA-256 of those bytes, pending_batch = N, input rows
+                                         done  (THE COMMIT of the private state);
+4. ``LOG/batch-N.parquet``            -- the same bytes, now public;
+
+then the pending file is removed. Before a session answers anything, the ledger checks its state
+(:meth:`pcqr.pipeline.session.book.SessionBook.open`: a state one batch behind the ledger -- a crash
+between steps 2 and 3 -- takes the ledger's position) and :func:`recover` repairs the log.
+
+Why each property holds whatever instant the process dies (SIGKILL):
+
+* An answer that reached the public log is never re-answered differently. Step 4 happens only
+  after steps 2 and 3, so every published batch is committed: session.json records its rows as
+  done (``input.done``), its hash as ``last_hash`` and its bottoms in c. A resumed run skips those
+  rows of the same input, and a committed batch that did not reach the log is published from its
+  pending file, byte for byte, never recomputed.
+* c never goes backwards: c only changes in steps 2 and 3, atomically, to a larger or equal value;
+  the ledger's c (step 2) is never behind session.json's or the log's, so a crash at any point
+  never leaves the state ahead of the ledger in budget.
+* A crash gives nobody a second draw. The coordinator's randomness was fixed when the session
+  was created (pcqr.pipeline.session.sparse_vector: T thresholds in STATE/thresholds.npy, one per instance, and
+  a secret key from which query position i's uniform number U_i is derived), so the transcript is
+  a deterministic function of (key, thresholds, data, query sequence). A crash before step 2
+  discards the whole batch: nothing of it was published, the saved state is the one before the
+  batch, and the re-run tests the same queries at the same positions with the same thresholds
+  and U_i -- it releases exactly what the uninterrupted run would have. Killing and restarting a
+  job, or resubmitting it after a failure, redraws nothing (issue 10), and instance c always uses
+  threshold c, so a threshold is never reused after a bottom. (Universal mode's one A_SSPP
+  selection is drawn from the noise source when the switch comes and fixed by its own save,
+  before anyone sees it: pcqr.pipeline.session.query_release.UniversalSwitch.)
+* A batch whose commit is uncertain (state committed, log file missing) counts its bottoms: they
+  are in c from steps 2 and 3, and recovery publishes the batch, so the log then shows them. A
+  crash between steps 2 and 3 leaves the state one batch behind the ledger: the next run takes
+  the ledger's position for that batch and recovery publishes it from its pending copy.
+* No half-written Parquet file is ever visible: every write is a rename of a complete, fsynced
+  temporary file whose name starts with ``.`` (skipped by Parquet dataset readers and by
+  :func:`pcqr.pipeline.session.log.batch_files`); recovery deletes leftover temporaries.
+
+Cost per batch: one extra durable write of the batch bytes (the pending file), one ledger
+transaction and an unlink.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from pcqr.pipeline.data.atomic import fsync_directory, write_atomic
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.log import append_batch, batch_path, sha256
+
+PENDING_DIR = "pending"
+_TEMPORARY = re.compile(r"^\..*\.tmp$")
+
+
+def pending_path(state_dir: str, batch: int) -> str:
+    return os.path.join(state_dir, PENDING_DIR, os.path.basename(batch_path("", batch)))
+
+
+def stage(state_dir: str, batch: int, data: bytes) -> None:
+    """Step 1: the batch's bytes in the private state directory."""
+    write_atomic(pending_path(state_dir, batch), data)
+
+
+def publish(state_dir: str, log_dir: str, batch: int, data: bytes) -> None:
+    """Step 3 (after the session was saved): the batch in the public log; drop the pending copy."""
+    append_batch(log_dir, batch, data)
+    _remove(pending_path(state_dir, batch))
+
+
+def recover(state_dir: str, log_dir: str | None, pending_batch: int | None, last_hash: str) -> str | None:
+    """Make the log agree with the committed state before anything else happens.
+
+    Returns a note for the user when something was repaired, else None. Raises PcqrError when
+    the log holds a different batch than the state committed (it was altered).
+    """
+    note = None
+    if pending_batch is not None and log_dir is not None:
+        published = batch_path(log_dir, pending_batch)
+        staged = pending_path(state_dir, pending_batch)
+        if os.path.exists(published):
+            with open(published, "rb") as handle:
+                if sha256(handle.read()) != last_hash:
+                    raise PcqrError(
+                        f"{published}: differs from the batch this session committed (altered log?); "
+                        "see pcqr replay"
+                    )
+        elif os.path.exists(staged):
+            with open(staged, "rb") as handle:
+                data = handle.read()
+            if sha256(data) != last_hash:
+                raise PcqrError(f"{staged}: does not match the session's committed batch hash")
+            append_batch(log_dir, pending_batch, data)
+            note = f"recovered batch {pending_batch}: committed before the previous run stopped, now in the log"
+        else:
+            raise PcqrError(
+                f"{log_dir}: batch {pending_batch} was committed but is neither in the log nor pending"
+            )
+    _clean(os.path.join(state_dir, PENDING_DIR), keep=None)  # uncommitted batches: never public
+    if log_dir is not None:
+        _clean(log_dir, keep=None, only_temporary=True)
+    return note
+
+
+def _clean(directory: str, keep: str | None, only_temporary: bool = False) -> None:
+    if not os.path.isdir(directory):
+        return
+    removed = False
+    for name in os.listdir(directory):
+        if name == keep or (only_temporary and not _TEMPORARY.match(name)):
+            continue
+        os.unlink(os.path.join(directory, name))
+        removed = True
+    if removed:
+        fsync_directory(directory)
+
+
+def _remove(path: str) -> None:
+    """Drop a published batch's pending copy (no fsync: a leftover copy is removed by recovery)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return

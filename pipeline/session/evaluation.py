@@ -1,0 +1,68 @@
+"""Accuracy against known labels (``--truth``): post-processing of released answers only.
+
+The truth file (query_id + label) is evaluation data the user holds for the
+queries; it is read in the driver and never touches the private dataset.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from pcqr.pipeline.data.datasets import check_id_type, id_values, label_vector, open_dataset, read_part
+from pcqr.pipeline.errors import PcqrError
+
+
+def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup from query ids to true labels (-1 where the truth has no such id)."""
+    dataset = open_dataset(uri, "truth", id_column=id_column, features=[label])
+    check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
+    ids, labels = [], []
+    for part in dataset.parts(1 << 20):
+        table = read_part(part, [id_column, label])
+        ids.append(id_values(table, id_column, part.file, "--truth id").to_numpy())
+        labels.append(label_vector(table, label, part.file))
+    all_ids, all_labels = np.concatenate(ids), np.concatenate(labels)
+    order = np.argsort(all_ids, kind="stable")
+    all_ids, all_labels = all_ids[order], all_labels[order]
+    if np.any(all_ids[1:] == all_ids[:-1]):
+        raise PcqrError(f"--truth {uri}: column {id_column!r} has repeated ids")
+
+    def lookup(query_ids: np.ndarray) -> np.ndarray:
+        at = np.clip(np.searchsorted(all_ids, query_ids), 0, max(all_ids.size - 1, 0))
+        found = all_ids[at] == query_ids
+        return np.where(found, all_labels[at], -1).astype(np.int64)
+
+    return lookup
+
+
+def score(expected: np.ndarray, answers: np.ndarray) -> tuple[int, int, int]:
+    """Compare answers with the truth's labels (``expected``: -1 where the truth has no such id).
+
+    Returns ``(correct, covered, missing)``: accuracy is ``correct / covered``, over the answers
+    the truth covers; ``missing`` answers have no truth and are not counted either way.
+    """
+    covered = expected >= 0
+    correct = int(np.count_nonzero(expected[covered] == answers[covered]))
+    return correct, int(np.count_nonzero(covered)), int(np.count_nonzero(~covered))
+
+
+def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.ndarray, data: np.ndarray) -> float:
+    """The exact worst error of a threshold-query release over EVERY threshold t, both directions.
+
+    ``answer_of(labels)`` is the released answer for the query labelling the sorted distinct
+    public values ``labels`` (0/1), i.e. the projection G(h_t); ``data`` the values the true
+    fractions are taken on (evaluation only: the benchmark's or test's own copy of the private
+    column). Between consecutive public values G is constant and the true fraction of rows
+    above t is monotone, so the supremum over each public cell is reached at its two ends.
+    """
+    v, x = np.unique(public), np.sort(data)
+    u, n = v.shape[0], x.shape[0]
+    worst = 0.0
+    for c in range(u + 1):
+        up = np.r_[np.zeros(c, dtype=np.uint8), np.ones(u - c, dtype=np.uint8)]
+        left = 1.0 if c == 0 else (n - np.searchsorted(x, v[c - 1], "right")) / n
+        right = 0.0 if c == u else (n - np.searchsorted(x, v[c], "left")) / n
+        for labels, ends in ((up, (left, right)), (1 - up, (1 - left, 1 - right))):
+            g = answer_of(labels)
+            worst = max(worst, *(abs(g - f) for f in ends))
+    return worst

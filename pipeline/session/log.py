@@ -1,0 +1,144 @@
+"""The answered-query log: public Parquet files, one per batch, hash-chained.
+
+Each batch file ``batch-00000000.parquet`` holds, for every query of the
+batch: ``query_id``, the query's feature columns, ``answer`` (nullable int8:
+the released label, null when abstained or refused), ``status`` (answered /
+abstained / refused), ``source`` (which path produced the answer:
+``sparse_vector`` -- the k models' vote through the coordinator -- or
+``released_model`` -- h_priv of the universal mode, see
+:mod:`pcqr.pipeline.mechanisms.universal` -- or ``duplicate`` -- the logged answer of an
+earlier identical query, see :mod:`pcqr.pipeline.session.answered`) and ``batch``. Its schema metadata carries
+
+* ``pcqr.provenance``: JSON with the package version, every parameter,
+  epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
+* ``pcqr.prev_sha256``: the SHA-256 of the previous batch file's bytes (empty
+  for the first), so a lost, altered or reordered batch is detectable.
+
+Files are written atomically (:mod:`pcqr.pipeline.data.atomic`). Everything here is
+public: only released answers and public query features go in.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.datasets import feature_matrix
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.sparse_vector import ANSWERED, STATUS_NAMES
+
+PROVENANCE_KEY = b"pcqr.provenance"
+PREV_HASH_KEY = b"pcqr.prev_sha256"
+SPARSE_VECTOR = "sparse_vector"
+RELEASED_MODEL = "released_model"
+DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr.pipeline.session.answered)
+SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE)  # source codes 0, 1, 2
+_BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
+
+
+def batch_path(log_dir: str, batch: int) -> str:
+    return os.path.join(log_dir, f"batch-{batch:08d}.parquet")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def batch_table(
+    queries: pa.Table,
+    id_column: str,
+    features: list[str],
+    status: np.ndarray,
+    label: np.ndarray,
+    batch: int,
+    fallback_label: int | None = None,
+    source: str | np.ndarray = SPARSE_VECTOR,
+) -> pa.Table:
+    """The public log table of one batch: ids, features, released answers, statuses.
+
+    ``answer`` is the released label where answered and null otherwise, or
+    ``fallback_label`` there when one is given (post-processing; ``status``
+    still says abstained / refused).
+    """
+    answered = status == ANSWERED
+    if fallback_label is None:
+        answer = pa.array(label, type=pa.int8(), mask=~answered)
+    else:
+        answer = pa.array(np.where(answered, label, fallback_label), type=pa.int8())
+    names = np.asarray(STATUS_NAMES, dtype=object)[status]
+    columns = {"query_id": queries.column(id_column).cast(pa.int64())}
+    for name in features:
+        columns[name] = queries.column(name)
+    columns["answer"] = answer
+    columns["status"] = pa.array(names, type=pa.string())
+    if isinstance(source, str):
+        names = np.full(len(status), source, dtype=object)
+    else:  # per-row codes into SOURCE_NAMES
+        names = np.asarray(SOURCE_NAMES, dtype=object)[source]
+    columns["source"] = pa.array(names, type=pa.string())
+    columns["batch"] = pa.array(np.full(len(status), batch, dtype=np.int32))
+    return pa.table(columns)
+
+
+def encode_batch(table: pa.Table, provenance: dict[str, Any], prev_hash: str) -> bytes:
+    """Serialise a batch table with its provenance and chain hash into Parquet bytes."""
+    metadata = {
+        PROVENANCE_KEY: json.dumps(provenance, sort_keys=True, default=str).encode(),
+        PREV_HASH_KEY: prev_hash.encode(),
+    }
+    sink = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(metadata), sink, compression="zstd", write_page_checksum=True)
+    return sink.getvalue()
+
+
+def append_batch(log_dir: str, batch: int, data: bytes) -> None:
+    """Write one encoded batch file atomically."""
+    write_atomic(batch_path(log_dir, batch), data)
+
+
+def batch_files(log_dir: str) -> list[tuple[int, str]]:
+    """The log's batch files as (batch number, path), in order."""
+    if not os.path.isdir(log_dir):
+        return []
+    found = []
+    for name in os.listdir(log_dir):
+        match = _BATCH_FILE.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(log_dir, name)))
+    return sorted(found)
+
+
+def read_batches(log_dir: str) -> Iterator[pa.Table]:
+    """The log's batch tables in order."""
+    for _, path in batch_files(log_dir):
+        yield pq.read_table(path)
+
+
+def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
+    """T_pub of A_UnvPrivCl (pipeline/mechanisms/universal.py): the feature vectors of the first ``count`` queries of the public log, in order.
+
+    The log is public, so reading it here is reading public data; a log missing
+    rows (a batch lost in a crash) cannot give T_pub and is refused.
+    """
+    pieces, have = [], 0
+    for _, path in batch_files(log_dir):
+        if have >= count:
+            break
+        table = pq.read_table(path, columns=features)
+        take = min(table.num_rows, count - have)
+        pieces.append(feature_matrix(table.slice(0, take), features, path))
+        have += take
+    if have < count:
+        raise PcqrError(
+            f"{log_dir}: the log holds {have} answered queries, A_UnvPrivCl needs the first {count} "
+            "as its public sample (is a batch file missing?)"
+        )
+    return np.concatenate(pieces)

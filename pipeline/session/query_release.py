@@ -1,0 +1,334 @@
+"""Subsample-and-aggregate, answering side: votes on the workers, the coordinator in the driver.
+
+Algorithm 5, steps 6-11 of papers/001. Query batches are read and voted on by
+Dask tasks, pipelined a few batches ahead; their vote counts come back to the
+driver and pass, strictly in query order, through the one
+:class:`~pcqr.pipeline.session.sparse_vector.SparseVector` coordinator. A query equal to one
+already answered gets the logged answer instead (:mod:`pcqr.pipeline.session.answered`). Each
+batch is committed in the order of :mod:`pcqr.pipeline.session.commit` (pending copy, state,
+public log), so whatever instant the process dies nothing released is ever
+re-answered differently, c never goes backwards and a threshold is never reused.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+from distributed import Client, Future
+
+from pcqr.pipeline.session.answered import AnsweredIndex, index_from_log, row_keys
+from pcqr.pipeline.data.cluster import hold
+from pcqr.pipeline.session.commit import publish, stage
+from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix, id_values, read_part
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.evaluation import score
+from pcqr.pipeline.session.log import (
+    DUPLICATE,
+    RELEASED_MODEL,
+    SOURCE_NAMES,
+    SPARSE_VECTOR,
+    append_batch,
+    batch_table,
+    encode_batch,
+    sha256,
+)
+from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.session.book import SessionBook
+from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+from pcqr.pipeline.session.state import SessionState, save_session
+from pcqr.pipeline.models.votes import Ensemble
+
+#: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
+DURABLE = True
+_SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
+
+
+def query_table(part: Part, features: Sequence[str], id_column: str | None) -> tuple[pa.Table, np.ndarray]:
+    """Worker: read a query part, check its features (NaN / inf / null raise), give it a query_id
+    column; returns the table and its feature matrix."""
+    columns = [*features] + ([id_column] if id_column else [])
+    table = read_part(part, columns)
+    X = feature_matrix(table, features, part.file)
+    if id_column is None:
+        ids = pa.array(np.arange(part.start, part.start + table.num_rows, dtype=np.int64))
+        table = table.append_column(QUERY_ID, ids)
+    else:
+        table = table.set_column(table.schema.get_field_index(id_column), id_column,
+                                 id_values(table, id_column, part.file))
+    return table, X
+
+
+def check_queries(part: Part, features: Sequence[str], id_column: str | None) -> int:
+    """Worker: the validation pass over queries before any answer is released."""
+    return query_table(part, features, id_column)[0].num_rows
+
+
+Batch = tuple[pa.Table, np.ndarray, np.ndarray]  # queries, per-query values, row keys
+
+
+def vote_batch(part: Part, features: Sequence[str], id_column: str | None, ensemble: Ensemble, seed: int) -> Batch:
+    """Worker: a query batch, its private vote counts ct(1) and its row keys."""
+    table, X = query_table(part, features, id_column)
+    return table, ensemble.count_ones(X), row_keys(X, seed)
+
+
+def refused_batch(part: Part, features: Sequence[str], id_column: str | None, seed: int) -> Batch:
+    """Worker: a query batch of a halted session: no votes are needed (only repeats get answers)."""
+    table, X = query_table(part, features, id_column)
+    return table, np.zeros(table.num_rows, dtype=np.int32), row_keys(X, seed)
+
+
+def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> Batch:
+    """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
+    table, X = query_table(part, features, id_column)
+    return table, np.asarray(hypothesis.predict(X), dtype=np.int8), np.zeros(0, dtype=np.uint64)
+
+
+@dataclass
+class ReleaseCounts:
+    answered: int = 0
+    abstained: int = 0
+    refused: int = 0
+    released_model: int = 0  # of the answered: by h_priv (universal mode), at no privacy cost
+    duplicates: int = 0  # of the answered: the logged answer of an earlier identical query
+    batches: int = 0
+    correct: int = 0
+    evaluated: int = 0  # answered queries the truth covers
+    truth_missing: int = 0  # answered queries the truth does not cover
+    halted: bool = False
+
+    def add(self, status: np.ndarray, source: np.ndarray) -> None:
+        self.answered += int(np.count_nonzero(status == ANSWERED))
+        self.abstained += int(np.count_nonzero(status == ABSTAINED))
+        self.refused += int(np.count_nonzero(status == REFUSED))
+        self.released_model += int(np.count_nonzero(source == _MODEL))
+        self.duplicates += int(np.count_nonzero(source == _DUPLICATE))
+        self.batches += 1
+
+
+def validate_queries(client: Client, queries: Dataset, parts: list[Part]) -> None:
+    """Check every query batch's values on the workers before anything is released."""
+    futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column, pure=False)
+    for future in futures:
+        future.result()
+
+
+VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
+
+
+class UniversalSwitch:
+    """Step 3 of A_UnvPrivCl inside the answer loop: when the session has passed m_o queries
+    through the coordinator, release h_priv and answer with it from then on.
+
+    Order of writes (each atomic): the head batch up to query m_o is in the log; the
+    session (with h_priv's record) is saved; then the public model file is written;
+    only then does any answer of h_priv reach the log. A crash before the session
+    save discards an h_priv nobody has seen (the next run draws again); after it,
+    the next run reuses the saved h_priv and rewrites the model file if missing.
+    """
+
+    def __init__(self, client: Client, session: SessionState, state_dir: str, private: Dataset | None, noise: NoiseSource):
+        from pcqr.pipeline.mechanisms.universal import UniversalParameters
+
+        assert session.universal is not None
+        self.client, self.session, self.state_dir, self.private, self.noise = client, session, state_dir, private, noise
+        self.params = UniversalParameters.from_dict(session.universal)
+        self.hypothesis: Any = None
+        if session.released is not None:
+            self._load()
+
+    @property
+    def at(self) -> int | None:
+        """The query count at which the switch happens (None: never, m < m_o)."""
+        return self.params.public_queries if self.params.switches else None
+
+    @property
+    def done(self) -> bool:
+        return self.hypothesis is not None
+
+    def due(self) -> bool:
+        return not self.done and self.at is not None and self.session.processed >= self.at
+
+    def run(self) -> None:
+        from pcqr.pipeline.mechanisms.universal import release_classifier
+        from pcqr.pipeline.session.log import public_sample
+
+        session = self.session
+        assert session.log_dir is not None and self.private is not None
+        public = public_sample(session.log_dir, session.features, self.params.public_queries)
+        _, record = release_classifier(
+            self.client, self.params, session.learner["hypothesis"], self.private, public, self.noise
+        )
+        session.released = record
+        session.noise_state = getattr(self.noise, "state", lambda: None)()
+        save_session(self.state_dir, session)  # h_priv is fixed before anyone can see it
+        self._load()
+
+    def _load(self) -> None:
+        from pcqr.pipeline.hypotheses import hypothesis_from_dict
+        from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+        from pcqr.pipeline.models.released import encode_model, write_model
+
+        record = self.session.released
+        assert record is not None and self.session.log_dir is not None
+        path = os.path.join(self.session.log_dir, RELEASED_MODEL_FILE)
+        if not os.path.exists(path):
+            write_model(path, record)
+        self.hypothesis = hypothesis_from_dict(record["hypothesis"])
+        self.provenance = {"file": RELEASED_MODEL_FILE, "sha256": sha256(encode_model(record))}
+
+    def rows_before(self) -> int | None:
+        """How many of the next queries still go through the coordinator (None: all)."""
+        return None if self.at is None else max(0, self.at - self.session.processed)
+
+
+def release_answers(
+    client: Client,
+    session: SessionState,
+    state_dir: str,
+    ensemble: Ensemble,
+    queries: Dataset,
+    batch_rows: int,
+    noise: NoiseSource,
+    fallback_label: int | None = None,
+    truth: Callable[[np.ndarray], np.ndarray] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    private: Dataset | None = None,
+    skip: int = 0,
+    extra_provenance: dict[str, Any] | None = None,
+    *,
+    book: SessionBook,
+    index: AnsweredIndex | None = None,
+) -> ReleaseCounts:
+    """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
+    earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
+    keep the session's state. ``index``: the answered queries of the session's verified log
+    (:func:`pcqr.pipeline.session.answered.index_from_log`; built here if not given).
+
+    In universal mode ``private`` is the session's private dataset (read by the
+    workers for A_SSPP when the switch comes).
+    """
+    assert session.log_dir is not None
+    log_dir: str = session.log_dir
+    parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
+    coordinator = SparseVector(session.params, session.sparse_vector)
+    switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
+    if switch is not None and switch.due():
+        switch.run()  # the previous run stopped between the last coordinator batch and the switch
+    if index is None:
+        index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
+    # a task, not scatter: Dask can recompute it if every worker holding the models dies
+    shared = hold(client, ensemble) if switch is None or not switch.done else None
+    window = 2 * max(1, sum(client.nthreads().values())) + 2
+    pending: list[tuple[Future, str]] = []
+    counts = ReleaseCounts()
+    provenance = session.provenance()
+    provenance["fallback_label"] = fallback_label
+    provenance.update(extra_provenance or {})  # e.g. allow_private_overlap (jobs/answer.py)
+    id_column = queries.id_column or QUERY_ID
+    features = list(queries.features)
+    seed = session.dedupe_seed
+
+    def submit(i: int) -> None:
+        args = (parts[i], queries.features, queries.id_column)
+        if switch is not None and switch.done:
+            pending.append((client.submit(model_batch, *args, switch.hypothesis, pure=False), LABELS))
+        elif coordinator.halted:  # refused whatever the votes: do not compute them
+            pending.append((client.submit(refused_batch, *args, seed, pure=False), REFUSED_ALL))
+        else:
+            pending.append((client.submit(vote_batch, *args, shared, seed, pure=False), VOTES))
+
+    def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
+        """One log batch, committed in the order of pcqr.pipeline.session.commit."""
+        batch_provenance = provenance
+        if switch is not None and switch.done and np.any(source == _MODEL):
+            batch_provenance = {**provenance, "released_model": switch.provenance}
+        batch = session.next_batch
+        log = batch_table(table, id_column, features, status, label, batch, fallback_label, source)
+        data = encode_batch(log, batch_provenance, session.last_hash)
+        counts.add(status, source)
+        if DURABLE:
+            stage(state_dir, batch, data)
+        _advance(session, status, source, sha256(data), noise)
+        book.commit(session)  # the ledger first: it is never behind what session.json or the log hold
+        save_session(state_dir, session)  # the commit: c, threshold, rows done, this batch's hash
+        if DURABLE:
+            publish(state_dir, log_dir, batch, data)
+        else:
+            append_batch(log_dir, batch, data)
+        if keys.shape[0]:
+            fresh = (status == ANSWERED) & (source != _DUPLICATE)
+            index.add(keys[fresh], label[fresh])
+        if truth is not None:
+            answered = status == ANSWERED
+            expected = truth(log.column("query_id").to_numpy())
+            correct, covered, missing = score(expected[answered], label[answered])
+            counts.correct += correct
+            counts.evaluated += covered
+            counts.truth_missing += missing
+        if on_batch is not None:
+            on_batch(len(status))
+
+    def test(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Repeats get their logged answer; every other query goes through the coordinator."""
+        found, logged = index.lookup(keys)
+        status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
+        label = logged.copy()
+        source = np.where(found, _DUPLICATE, _SPARSE).astype(np.int8)
+        fresh = ~found
+        if fresh.any():
+            status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
+        return status, label, source
+
+    def release(table: pa.Table, values: np.ndarray, kind: str, keys: np.ndarray) -> None:
+        """Queries in order: through the coordinator until the switch, by h_priv after it."""
+        start = 0
+        while start < table.num_rows:
+            if switch is not None and switch.done:
+                rest = table.slice(start)
+                labels = values[start:] if kind == LABELS else switch.hypothesis.predict(
+                    feature_matrix(rest, features, "query batch"))
+                n = rest.num_rows
+                emit(rest, np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
+                     np.full(n, _MODEL, dtype=np.int8), np.zeros(0, dtype=np.uint64))
+                return
+            before = switch.rows_before() if switch is not None else None
+            take = table.num_rows - start if before is None else min(table.num_rows - start, before)
+            status, label, source = test(values[start : start + take], keys[start : start + take])
+            emit(table.slice(start, take), status, label, source, keys[start : start + take])
+            start += take
+            if switch is not None and switch.due():
+                switch.run()
+
+    for i in range(min(window, len(parts))):
+        submit(i)
+    for i, part in enumerate(parts):
+        future, kind = pending.pop(0)
+        table, values, keys = future.result()
+        if i + window < len(parts):
+            submit(i + window)
+        if part.start < skip:  # the first rows were committed by an earlier run
+            done = skip - part.start
+            table, values, keys = table.slice(done), values[done:], keys[done:] if keys.shape[0] else keys
+        # a task reads whole row groups; log batches are --batch-size queries
+        for start in range(0, table.num_rows, batch_rows):
+            chunk_keys = keys[start : start + batch_rows] if keys.shape[0] else keys
+            release(table.slice(start, batch_rows), values[start : start + batch_rows], kind, chunk_keys)
+    counts.halted = coordinator.halted and (switch is None or not switch.done)
+    return counts
+
+
+def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batch_hash: str, noise: NoiseSource) -> None:
+    session.pending_batch = session.next_batch
+    session.next_batch += 1
+    session.last_hash = batch_hash
+    session.noise_state = getattr(noise, "state", lambda: None)()
+    for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
+        session.totals[name] += int(np.count_nonzero(status == code))
+    for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates")):
+        session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
+    if session.input is not None:
+        session.input["done"] += len(status)

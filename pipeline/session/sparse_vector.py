@@ -1,0 +1,273 @@
+"""The sparse-vector coordinator: A_SubSamp's answer loop with the A_stab stability test.
+
+Algorithm 5 (steps 6-11) and Algorithm 6 of papers/001 (BTT18; ALGORITHMS.md
+section 2). For each query, in order, given the k votes:
+
+* ``y_hat`` = the majority label, ``gap`` = |ct(1) - ct(0)| = |2 ct(1) - k|;
+* A_stab: answer ``y_hat`` iff dist + Lap(2 lambda) > w_hat, where
+  dist = gap / 2 is the distance to instability and w_hat = w + Lap(lambda);
+  otherwise answer bottom (abstain), count it (c += 1) and draw a fresh w_hat;
+* after T bottoms the session halts: every later query is refused.
+
+Sensitivity, where the noise is added (:meth:`SparseVector.process`): replacing
+one private record changes one subsample, hence at most one of the k models,
+hence at most one vote. Since ct(0) + ct(1) = k, that vote moving from one
+label to the other changes ``gap`` by exactly 0 or 2, so dist = gap / 2 has
+sensitivity 1 -- the sensitivity the paper's Lap(2 lambda) / Lap(lambda) are
+calibrated for (each stretch between bottoms is an eps0 = 2/lambda AboveThreshold
+instance, see :mod:`pcqr.pipeline.privacy.subsamp`).
+
+Integer arithmetic: we compare in gap units, which are integers. Multiplying
+the test by 2 gives ``gap + Z1 > 2w + Z2`` with Z1 ~ DLap(4 lambda) and
+Z2 ~ DLap(2 lambda), *discrete* Laplace. The AboveThreshold proof only uses
+the ratio bound P(Z = z) <= e^(s/b) P(Z = z + s) for shifts s equal to the
+sensitivity (2 in gap units) and twice it (4), which the discrete Laplace meets
+exactly for integer shifts; no floating-point artefact is involved.
+
+Per query only the bit ``Z1 > 2w + Z2 - gap`` is needed, i.e.
+``Z1 >= floor(2w + Z2) + 1 - gap``: it is ``U_i < F(a)`` with F the 128-bit tail table of
+:class:`pcqr.pipeline.privacy.noise.DiscreteLaplaceTail` (error <= 3e-39 per query).
+
+All randomness is fixed when the session is created (:meth:`SparseVector.create`), before
+any private value touches it (issue 10):
+
+* the T thresholds Z2[0..T-1] ~ DLap(2 lambda), drawn in one vector call (OpenDP through
+  SecureNoise); instance j -- the stretch after j bottoms -- uses Z2[j]. At most T
+  instances run (the session halts at c = T), so T values suffice;
+* a secret 256-bit key; U_i, the uniform 128-bit number of the query at position i of the
+  coordinator's stream (``queries_seen`` before it), is ChaCha20 keystream under that key
+  (:class:`pcqr.pipeline.privacy.noise.KeyedStream`).
+
+Both live in the private state directory (pcqr.pipeline.session.state: the key in session.json, the
+thresholds in thresholds.npy). So **the transcript is a deterministic function of (key,
+thresholds, data, query sequence)**: a batch killed before its commit and run again releases
+exactly what an uninterrupted run would; retrying redraws nothing. Every released test of
+query i uses U_i once. Between two bottoms the threshold is fixed, so a stretch of queries is
+tested in one vectorised call; tests after the first bottom of a stretch are discarded
+unreleased, and those queries are tested again under the next threshold with their own U_i
+-- the same bit the query-by-query path computes, so both paths, and any batching, give
+identical transcripts. (Reusing U_i in a discarded test is sound: only one test of each query
+ever influences the output, and the U_i are independent across positions.)
+
+No timing channel: the per-batch work depends only on public things -- the batch size,
+``queries_seen``, the positions of the released bottoms, and the public parameters. The
+stream produces U_i for every position the batch may test, whatever the votes; the tail
+table covers its whole window from construction; each comparison uses both 64-bit words; the
+stretch sizes and the switch between the vectorised and query-by-query paths depend on bottom
+positions only. :attr:`SparseVector.work` counts what was done (tests compare two runs).
+
+Nothing here is released except the answer (label / bottom / refused): not the
+votes, not the gap, not the noisy values, not c's intermediate noise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, KeyedStream, NoiseSource, below, session_key
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+ANSWERED, ABSTAINED, REFUSED = 0, 1, 2
+STATUS_NAMES = ("answered", "abstained", "refused")
+
+_FIRST_STRETCH = 65536
+_MIN_STRETCH = 64
+_DENSE = 16  # a bottom this close to the previous one: switch to the query-by-query loop
+_SPARSE = 512  # this many answers in a row in that loop: back to vectorised stretches
+_SCALAR_CHUNK = 8192
+
+
+@dataclass
+class SparseVectorState:
+    """The private state of a session: never logged, lives in the private state directory.
+
+    ``key`` and ``thresholds`` are fixed at creation; only ``bottoms`` and
+    ``queries_seen`` change. :meth:`to_dict` holds the key (for session.json) but not the
+    thresholds, which pcqr.pipeline.session.state keeps in their own file.
+    """
+
+    bottoms: int  # c: instance c uses thresholds[c]
+    queries_seen: int  # the next query's position in the coordinator's stream
+    key: bytes  # 256-bit secret: U_i = ChaCha20 keystream at position i
+    thresholds: np.ndarray  # Z2[0..T-1], int64: instance j's noisy threshold is 2w + Z2[j]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bottoms": self.bottoms, "queries_seen": self.queries_seen, "key": self.key.hex()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], thresholds: np.ndarray) -> SparseVectorState:
+        if "key" not in data:
+            raise PcqrError(
+                "the session's state predates fixed per-query randomness (no session key); "
+                "train a new session"
+            )
+        key = bytes.fromhex(data["key"])
+        if len(key) != 32:
+            raise PcqrError(f"the session key holds {len(key)} bytes, expected 32 (edited state?)")
+        return cls(int(data["bottoms"]), int(data["queries_seen"]), key, np.asarray(thresholds, dtype=np.int64))
+
+
+@dataclass
+class Work:
+    """What the coordinator did: each count must depend on public things only (tests compare)."""
+
+    stretches: int = 0  # vectorised stretch tests
+    stretch_queries: int = 0  # queries compared in them (discarded tests included)
+    scalar_steps: int = 0  # iterations of the query-by-query loop
+    windows: int = 0  # tail windows of k + 1 entries taken (at most one per instance)
+    window_entries: int = 0
+
+
+class SparseVector:
+    """One session's sequential coordinator. Runs in the driver process only.
+
+    Never run this inside a Dask task or Actor: its state (c, the stream position)
+    must advance exactly once per released batch, in the process that commits it.
+    Build a new session with :meth:`create`; resume one with ``SparseVector(params, state)``.
+    """
+
+    def __init__(self, params: SubSampParameters, state: SparseVectorState) -> None:
+        if not isinstance(state, SparseVectorState):
+            raise TypeError("SparseVector(params, state): use SparseVector.create(params, noise) for a new session")
+        if state.thresholds.shape != (params.cutoff,) or len(state.key) != 32:
+            raise ValueError(f"state has {state.thresholds.shape} thresholds and a {len(state.key)}-byte key; "
+                             f"expected ({params.cutoff},) and 32")
+        self.params = params
+        self.state = state
+        self._tail = DiscreteLaplaceTail(params.query_noise_scale)
+        self._stream = KeyedStream(state.key)
+        self._twice_w = 2.0 * params.threshold
+        self.work = Work()
+        self._window_cache: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
+
+    @classmethod
+    def create(cls, params: SubSampParameters, noise: NoiseSource) -> SparseVector:
+        """A fresh session: draws its key and all T thresholds now, before any private value exists.
+
+        w_hat = w + Lap(lambda) on dist; in gap units 2w + DLap(2 lambda), one per instance.
+        """
+        key = session_key(noise)
+        thresholds = np.asarray(noise.discrete_laplace_vector(params.threshold_noise_scale, params.cutoff),
+                                dtype=np.int64)
+        return cls(params, SparseVectorState(0, 0, key, thresholds))
+
+    @property
+    def halted(self) -> bool:
+        return self.state.bottoms >= self.params.cutoff
+
+    @property
+    def stream(self) -> KeyedStream:
+        return self._stream
+
+    @property
+    def tail(self) -> DiscreteLaplaceTail:
+        return self._tail
+
+    def process(self, ones: np.ndarray, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
+        """Run the stability test on one batch of queries, in order.
+
+        Parameters
+        ----------
+        ones : array of int
+            ct(1) for each query: how many of the k models vote 1 (private).
+        subsamples : int
+            k, the number of models.
+
+        Returns
+        -------
+        status : int8 array (ANSWERED, ABSTAINED, REFUSED)
+        label : int8 array, the majority label where answered (else 0)
+        """
+        ones = np.asarray(ones, dtype=np.int64)
+        n = ones.shape[0]
+        if n and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):
+            raise ValueError(f"vote counts must lie in [0, {subsamples}]")
+        label = (2 * ones > subsamples).astype(np.int8)
+        gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
+        # a query with gap g is tested against F(first_above - g): entry k - g of the instance's window
+        offset = subsamples - gap
+        status = np.full(n, REFUSED, dtype=np.int8)
+        state = self.state
+        allowed = 0 if self.halted else max(0, min(n, self.params.queries_max - state.queries_seen))
+        u_hi, u_lo = self._stream.uniforms(state.queries_seen, allowed)  # every position it may test
+        pos, stretch, dense = 0, _FIRST_STRETCH, False
+        while pos < allowed and not self.halted:
+            if dense:  # bottoms every few queries: numpy's per-call cost would dominate
+                end = min(allowed, pos + _SCALAR_CHUNK)
+                pos, dense = self._query_by_query(gap, u_hi, u_lo, status, pos, end)
+                stretch = _MIN_STRETCH
+                continue
+            end = min(allowed, pos + stretch)
+            # Answer iff gap + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - gap  <=>  U_i < F(...)
+            if end - pos >= subsamples:  # a long stretch: gather from the instance's k + 1 entries
+                f_hi, f_lo = self._window(subsamples)
+                f_hi, f_lo = f_hi[offset[pos:end]], f_lo[offset[pos:end]]
+            else:  # a short one: look each query up in the whole table (no O(k) window)
+                f_hi, f_lo = self._tail.lookup(self._first_above() - gap[pos:end])
+            above = below(u_hi[pos:end], u_lo[pos:end], f_hi, f_lo)
+            self.work.stretches += 1
+            self.work.stretch_queries += end - pos
+            first_below = int(np.argmin(above))
+            if above[first_below]:
+                status[pos:end] = ANSWERED
+                pos, stretch = end, stretch * 2
+                continue
+            bottom = pos + first_below
+            status[pos:bottom] = ANSWERED
+            status[bottom] = ABSTAINED
+            state.bottoms += 1  # the next instance uses the next fixed threshold
+            stretch = max(_MIN_STRETCH, 4 * (bottom - pos))
+            dense = bottom - pos < _DENSE
+            pos = bottom + 1
+        state.queries_seen += pos  # queries tested (answered or abstained); refused ones are not
+        label[status != ANSWERED] = 0
+        return status, label
+
+    def _first_above(self) -> int:
+        """floor(2w + Z2[c]) + 1: the current instance's test is Z1 >= this - gap."""
+        return math.floor(self._twice_w + int(self.state.thresholds[self.state.bottoms])) + 1
+
+    def _window(self, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
+        """F(first_above - k .. first_above) for the current instance: k + 1 entries whatever
+        the threshold's value, taken once per instance (and k)."""
+        key = (self.state.bottoms, subsamples)
+        if self._window_cache is None or self._window_cache[0] != key:
+            self.work.windows += 1
+            self.work.window_entries += subsamples + 1
+            self._window_cache = (key, self._tail.window(self._first_above(), subsamples))
+        return self._window_cache[1]
+
+    def _query_by_query(
+        self, gap: np.ndarray, u_hi: np.ndarray, u_lo: np.ndarray, status: np.ndarray, pos: int, end: int
+    ) -> tuple[int, bool]:
+        """The same test as the vectorised stretch, one query at a time, for dense bottoms.
+
+        Query i is answered iff U_i < F(first_above - gap_i), compared as whole 128-bit
+        integers: the same bit as the vectorised path. Each query costs one table lookup
+        (DiscreteLaplaceTail.fixed), each bottom O(1). Returns (next position, still dense).
+        """
+        gaps = gap[pos:end].tolist()
+        u = [(h << 64) | l for h, l in zip(u_hi[pos:end].tolist(), u_lo[pos:end].tolist())]
+        fixed = self._tail.fixed
+        first_above = self._first_above()
+        streak, i = 0, pos
+        while i < end and not self.halted:
+            self.work.scalar_steps += 1
+            answered = u[i - pos] < fixed(first_above - gaps[i - pos])
+            i += 1
+            if answered:
+                status[i - 1] = ANSWERED
+                streak += 1
+                if streak >= _SPARSE:
+                    return i, False
+                continue
+            status[i - 1] = ABSTAINED
+            self.state.bottoms += 1
+            streak = 0
+            if not self.halted:
+                first_above = self._first_above()
+        return i, True
