@@ -69,21 +69,21 @@ def timed(owner, name, key, only_inside=False):
     setattr(owner, name, wrapper)
 
 import distributed
-import pcqr.jobs.answer
+import pcqr.pipeline.session.answering
 import pcqr.pipeline.privacy.noise as noise
 import pcqr.pipeline.session.query_release as qr
 import pcqr.pipeline.session.sparse_vector as sv
-release = pcqr.jobs.answer.release_answers
+release = pcqr.pipeline.session.answering.release_answers
 def release_answers(*args, **kwargs):
     inside.append(True)
     try:
         return release(*args, **kwargs)
     finally:
         inside.pop()
-pcqr.jobs.answer.release_answers = release_answers
-timed(pcqr.jobs.answer, "release_answers", "release_answers")
-timed(pcqr.jobs.answer, "validate_queries", "validate_queries")
-timed(pcqr.jobs.answer, "load_models", "load_models")
+pcqr.pipeline.session.answering.release_answers = release_answers
+timed(pcqr.pipeline.session.answering, "release_answers", "release_answers")
+timed(pcqr.pipeline.session.answering, "validate_queries", "validate_queries")
+timed(pcqr.pipeline.session.answering, "load_models", "load_models")
 def vmhwm_kb():
     with open("/proc/self/status") as status:
         for line in status:
@@ -109,10 +109,10 @@ timed(distributed.Future, "result", "wait_for_votes", only_inside=True)
 timed(distributed.Client, "scatter", "scatter_models", only_inside=True)
 for name in ("batch_table", "encode_batch", "append_batch", "save_session"):
     timed(qr, name, name)
-import pcqr.jobs.train  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and training on S_hat
-timed(pcqr.jobs.train, "_relabel", "relabel")
-timed(pcqr.jobs.train, "train_models_on", "train_models_on_resampled")
-timed(pcqr.jobs.answer, "train_session", "train_session")  # imported by name there
+import pcqr.pipeline.session.planning  # agnostic mode: A_Relabel (steps 2-4 of Algorithm 3) and training on S_hat
+timed(pcqr.pipeline.session.planning, "_relabel", "relabel")
+timed(pcqr.pipeline.session.planning, "train_models_on", "train_models_on_resampled")
+timed(pcqr.pipeline.session.answering, "train_session", "train_session")  # imported by name there
 import contextlib, os
 if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's baseline
     qr.DURABLE = False  # log batch written straight after the session save (no pending copy)
@@ -129,8 +129,8 @@ if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's b
     @contextlib.contextmanager
     def no_charge(*args, **kwargs):
         yield NoCharge()
-    pcqr.jobs.train.session_charge = no_charge
-    pcqr.jobs.answer.session_charge = no_charge
+    pcqr.pipeline.session.planning.session_charge = no_charge
+    pcqr.pipeline.session.answering.session_charge = no_charge
 from pcqr.jobs.cli import main
 started = time.perf_counter()
 rc = main(argv)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from distributed.scheduler import KilledWorker, NoValidWorkerError, NoWorkerError
 
-from pcqr.jobs import answer, budget, demo, generate, learn, plan, release, replay, run, submit, train
+from pcqr.jobs import answer, budget, demo, generate, learn, plan, release, replay, report, run, submit, train
 from pcqr.pipeline import __version__
 from pcqr.pipeline.errors import PcqrError
 
@@ -34,11 +34,12 @@ def pcqr() -> None:
       pcqr release --private data/private --public pub/private --features x0 --hypothesis threshold --out table.parquet
       pcqr release-answer table.parquet --query threshold=0.3
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
+      pcqr report --log answers --out report.html    # look at a session (pip install 'pcqr[report]')
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
     """
 
 
-for _module in (generate, train, answer, run, submit, demo, plan, learn, release, budget, replay):
+for _module in (generate, train, answer, run, submit, demo, plan, learn, release, budget, replay, report):
     pcqr.add_command(_module.command)
 pcqr.add_command(learn.predict_command)
 pcqr.add_command(release.release_answer_command)

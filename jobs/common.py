@@ -4,11 +4,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ContextManager, TypeVar
 
 import click
 
+from pcqr.pipeline.data.atomic import check_writable_directory, check_writable_file  # noqa: F401 (used by jobs)
+from pcqr.pipeline.data.datasets import split_features  # noqa: F401 (used by jobs)
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.session.reporting import NoBar, Reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,36 +76,6 @@ def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(f"{key:<{width}}  {value}")
 
 
-def _check_folder(folder: str, path: str, option: str) -> None:
-    """``folder`` (or its nearest existing ancestor) can hold what ``option path`` will write."""
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise PcqrError(f"{option} {path}: cannot be created: {folder} is a file, not a directory")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PcqrError(f"{option} {path}: cannot write to {folder} (read-only or no permission)")
-
-
-def check_writable_directory(path: str, option: str) -> None:
-    """Refuse, before any work, a directory this command will write into that cannot be written:
-    under a file, or whose nearest existing folder is read-only (nothing is created here).
-
-    Raises
-    ------
-    PcqrError
-        One line naming the option and the directory.
-    """
-    _check_folder(os.path.abspath(path), path, option)
-
-
-def check_writable_file(path: str, option: str) -> None:
-    """Refuse, before any work (and before any charge), an output file that cannot be written:
-    a directory, under a file, or in a read-only folder (nothing is created here)."""
-    if os.path.isdir(path):
-        raise PcqrError(f"{option} {path}: is a directory; give a file path")
-    _check_folder(os.path.dirname(os.path.abspath(path)), path, option)
-
-
 def note(message: str) -> None:
     """A progress or status line for the user, on stderr so stdout stays machine-readable."""
     click.echo(message, err=True)
@@ -115,7 +89,7 @@ def progress_enabled() -> bool:
 def privacy_options(func: F) -> F:
     """The parameters of A_SubSamp (Algorithm 5) and how its noise is drawn."""
     options = [
-        click.option("--mode", type=click.Choice(["realizable", "agnostic", "universal"]), default="realizable",
+        click.option("--mode", type=click.Choice(["realizable", "agnostic", "universal"]), default=TrainingOptions.mode,
                      show_default=True,
                      help="realizable: A_SubSamp on the data; agnostic: A_AgPrivCl (relabel a subsample with a "
                      "hypothesis chosen privately over the dichotomies of --hypothesis, then A_SubSamp; T is derived); "
@@ -123,24 +97,24 @@ def privacy_options(func: F) -> F:
                      "released by A_SSPP at eps/2 from their features answers every later query, at no further cost)."),
         click.option("--hypothesis", default=None, help="Agnostic and universal modes: the hypothesis class used to "
                      "relabel and to learn (threshold, interval, point, stump, rectangle, halfspace)."),
-        click.option("--alpha", type=float, default=0.1, show_default=True,
+        click.option("--alpha", type=float, default=TrainingOptions.alpha, show_default=True,
                      help="Agnostic and universal modes: target excess error alpha."),
-        click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps of the whole session."),
-        click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1)."),
-        click.option("--cutoff", "cutoff", type=int, default=50, show_default=True, help="T: abstentions allowed before the session halts."),
-        click.option("--queries-max", type=int, default=10_000, show_default=True, help="m: the most queries the session will answer "
+        click.option("--epsilon", type=float, default=TrainingOptions.epsilon, show_default=True, help="Privacy parameter eps of the whole session."),
+        click.option("--delta", type=float, default=TrainingOptions.delta, show_default=True, help="Privacy parameter delta, in (0, 1)."),
+        click.option("--cutoff", "cutoff", type=int, default=TrainingOptions.cutoff, show_default=True, help="T: abstentions allowed before the session halts."),
+        click.option("--queries-max", type=int, default=TrainingOptions.queries_max, show_default=True, help="m: the most queries the session will answer "
                      "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),
-        click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (enters k)."),
-        click.option("--profile", type=click.Choice(["paper"]), default="paper", show_default=True, help="How lambda, k and w are computed: 'paper' = Algorithm 5 exactly."),
+        click.option("--beta", type=float, default=TrainingOptions.beta, show_default=True, help="Failure probability beta (enters k)."),
+        click.option("--profile", type=click.Choice(["paper"]), default=TrainingOptions.profile, show_default=True, help="How lambda, k and w are computed: 'paper' = Algorithm 5 exactly."),
         click.option("--subsamples", type=int, default=None, help="k, the number of subsample models (accuracy only: more models answer more; "
                      "default: Algorithm 5's k). pcqr warns, with the smallest k that works, when k is too few."),
         click.option("--threshold", type=float, default=None, help="w, the stability threshold: a PRIVACY parameter (it pays for releasing the exact "
                      "majority label, delta_stab = T p1). Default: the smallest w pcqr can certify; a w that "
                      "does not fit --delta is refused with the smallest that does."),
-        click.option("--learner", default="stump", show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
+        click.option("--learner", default=TrainingOptions.learner, show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
                      "(sklearn., pcqr.pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
-        click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data."),
+        click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column (0/1) of the private data."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label)."),
         click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed)."),
         click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private."),
@@ -150,26 +124,23 @@ def privacy_options(func: F) -> F:
     return func
 
 
-def split_features(features: str | None) -> list[str] | None:
-    """``--features a,b,c`` to a list (None when not given)."""
-    if not features:
-        return None
-    return [f.strip() for f in features.split(",") if f.strip()]
-
-
-class _NoBar:
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, steps: int) -> None:
-        return None
-
-
 def progress(length: int, label: str) -> Any:
     """A click progress bar on stderr when it is a terminal; a silent stand-in otherwise."""
     if not progress_enabled():
-        return _NoBar()
+        return NoBar()
     return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+CLI_REPORTER = Reporter(note=note, progress=progress)
+"""The command line's reporter: notes on stderr, progress bars on a terminal."""
+
+
+def connect_to(cluster: str | None) -> Callable[[], ContextManager[Any]]:
+    """The command's cluster: ``--cluster`` (or ./cluster.yaml, or the built-in local cluster),
+    validated and started when the library first needs it, closed when its block ends."""
+    from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+
+    def connect() -> ContextManager[Any]:
+        load_cluster_config(cluster)
+        return open_client(cluster, echo=note)
+    return connect

@@ -1,238 +1,21 @@
-"""``pcqr train``: split the private data into k subsamples and train one model on each.
+"""``pcqr train``: split the private data into k subsample models of a new session.
 
-Creates a session in the private state directory; ``pcqr answer --state DIR``
-then answers queries with it.
+Creates a session in the private state directory; ``pcqr answer --state DIR`` then answers
+queries with it. The work is the library's (pcqr.pipeline.session.planning.train_new_session);
+this module parses, locks and prints.
 """
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any
 
 import click
 
 from pcqr.jobs.common import (
-    cluster_option,
-    emit_summary,
-    json_option,
-    ledger_option,
-    note,
-    privacy_options,
-    progress,
-    split_features,
-    wait_option,
+    CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, privacy_options, wait_option,
 )
-from pcqr.pipeline.data.cluster import learner_modules, load_cluster_config, open_client
-from pcqr.pipeline.data.datasets import Dataset, open_dataset
-from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
-from pcqr.pipeline.models.store import check_storable
-from pcqr.pipeline.privacy.limits import check_training_size
-from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.book import NewSession, new_session
-from pcqr.pipeline.session.sparse_vector import SparseVector
-from pcqr.pipeline.session.state import SessionState, has_session
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
-from pcqr.pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
-from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
-from pcqr.pipeline.models.votes import Ensemble
-
-
-@dataclass
-class TrainingPlan:
-    """Everything checked before any private row is read."""
-
-    params: SubSampParameters
-    learner: LearnerSpec
-    private: Dataset
-    noise: NoiseSource
-    seed: int | None
-    agnostic: AgnosticParameters | None = None
-    hypothesis_class: Any = None
-    universal: UniversalParameters | None = None
-
-
-def plan_training(options: dict[str, Any]) -> TrainingPlan:
-    """Validate parameters, learner and the private dataset's metadata; read no row."""
-    if options["state"] and has_session(options["state"]):
-        raise PcqrError(f"--state {options['state']} already holds a session; use a new directory")
-    noise = noise_source(options["seed"], options["insecure_seed"])
-    private = open_dataset(
-        options["private"], "private", label=options["label"], features=split_features(options["features"])
-    )
-    if options["mode"] in ("agnostic", "universal"):
-        return _plan_agnostic(options, private, noise)
-    params = SubSampParameters.paper(
-        options["epsilon"], options["delta"], options["cutoff"], options["queries_max"],
-        options["beta"], options["subsamples"], options["threshold"],
-    )
-    check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
-                        "--subsamples" if options["subsamples"] is not None else "Algorithm 5's")
-    learner = LearnerSpec(options["learner"], parse_learner_params(options["learner_param"]),
-                          learner_modules(options.get("cluster")))
-    check_subsamples(private.rows, params.subsamples, learner.min_rows)
-    trial = learner.check(len(private.features), private.rows // params.subsamples)  # not on a worker, uncharged
-    check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
-    warn_if_useless(params)
-    return TrainingPlan(params, learner, private, noise, options["seed"])
-
-
-def warn_if_useless(params: SubSampParameters) -> None:
-    """Say so, in one line, when even a unanimous query would mostly abstain (issue 10)."""
-    warning = params.usefulness_warning()
-    if warning is not None:
-        note(f"warning: {warning}")
-
-
-def _plan_agnostic(options: dict[str, Any], private: Dataset, noise: NoiseSource) -> TrainingPlan:
-    """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns.
-    A_UnvPrivCl (universal): the same for the first m' queries at eps / 2 (Algorithm 4)."""
-    from pcqr.pipeline.hypotheses import ThresholdClass, check_enumerable, make_class
-
-    name, mode = options["hypothesis"], options["mode"]
-    if not name:
-        raise PcqrError(f"--mode {mode} needs --hypothesis CLASS (the class to relabel with and learn)")
-    hypothesis_class = make_class(name, len(private.features))
-    args = (options["epsilon"], options["delta"], options["alpha"], options["beta"], options["queries_max"], private.rows)
-    universal = None
-    if mode == "universal":
-        universal = UniversalParameters.algorithm4(
-            *args, hypothesis_class.vc_dimension(), options["subsamples"], options["threshold"]
-        )
-        agnostic = universal.agnostic
-    else:
-        agnostic = AgnosticParameters.algorithm3(*args, options["subsamples"], options["threshold"])
-    k = agnostic.subsamp.subsamples
-    check_training_size(k, 1, "--subsamples" if options["subsamples"] is not None else "Algorithm 5's")
-    check_enumerable(hypothesis_class, agnostic.sample_rows, "A_Relabel's sample S' of n' = eps n / 56 rows")
-    if universal is not None and universal.switches:
-        check_enumerable(hypothesis_class, universal.public_queries, "A_SSPP's public sample of m_o queries")
-    warn_if_useless(agnostic.subsamp)
-    if agnostic.sample_rows < k:
-        raise PcqrError(
-            f"agnostic mode trains k = {k} subsamples on n' = eps n / 56 = {agnostic.sample_rows} rows: "
-            f"needs at least {math.ceil(56 * k / options['epsilon'])} private rows, the dataset has "
-            f"{private.rows} (or use a smaller --subsamples)"
-        )
-    # B is ERM over the same class; thresholds and stumps use the built-in exact ERM learners
-    # (same class, both directions) so votes are counted by binary search, not model by model.
-    if name == "stump":
-        learner = LearnerSpec("stump")
-    elif isinstance(hypothesis_class, ThresholdClass):
-        learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
-    else:
-        learner = LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
-    return TrainingPlan(
-        agnostic.subsamp, learner, private, noise, options["seed"], agnostic, hypothesis_class, universal
-    )
-
-
-def session_charge(client: Any, plan: TrainingPlan, options: dict[str, Any], job: str) -> ContextManager[NewSession]:
-    """The ledger charge of a new session: its whole (eps, delta), before any private row is read
-    (pcqr.pipeline.budget.ledger). A session is charged once, however many answer calls follow; universal
-    mode's A_SSPP is inside the same (eps, delta). The block registers the session with the charge
-    (``.register(session)``: pcqr.pipeline.session.book); if it fails, the charge is refunded unless a
-    batch was released, and the error says which."""
-    from pcqr.pipeline.budget.ledger import charge_private_use
-
-    public: dict[str, Any] = {k: options[k] for k in ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff",
-                                                      "queries_max", "beta", "subsamples", "threshold", "learner",
-                                                      "features") if k in options}
-    public["state"] = options.get("state")
-    charged = charge_private_use(plan.private.files, plan.private.uri, job, options["epsilon"], options["delta"],
-                                 public, options.get("ledger"), client, features=plan.private.features)
-    return new_session(charged, options["state"], job)
-
-
-def train_session(client: Any, plan: TrainingPlan) -> tuple[SessionState, Ensemble]:
-    """Train the k models on the cluster; returns the new session (not yet saved) and its models."""
-    k = plan.params.subsamples
-    relabeller = None
-    fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
-    if plan.agnostic is not None:
-        relabeller, resampled = _relabel(client, plan)
-        sources, rows = [resampled], [plan.agnostic.sample_rows]
-    with progress(k, "training models") as bar:
-        if plan.agnostic is None:
-            ensemble = train_models(
-                client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
-            )
-        else:
-            ensemble = train_models_on(
-                client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
-            )
-    coordinator = SparseVector.create(plan.params, plan.noise)  # draws the key and all T thresholds
-    session = SessionState(
-        params=plan.params,
-        learner={
-            "name": plan.learner.name,
-            "params": plan.learner.params,
-            "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
-        },
-        features=list(plan.private.features),
-        private_uri=plan.private.uri if "://" in plan.private.uri else os.path.abspath(plan.private.uri),
-        private_rows=plan.private.rows,
-        seed=plan.seed,
-        sparse_vector=coordinator.state,
-        noise_state=getattr(plan.noise, "state", lambda: None)(),
-        mode="universal" if plan.universal else "agnostic" if plan.agnostic else "realizable",
-        agnostic=plan.agnostic.to_dict() if plan.agnostic else None,
-        relabeller=relabeller.to_dict() if relabeller is not None else None,
-        label=plan.private.label,
-        universal=plan.universal.to_dict() if plan.universal else None,
-        private_fingerprint=fingerprint,
-    )
-    return session, ensemble
-
-
-def _relabel(client: Any, plan: TrainingPlan) -> tuple[Any, Any]:
-    """Steps 2-4 of Algorithm 3: h_hat (private) and the future of S_hat."""
-    assert plan.agnostic is not None and plan.private.label is not None
-    parts = plan.private.parts(PART_ROWS)
-    sources = [client.submit(load_part, p, plan.private.features, plan.private.label, pure=False) for p in parts]
-    note(f"relabelling n' = {plan.agnostic.sample_rows} rows with {plan.hypothesis_class.name} "
-         "(exponential mechanism over its dichotomies)")
-    return relabel_and_resample(
-        client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise
-    )
-
-
-def session_summary(session: SessionState) -> dict[str, Any]:
-    """The parameters every summary reports."""
-    p = session.params
-    summary: dict[str, Any] = {
-        "mode": session.mode,
-        "epsilon": p.epsilon,
-        "delta": p.delta,
-        "cutoff": p.cutoff,
-        "queries_max": p.queries_max,
-        "beta": p.beta,
-        "lambda": p.lam,
-        "subsamples": p.subsamples,
-        "subsamples_source": p.subsamples_source,
-        "threshold": p.threshold,
-        "threshold_source": p.threshold_source,
-        **p.certificate(),
-        "private_rows": session.private_rows,
-        "learner": session.learner["name"],
-        "privacy": "private" if session.private else "NOT PRIVATE (seeded noise)",
-    }
-    if session.agnostic is not None:
-        agnostic = AgnosticParameters.from_dict(session.agnostic)
-        summary.update(
-            epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha, **agnostic.certificate(),
-            subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner.get("hypothesis"),
-            agnostic=agnostic.summary(),
-        )
-    if session.universal is not None:
-        universal = UniversalParameters.from_dict(session.universal)
-        summary.update(
-            epsilon=universal.epsilon, delta=universal.delta, **universal.certificate(),
-            universal=universal.summary(),
-        )
-    return summary
+from pcqr.pipeline.session.options import TrainingOptions
+from pcqr.pipeline.session.planning import train_new_session
+from pcqr.pipeline.session.state_lock import lock_state
 
 
 @click.command("train")
@@ -245,19 +28,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
 @json_option
 def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
-    from pcqr.pipeline.budget.ledger import charge_note
-    from pcqr.pipeline.session.state import save_models, save_session
-    from pcqr.pipeline.session.state_lock import lock_state
-
-    with lock_state(options["state"], options["wait"], create=True, command="pcqr train"):
-        plan = plan_training(options)  # under the lock: a second train finds this one's session
-        load_cluster_config(options["cluster"])
-        with open_client(options["cluster"], echo=note) as client:
-            with session_charge(client, plan, options, "train") as charge:
-                session, ensemble = train_session(client, plan)
-                charge.register(session)  # the ledger knows the session before its state exists
-                save_models(options["state"], ensemble)
-                save_session(options["state"], session)
-    summary = {"state": options["state"], "models": ensemble.size, **session_summary(session),
-               "ledger": charge_note(charge.charged)}
+    training = TrainingOptions.from_values(options)
+    with lock_state(training.state, options["wait"], create=True, command="pcqr train"):
+        summary = train_new_session(training, connect_to(training.cluster), CLI_REPORTER)
     emit_summary(summary, options["as_json"])

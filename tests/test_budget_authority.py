@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import pcqr.jobs.answer
+import pcqr.pipeline.session.answering
 import pcqr.pipeline.session.query_release
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
@@ -250,7 +250,7 @@ def test_a_one_shot_answer_with_bad_ids_leaves_the_ledger_unchanged(world, capsy
 
 def _failing_release(monkeypatch: pytest.MonkeyPatch, after_batches: int) -> None:
     """Make the answer loop fail (a PcqrError) once `after_batches` batches are committed and published."""
-    release = pcqr.jobs.answer.release_answers
+    release = pcqr.pipeline.session.answering.release_answers
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         if after_batches == 0:
@@ -261,7 +261,7 @@ def _failing_release(monkeypatch: pytest.MonkeyPatch, after_batches: int) -> Non
 
         return release(*args, **{**kwargs, "on_batch": on_batch})
 
-    monkeypatch.setattr(pcqr.jobs.answer, "release_answers", failing)
+    monkeypatch.setattr(pcqr.pipeline.session.answering, "release_answers", failing)
 
 
 def test_a_one_shot_answer_failing_before_any_batch_is_refunded(world, capsys, monkeypatch) -> None:
@@ -339,12 +339,12 @@ def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(w
 
 def test_a_train_failing_after_its_charge_for_any_reason_is_refunded(world, capsys, monkeypatch) -> None:
     """Not only invalid input: any failure before anything is released (here a bug in training)."""
-    import pcqr.jobs.train
+    import pcqr.pipeline.session.planning
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a learner crashed")
 
-    monkeypatch.setattr(pcqr.jobs.train, "train_session", broken)
+    monkeypatch.setattr(pcqr.pipeline.session.planning, "train_session", broken)
     with pytest.raises(RuntimeError) as raised:
         main(["train", "--private", str(world.root / "private"), "--state", str(world.root / "state"), *HALTING,
               "--cluster", world.cluster])

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from pcqr.pipeline.errors import PcqrError
+
 
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically and durably."""
@@ -35,3 +37,33 @@ def fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _check_folder(folder: str, path: str, option: str) -> None:
+    """``folder`` (or its nearest existing ancestor) can hold what ``option path`` will write."""
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise PcqrError(f"{option} {path}: cannot be created: {folder} is a file, not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PcqrError(f"{option} {path}: cannot write to {folder} (read-only or no permission)")
+
+
+def check_writable_directory(path: str, option: str) -> None:
+    """Refuse, before any work, a directory this command will write into that cannot be written:
+    under a file, or whose nearest existing folder is read-only (nothing is created here).
+
+    Raises
+    ------
+    PcqrError
+        One line naming the option and the directory.
+    """
+    _check_folder(os.path.abspath(path), path, option)
+
+
+def check_writable_file(path: str, option: str) -> None:
+    """Refuse, before any work (and before any charge), an output file that cannot be written:
+    a directory, under a file, or in a read-only folder (nothing is created here)."""
+    if os.path.isdir(path):
+        raise PcqrError(f"{option} {path}: is a directory; give a file path")
+    _check_folder(os.path.dirname(os.path.abspath(path)), path, option)

@@ -274,3 +274,10 @@ def read_public_features(public: Dataset, part_rows: int = 500_000) -> np.ndarra
     """Every row of a PUBLIC dataset's features, in the driver (only ever for public data)."""
     pieces = [load_features(p, public.features) for p in public.parts(part_rows)]
     return np.concatenate(pieces) if pieces else np.zeros((0, len(public.features)))
+
+
+def split_features(features: str | None) -> list[str] | None:
+    """``--features a,b,c`` to a list (None when not given)."""
+    if not features:
+        return None
+    return [f.strip() for f in features.split(",") if f.strip()]

@@ -1,0 +1,44 @@
+"""``pcqr report``: look at a session: its budget over the stream, what it answered, how well.
+
+Reads the public log (and a truth file, and the state's summary, only when given); writes one
+self-contained HTML page and the PNG figures beside it. The work is the library's
+(pcqr.pipeline.session.report for the data, pcqr.pipeline.session.render for the drawing).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from pcqr.jobs.common import check_writable_file, emit_summary, json_option
+from pcqr.pipeline.errors import PcqrError
+
+
+@click.command("report")
+@click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False),
+              help="The session's public answered-query log directory.")
+@click.option("--state", default=None, type=click.Path(file_okay=False),
+              help="Also read the session's private state for its summary (certificate and counts). Without it "
+              "the report reads public files only.")
+@click.option("--truth", default=None, help="Parquet of query_id + label: answer accuracy over the stream.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="The HTML report to write; the figures go beside it as OUT-STEM-<figure>.png.")
+@json_option
+def command(log_dir: str, state: str | None, truth: str | None, out: str, as_json: bool) -> None:
+    """Write a session report: budget used over the query stream (c of T, eps certified),
+    answered / abstained / refused per batch, released labels per batch, answer rate (and accuracy,
+    with --truth) over time. Matplotlib is needed: pip install 'pcqr[report]'."""
+    from pcqr.pipeline.session.render import pyplot, write_report
+    from pcqr.pipeline.session.report import session_report
+
+    if not out.lower().endswith((".html", ".htm")):
+        raise PcqrError(f"--out {out}: give an .html file name")
+    check_writable_file(out, "--out")
+    pyplot()  # refuse before reading anything when matplotlib is missing
+    report = session_report(log_dir, state=state, truth=truth)
+    written = write_report(report, out)
+    emit_summary({"report": out, "figures": written[1:], "files_read": report.files_read,
+                  "queries": report.total_queries, "budget_used": report.budget_used,
+                  "cutoff": report.certificate.get("cutoff"), "read_state": state is not None,
+                  "out_dir": os.path.dirname(os.path.abspath(out))}, as_json)

@@ -1,0 +1,221 @@
+"""Answering a stream of queries through a session: the steps of ``pcqr answer`` in the
+certificate's order, with the state's lock held by the caller (pcqr.jobs.answer, pcqr.Session).
+
+Resuming: an interrupted stream continues after its last committed batch (``resume_point``); the
+ledger vouches for the state before anything is served (session/book.py), a half-written commit is
+recovered (session/commit.py), and the whole log's hash chain is verified before it answers repeats.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from typing import Any, Callable, ContextManager
+
+from pcqr.pipeline.budget.ledger import charge_note
+from pcqr.pipeline.budget.overlap import guard_public_inputs
+from pcqr.pipeline.data.atomic import check_writable_directory
+from pcqr.pipeline.data.cluster import learner_modules
+from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
+from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
+from pcqr.pipeline.privacy.noise import noise_source
+from pcqr.pipeline.session.answered import index_from_log
+from pcqr.pipeline.session.book import SessionBook
+from pcqr.pipeline.session.commit import recover
+from pcqr.pipeline.session.evaluation import load_truth
+from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.session.planning import plan_training, session_charge, session_summary, train_session
+from pcqr.pipeline.session.query_release import release_answers, validate_queries
+from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.state import (
+    SessionState,
+    check_private_location,
+    has_session,
+    load_models,
+    load_session,
+    save_models,
+    save_session,
+)
+
+Connect = Callable[[], ContextManager[Any]]
+"""Opens (or lends) the Dask client for one command: ``with connect() as client``."""
+
+
+def check_log_dir(log_dir: str | None, session: SessionState | None) -> str:
+    """The log directory this run appends to: a new session's must be empty, an old one's its own."""
+    stored = session.log_dir if session is not None else None
+    written = session.next_batch if session is not None else 0
+    if log_dir is None:
+        if stored is None:
+            raise PcqrError("--log is required: the public directory for the answered-query log")
+        return stored
+    if stored is not None and os.path.abspath(log_dir) != os.path.abspath(stored):
+        raise PcqrError(f"--log {log_dir}: this session writes its log to {stored}")
+    existing = batch_files(log_dir)
+    if len(existing) != written:
+        raise PcqrError(
+            f"--log {log_dir}: holds {len(existing)} batch files but the session has written "
+            f"{written}; use an empty directory for a new session"
+        )
+    return log_dir
+
+
+def input_fingerprint(queries: Dataset) -> str:
+    """Identifies a query dataset from its metadata (files, row groups, schema): public data."""
+    described = json.dumps([list(queries.files), [list(g) for g in queries.row_groups], str(queries.schema)])
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def resume_point(session: SessionState | None, queries: Dataset, reporter: Reporter = LOGGING) -> int:
+    """Rows of ``queries`` an earlier run of this session already committed (0 for a new input).
+
+    Re-running a command that was interrupted continues after its last committed batch, so no
+    released answer is ever answered again. An input answered in full is asked again from the
+    start: repeats of answered queries get their logged answers (no budget); the others are
+    tested again.
+    """
+    if session is None or session.input is None or session.input["fingerprint"] != input_fingerprint(queries):
+        return 0
+    done, rows = int(session.input["done"]), int(session.input["rows"])
+    if done >= rows:
+        reporter.note(f"{queries.uri}: all {rows} queries were answered before; asking them again (answered ones "
+             "get their logged answers at no cost, the others are tested again)")
+        return 0
+    if done:
+        reporter.note(f"resuming {queries.uri}: {done} of {rows} queries were committed by an earlier run")
+    return done
+
+
+def reopen_private(session: SessionState) -> Dataset | None:
+    """Universal mode before its switch: the private dataset A_SSPP will read (metadata only here;
+    its contents are checked against the session's fingerprint once the cluster is up)."""
+    if session.universal is None or session.released is not None:
+        return None
+    if session.label is None:
+        raise PcqrError("this session's state predates universal mode's label record; start a new session")
+    private = open_dataset(session.private_uri, "private", label=session.label, features=session.features)
+    if private.rows != session.private_rows:
+        raise PcqrError(
+            f"{session.private_uri}: has {private.rows} rows, the session was trained on {session.private_rows}; "
+            "A_SSPP must run on the same private dataset"
+        )
+    return private
+
+
+def answer_stream(training: TrainingOptions, answering: AnswerOptions, connect: Connect,
+                  reporter: Reporter = LOGGING) -> dict[str, Any]:
+    """Answer one stream of queries through the session in ``training.state`` (creating it first
+    from ``training.private`` when the directory holds none: the one-shot form), the state's lock
+    held by the caller. Returns the summary ``pcqr answer --json`` prints.
+
+    Order (the certificate's): every parameter and input checked, the ledger's vouching for the
+    state and crash recovery, the queries validated and the misuse guard, then the charge of a new
+    session, training, and the answer loop; a new session's charge is refunded if this fails
+    before a batch is committed.
+    """
+    with contextlib.ExitStack() as held:  # the session's ledger row; a new session's charge
+        return _answer(training, answering, connect, reporter, held)
+
+
+def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connect, reporter: Reporter,
+            held: contextlib.ExitStack) -> dict[str, Any]:
+    note = reporter.note
+    state = training.state
+    if not 1 <= answering.batch_size <= MAX_BATCH_SIZE:
+        raise PcqrError(f"--batch-size must be in [1, {MAX_BATCH_SIZE:,}] (pcqr.pipeline.privacy.limits: the memory of one batch), "
+                        f"got {answering.batch_size:,}")
+    check_private_location(state, [answering.log_dir])
+    new_session = not has_session(state)
+    if new_session and training.private is None:
+        raise PcqrError(f"--state {state}: no session here (run 'pcqr train' first, or pass --private)")
+    plan = plan_training(training, reporter) if new_session else None
+    session = None if new_session else load_session(state)
+    if session is not None and training.private is not None:
+        note(f"continuing the session in {state}: --private and the training options are not used")
+    book: SessionBook | None = None
+    if session is not None:  # the ledger is the authority: a state it does not vouch for answers nothing
+        book, rolled = SessionBook.open(training.ledger, session, state)
+        held.enter_context(book)
+        for repaired in (rolled, recover(state, session.log_dir, session.pending_batch, session.last_hash)):
+            if repaired:
+                note(repaired)
+    log_dir = check_log_dir(answering.log_dir, session)
+    check_writable_directory(log_dir, "--log")  # before any charge or answer, not at the first batch
+    answered = None
+    if session is not None:  # verified before served: the log's whole hash chain, before anything else
+        answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
+    features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
+    queries = open_matching(answering.queries, "queries", features, "the private features", answering.id_column)
+    skip = resume_point(session, queries, reporter)
+    truth = load_truth(answering.truth) if answering.truth else None
+    private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
+    charged = None
+    with connect() as client:
+        validate_queries(client, queries, queries.parts(answering.batch_size))  # before any charge
+        guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
+                                                      if answering.truth else None)],
+                            answering.allow_private_overlap, training.ledger, plan.private if plan else None,
+                            client, note)  # misuse guard, before any charge
+        if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
+            check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
+        if plan is not None:  # refunded if this command fails before a batch is committed
+            charge = held.enter_context(session_charge(client, plan, training, "answer"))
+            session, ensemble = train_session(client, plan, reporter)
+            book, charged = charge.register(session), charge.charged
+            noise = plan.noise
+        else:
+            assert session is not None
+            ensemble = load_models(state, session, learner_modules(training.cluster))
+            noise = noise_source(session.seed, session.seed is not None, session.noise_state)
+        if plan is not None:
+            save_models(state, ensemble)
+        session.log_dir = os.path.abspath(log_dir)  # the state works from any directory
+        if skip == 0:
+            session.input = {"uri": queries.uri, "fingerprint": input_fingerprint(queries), "rows": queries.rows, "done": 0}
+        save_session(state, session)
+        assert book is not None  # the ledger row every commit of this run advances
+        with reporter.progress(queries.rows - skip, "answering queries") as bar:
+            counts = release_answers(
+                client, session, state, ensemble, queries, answering.batch_size, noise,
+                fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
+                extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
+                skip=skip, book=book, index=answered,
+            )
+    if counts.halted:
+        note(
+            f"privacy budget spent: {session.params.cutoff} abstentions reached the cutoff T; "
+            "every later query of this session is refused"
+        )
+    summary: dict[str, Any] = {
+        "answered": counts.answered,
+        "abstained": counts.abstained,
+        "refused": counts.refused,
+        "released_model_answers": counts.released_model,
+        "duplicates": counts.duplicates,
+        "resumed_after": skip,
+        "budget_used": session.sparse_vector.bottoms,
+        "budget_spent": counts.halted,
+        "batches": counts.batches,
+        "log": log_dir,
+        "state": state,
+        "session_totals": session.totals,
+        **session_summary(session),
+    }
+    if charged is not None:
+        summary["ledger"] = charge_note(charged)
+    if answering.allow_private_overlap:
+        summary["allow_private_overlap"] = True
+    if session.released is not None:
+        from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+
+        summary["released_model"] = os.path.join(log_dir, RELEASED_MODEL_FILE)
+    if truth is not None:
+        summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
+        summary["evaluated"] = counts.evaluated
+        if counts.truth_missing:
+            summary["truth_missing"] = counts.truth_missing
+    return summary

@@ -1,0 +1,82 @@
+"""What a user asks of a session, as typed values: the command line's options travel down as these.
+
+``TrainingOptions`` are the parameters of a new session (A_SubSamp, Algorithm 5; A_AgPrivCl and
+A_UnvPrivCl in agnostic and universal mode); ``AnswerOptions`` are how one stream of queries is
+answered. Their defaults are the command line's defaults (pcqr.jobs.common reads them from here),
+so the two cannot drift apart. Nothing here is checked: the planner checks every value against
+the certificate before any row is read (pipeline/session/planning.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """The parameters of a new session; the names are the command line's (``--queries-max`` is
+    ``queries_max``). ``features`` is the ``--features`` text (comma-separated) or None."""
+
+    state: str
+    private: str | None = None
+    mode: str = "realizable"
+    hypothesis: str | None = None
+    alpha: float = 0.1
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    cutoff: int = 50
+    queries_max: int = 10_000
+    beta: float = 0.05
+    profile: str = "paper"
+    subsamples: int | None = None
+    threshold: float | None = None
+    learner: str = "stump"
+    learner_param: tuple[str, ...] = ()
+    label: str = "label"
+    features: str | None = None
+    seed: int | None = None
+    insecure_seed: bool = False
+    ledger: str | None = None
+    cluster: str | None = None
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> TrainingOptions:
+        """The fields named in ``values`` (a command's parsed options); other keys are ignored."""
+        return cls(**_pick(cls, values))
+
+    def public_record(self) -> dict[str, Any]:
+        """The public parameters the ledger records with the session's charge."""
+        keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "beta",
+                "subsamples", "threshold", "learner", "features")
+        return {**{k: getattr(self, k) for k in keys}, "state": self.state}
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """How one stream of queries is answered (``pcqr answer``'s own options)."""
+
+    queries: str
+    log_dir: str | None = None
+    id_column: str | None = None
+    batch_size: int = 100_000
+    fallback_label: int | None = None
+    truth: str | None = None
+    allow_private_overlap: bool = False
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> AnswerOptions:
+        return cls(**_pick(cls, values))
+
+
+def _pick(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    picked = {f.name: values[f.name] for f in fields(cls) if f.name in values}
+    if "learner_param" in picked:
+        picked["learner_param"] = tuple(picked["learner_param"] or ())
+    return picked
+
+
+def join_features(features: Sequence[str] | str | None) -> str | None:
+    """A list of feature columns as the ``--features`` text (the form the ledger records)."""
+    if features is None or isinstance(features, str):
+        return features
+    return ",".join(features)

@@ -1,0 +1,433 @@
+"""``Session``: one private classification-query session, from Python (``pcqr.Session``).
+
+A session is a private state directory (the k models, the coordinator's key and T thresholds, the
+counts), a row in the privacy-budget ledger that vouches for it, and a public log of every answer it
+released. The Session object owns all three while it is open: it holds the state's lock (no other
+process can answer through it), answers through the same library path as ``pcqr answer``
+(pipeline/session/answering.py: ledger check, crash recovery, the sparse-vector coordinator, the
+commit of each batch to the log before it is returned), and keeps one Dask client for its lifetime.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.answering import answer_stream
+from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions, join_features
+from pcqr.pipeline.session.planning import session_summary, train_new_session
+from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.state import has_session, load_session
+from pcqr.pipeline.session.state_lock import lock_state
+
+QueryInput = Any
+"""A pandas DataFrame, a pyarrow Table, a 2-D numpy array (columns: the session's features in
+order) or a Parquet path (file or directory)."""
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """Where a session stands: its budget (instances used of T), its certificate and its counts.
+
+    Attributes
+    ----------
+    used : int
+        c, the sparse-vector instances spent (abstentions) so far.
+    cutoff : int
+        T, the instances allowed before the session halts.
+    halted : bool
+        True once c = T: every later query is refused (no budget is ever exceeded).
+    epsilon, delta : float
+        The (eps, delta) the session was charged and certified for.
+    proven_epsilon, proven_delta : float
+        What the accountant proves for the whole session (at most epsilon, delta).
+    answered, abstained, refused : int
+        Totals over every query the session has processed.
+    log : str or None
+        The public log directory (None before the first answer).
+    mode : str
+        realizable, agnostic or universal.
+    private : bool
+        False when the session was created with a seed (tests only): its output is NOT private.
+    """
+
+    used: int
+    cutoff: int
+    halted: bool
+    epsilon: float
+    delta: float
+    proven_epsilon: float
+    proven_delta: float
+    answered: int
+    abstained: int
+    refused: int
+    log: str | None
+    mode: str
+    private: bool
+
+
+class Session:
+    """A private classification-query session: train once within a budget, answer many queries.
+
+    Open one with :meth:`Session.create` (trains k models on private data, charging the ledger)
+    or :meth:`Session.open` (an existing state directory). The object holds the state's lock until
+    :meth:`close` (or the end of a ``with`` block): one process answers through a session at a time.
+
+    Parameters
+    ----------
+    state : str
+        The private state directory.
+    cluster : str, optional
+        A cluster.yaml (see docs); default: ./cluster.yaml if present, else a local Dask cluster
+        started on first use and closed with the session.
+    client : distributed.Client, optional
+        Use this client instead of starting one (it is not closed by the session).
+    ledger : str, optional
+        The privacy-budget ledger file; default: ``$PCQR_LEDGER`` or the user's ledger.
+    reporter : Reporter, optional
+        Where notes and progress go; default: the ``pcqr`` logger, no progress bars.
+
+    Examples
+    --------
+    >>> import pcqr                                                        # doctest: +SKIP
+    >>> with pcqr.Session.create("state", private="data/private", epsilon=4.0, delta=1e-6,
+    ...                          cutoff=20, subsamples=500) as session:    # doctest: +SKIP
+    ...     table = session.answer(queries_dataframe, log="log")           # doctest: +SKIP
+    ...     session.status().used                                          # doctest: +SKIP
+    """
+
+    def __init__(self, state: str, *, cluster: str | None = None, client: Any = None, ledger: str | None = None,
+                 reporter: Reporter = LOGGING, _held: contextlib.ExitStack) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.ledger = ledger
+        self.reporter = reporter
+        self._client = client
+        self._held = _held
+        self._closed = False
+        self.last_summary: dict[str, Any] = {}
+
+    # -------------------------------------------------------------- opening
+
+    @classmethod
+    def create(cls, state: str, private: str, *, epsilon: float = TrainingOptions.epsilon,
+               delta: float = TrainingOptions.delta, cutoff: int = TrainingOptions.cutoff,
+               queries_max: int = TrainingOptions.queries_max, beta: float = TrainingOptions.beta,
+               subsamples: int | None = None, threshold: float | None = None,
+               learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
+               mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
+               label: str = TrainingOptions.label, features: Sequence[str] | None = None,
+               seed: int | None = None, insecure_seed: bool = False, cluster: str | None = None,
+               client: Any = None, ledger: str | None = None, wait: bool = False,
+               reporter: Reporter = LOGGING) -> Session:
+        """Train a new session on private data, charging its whole (epsilon, delta) to the ledger.
+
+        Every parameter is checked against the certificate before any private row is read; one
+        that cannot be certified is refused (a :class:`PcqrError` naming it and the nearest value
+        that can). The options are those of ``pcqr train`` (``--queries-max`` is ``queries_max``).
+
+        Parameters
+        ----------
+        state : str
+            A new private state directory (must not hold a session).
+        private : str
+            The private labelled dataset (Parquet file or directory, path or URI). It is read by
+            the Dask workers only, never by this process.
+        epsilon, delta : float
+            The session's whole privacy budget.
+        cutoff : int
+            T, the abstentions (sparse-vector instances) allowed before the session halts.
+        queries_max : int
+            m, the most queries the session will answer.
+        beta : float
+            Failure probability (enters k).
+        subsamples : int, optional
+            k, the number of subsample models (default: Algorithm 5's k).
+        threshold : float, optional
+            w, the stability threshold: a privacy parameter (default: the smallest certifiable).
+        learner : str
+            'stump', 'threshold' or a scikit-learn classifier's import path.
+        learner_params : mapping, optional
+            The learner's parameters (plain values).
+        mode : {'realizable', 'agnostic', 'universal'}
+        hypothesis : str, optional
+            The class of agnostic and universal modes.
+        alpha : float
+            Agnostic and universal modes' target excess error.
+        label : str
+            The label column (0/1).
+        features : sequence of str, optional
+            Feature columns (default: every numeric column but the label).
+        seed : int, optional
+            Tests only, with ``insecure_seed=True``: the output is then NOT private.
+        cluster, client, ledger, reporter
+            As for the class.
+        wait : bool
+            Wait for another process's lock on ``state`` instead of refusing at once.
+
+        Returns
+        -------
+        Session
+            The open session (its lock held).
+
+        Raises
+        ------
+        PcqrError
+            One line naming the parameter, file or column; nothing is charged.
+        """
+        params = tuple(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                       for key, value in (learner_params or {}).items())
+        options = TrainingOptions(
+            state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
+            delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, subsamples=subsamples,
+            threshold=threshold, learner=learner, learner_param=params, label=label,
+            features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
+        )
+        session = cls._locked(state, create=True, wait=wait, cluster=cluster, client=client, ledger=ledger,
+                              reporter=reporter)
+        try:
+            session.last_summary = train_new_session(options, session._connect, reporter)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    @classmethod
+    def open(cls, state: str, *, cluster: str | None = None, client: Any = None, ledger: str | None = None,
+             wait: bool = False, reporter: Reporter = LOGGING) -> Session:
+        """Open an existing session (from :meth:`create` or ``pcqr train``) to answer more queries.
+
+        Parameters
+        ----------
+        state : str
+            The session's private state directory.
+        cluster, client, ledger, wait, reporter
+            As for :meth:`create`.
+
+        Returns
+        -------
+        Session
+            The open session (its lock held until :meth:`close`).
+
+        Raises
+        ------
+        PcqrError
+            No session in ``state``, or another process holds it.
+        """
+        session = cls._locked(state, create=False, wait=wait, cluster=cluster, client=client, ledger=ledger,
+                              reporter=reporter)
+        if not has_session(state):
+            session.close()
+            raise PcqrError(f"--state {state}: no session here (create one with Session.create or 'pcqr train')")
+        return session
+
+    @classmethod
+    def _locked(cls, state: str, *, create: bool, wait: bool, **kwargs: Any) -> Session:
+        """The state's OS lock (other processes) and this process's claim (other Session objects:
+        the OS lock is re-entrant within a process, a session's owner is one object)."""
+        held = contextlib.ExitStack()
+        try:
+            held.enter_context(_claim(state))
+            held.enter_context(lock_state(state, wait, create=create, command="pcqr.Session"))
+        except BaseException:
+            held.close()
+            raise
+        return cls(state, _held=held, **kwargs)
+
+    def _connect(self) -> ContextManager[Any]:
+        """The session's Dask client, started on first use and kept until :meth:`close`."""
+        if self._client is None:
+            from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+
+            load_cluster_config(self.cluster)
+            self._client = self._held.enter_context(open_client(self.cluster, echo=self.reporter.note))
+        return contextlib.nullcontext(self._client)
+
+    # -------------------------------------------------------------- answering
+
+    def answer(self, queries: QueryInput, *, log: str | None = None, batch_size: int = AnswerOptions.batch_size,
+               id_column: str | None = None, fallback_label: int | None = None, truth: str | None = None,
+               allow_private_overlap: bool = False) -> pa.Table:
+        """Answer a batch of queries privately; returns the answers as the public log records them.
+
+        Each answer passes the session's sparse-vector coordinator and is committed to the public
+        log (``log``) before it is returned, exactly as ``pcqr answer`` does: what this returns is
+        what the log holds. Abstentions cost one of the T instances; after the T-th, every query is
+        refused. Repeated queries get their logged answers at no cost.
+
+        Parameters
+        ----------
+        queries : pandas.DataFrame, pyarrow.Table, numpy.ndarray or str
+            The queries: the session's feature columns (a 2-D array: in the session's feature
+            order), optionally a ``query_id`` column; or a Parquet path.
+        log : str, optional
+            The public log directory; required on a session's first answer, then its own.
+        batch_size : int
+            Queries per log batch.
+        id_column : str, optional
+            The query id column (default: ``query_id`` if present, else row positions).
+        fallback_label : {0, 1}, optional
+            Fill abstained and refused answers with this label (post-processing).
+        truth : str, optional
+            Parquet of query_id + label: :attr:`last_summary` gets the answers' accuracy.
+        allow_private_overlap : bool
+            Accept queries that overlap a registered private dataset (see docs/privacy.md).
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per query, the log's columns (query_id, the features, answer, status, ...).
+            ``status`` is answered / abstained / refused; ``answer`` is null unless answered (or
+            filled by ``fallback_label``).
+
+        Raises
+        ------
+        PcqrError
+            Bad input (wrong columns, NaN, ...), named in one line, before any answer.
+        """
+        self._check_open()
+        with tempfile.TemporaryDirectory(prefix="pcqr-queries-") as scratch:
+            path = queries if isinstance(queries, (str, os.PathLike)) else self._write_queries(queries, scratch)
+            before = load_session(self.state).next_batch
+            training = TrainingOptions(state=self.state, ledger=self.ledger, cluster=self.cluster)
+            answering = AnswerOptions(queries=os.fspath(path), log_dir=log, id_column=id_column, batch_size=batch_size,
+                                      fallback_label=fallback_label, truth=truth,
+                                      allow_private_overlap=allow_private_overlap)
+            self.last_summary = answer_stream(training, answering, self._connect, self.reporter)
+        log_dir = self.last_summary["log"]
+        tables = [pq.read_table(path) for number, path in batch_files(log_dir) if number >= before]
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    def _write_queries(self, queries: QueryInput, scratch: str) -> str:
+        """In-memory queries (public) to one Parquet file the workers read."""
+        table = _as_table(queries, load_session(self.state).features)
+        path = os.path.join(scratch, "queries.parquet")
+        pq.write_table(table, path)
+        return path
+
+    # -------------------------------------------------------------- looking
+
+    def status(self) -> SessionStatus:
+        """The session's budget, certificate and counts (read from its state; no privacy cost).
+
+        Returns
+        -------
+        SessionStatus
+        """
+        self._check_open()
+        session = load_session(self.state)
+        summary = session_summary(session)
+        used, cutoff = session.sparse_vector.bottoms, session.params.cutoff
+        return SessionStatus(
+            used=used, cutoff=cutoff, halted=used >= cutoff, epsilon=summary["epsilon"], delta=summary["delta"],
+            proven_epsilon=summary["proven_epsilon"], proven_delta=summary["proven_delta"],
+            answered=session.totals["answered"], abstained=session.totals["abstained"],
+            refused=session.totals["refused"], log=session.log_dir, mode=session.mode, private=session.private,
+        )
+
+    def report(self, out: str, *, truth: str | None = None) -> list[str]:
+        """Write the session report (``pcqr report``): a self-contained HTML page ``out`` and PNG
+        figures beside it, from the public log (and ``truth``, if given) plus the state's summary.
+
+        Parameters
+        ----------
+        out : str
+            The HTML file to write (the figures go to ``<out stem>-<figure>.png``).
+        truth : str, optional
+            Parquet of query_id + label: answer accuracy over the stream.
+
+        Returns
+        -------
+        list of str
+            The files written, the HTML page first.
+
+        Raises
+        ------
+        PcqrError
+            No answers logged yet, or matplotlib missing (``pip install 'pcqr[report]'``).
+        """
+        from pcqr.pipeline.session.render import pyplot, write_report
+        from pcqr.pipeline.session.report import session_report
+
+        self._check_open()
+        log = load_session(self.state).log_dir
+        if log is None:
+            raise PcqrError(f"the session in {self.state} has answered nothing yet: no log to report on")
+        pyplot()
+        return write_report(session_report(log, state=self.state, truth=truth), out)
+
+    def summary(self) -> dict[str, Any]:
+        """The session's public parameters and certificate, as ``pcqr train --json`` prints them."""
+        self._check_open()
+        return session_summary(load_session(self.state))
+
+    @property
+    def features(self) -> list[str]:
+        """The feature columns a query must have, in order."""
+        return list(load_session(self.state).features)
+
+    # -------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Release the lock and close the Dask client the session started (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._held.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PcqrError(f"the session in {self.state} is closed; open it again with Session.open")
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session({self.state!r}{', closed' if self._closed else ''})"
+
+
+_OPEN: set[str] = set()
+_OPEN_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _claim(state: str) -> Iterator[None]:
+    key = os.path.realpath(state)
+    with _OPEN_GUARD:
+        if key in _OPEN:
+            raise PcqrError(f"--state {state} is in use by another open Session in this process; close it first")
+        _OPEN.add(key)
+    try:
+        yield
+    finally:
+        with _OPEN_GUARD:
+            _OPEN.discard(key)
+
+
+def _as_table(queries: QueryInput, features: list[str]) -> pa.Table:
+    """A pyarrow Table from a DataFrame, a Table or a 2-D array (columns: ``features``)."""
+    if isinstance(queries, pa.Table):
+        return queries
+    if isinstance(queries, np.ndarray):
+        if queries.ndim != 2 or queries.shape[1] != len(features):
+            raise PcqrError(f"queries: a numpy array needs shape (n, {len(features)}) for the session's features "
+                            f"{', '.join(features)}; got {queries.shape}")
+        return pa.table({name: np.asarray(queries[:, i], dtype=np.float64) for i, name in enumerate(features)})
+    if hasattr(queries, "to_numpy") and hasattr(queries, "columns"):  # a pandas DataFrame
+        return pa.Table.from_pandas(queries, preserve_index=False)
+    raise PcqrError(f"queries: expected a pandas DataFrame, a pyarrow Table, a 2-D numpy array or a Parquet path; "
+                    f"got {type(queries).__name__}")

@@ -1,0 +1,45 @@
+"""docs/api.md's examples run as written: every ```python block, in order, in one namespace, in a
+temporary directory, on the default local cluster (a fresh subprocess, as a user would run them)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+
+def blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_the_page_has_examples_of_every_exported_name() -> None:
+    import pcqr
+
+    code = "\n".join(blocks())
+    assert len(blocks()) >= 5
+    for name in ("Session.create", "Session.open", ".answer(", ".status()", "PrivateClassifier", "PcqrError"):
+        assert name in code, name
+    assert set(pcqr.__all__) - {"__version__"} <= set(re.findall(r"`pcqr\.(\w+)`", DOC.read_text()))
+
+
+@pytest.mark.slow
+def test_the_examples_run(tmp_path) -> None:
+    script = "\n\n".join(blocks())
+    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
+    # As typed into an interpreter or a notebook (a script file would need Dask's
+    # ``if __name__ == "__main__":`` guard: the local cluster's worker processes re-import it).
+    ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = ran.stdout
+    assert "'query_id'" in out and "'status'" in out and "used " in out
+    page = (tmp_path / "report.html").read_text()
+    assert "data:image/png;base64," in page and "State summary" in page
+    assert re.search(r"--threshold", out)  # the refused parameter is named
+    accuracy = re.search(r"answered ([\d.]+)%, accuracy of the answers ([\d.]+)%", out)
+    assert accuracy and float(accuracy.group(1)) > 80 and float(accuracy.group(2)) > 95, out

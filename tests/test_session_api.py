@@ -1,0 +1,128 @@
+"""pcqr.Session: train, answer (pandas / pyarrow / numpy / Parquet in, the log's table out), status,
+re-open, one process at a time, and bad input refused before any budget is spent."""
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pcqr
+from pcqr.pipeline.session.log import batch_files
+from tests.conftest import MECHANICS, threshold_data, write_session_data
+
+SEED = {"seed": 7, "insecure_seed": True}  # tests only: reproducible, marked NOT private
+
+
+def _queries(n: int, seed: int) -> dict[str, np.ndarray]:
+    return {k: v for k, v in threshold_data(n, seed=seed).items() if k != "label"}
+
+
+def _charges(ledger: Path) -> int:
+    if not ledger.exists():
+        return 0
+    with closing(sqlite3.connect(ledger)) as db:
+        return db.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A session trained through the API (its lock released), its data, cluster file and ledger."""
+    root = write_session_data(tmp_path_factory.mktemp("api"))
+    cluster = root / "cluster.yaml"
+    cluster.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
+                       "    threads-per-worker: 2\n    processes: false\n")
+    ledger = root / "ledger.sqlite"
+    with pcqr.Session.create(str(root / "state"), str(root / "private"), **MECHANICS, queries_max=100_000,
+                             cluster=str(cluster), ledger=str(ledger), **SEED) as session:
+        summary = session.last_summary
+        assert session.features == ["x0", "x1", "x2"]
+    return root, cluster, ledger, summary
+
+
+def test_create_charges_once_and_reports_the_certificate(trained) -> None:
+    root, _, ledger, summary = trained
+    assert summary["models"] == MECHANICS["subsamples"] and summary["epsilon"] == MECHANICS["epsilon"]
+    assert summary["proven_epsilon"] <= MECHANICS["epsilon"] and summary["proven_delta"] <= MECHANICS["delta"]
+    assert summary["privacy"] == "NOT PRIVATE (seeded noise)"
+    assert _charges(ledger) == 1
+
+
+def test_answers_every_input_kind_and_returns_what_the_log_holds(trained) -> None:
+    import pandas as pd
+
+    root, cluster, ledger, _ = trained
+    log = root / "log"
+    q = _queries(300, seed=11)
+    with pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger)) as session:
+        first = session.answer(pd.DataFrame(q), log=str(log), batch_size=100)
+        assert first.num_rows == 300 and len(batch_files(str(log))) == 3
+        logged = pa.concat_tables([pq.read_table(p) for _, p in batch_files(str(log))])
+        assert first.equals(logged)
+        second = session.answer(pa.table(_queries(50, seed=12)))  # the session's own log from now on
+        third = session.answer(np.column_stack([v for v in _queries(40, seed=13).values()]))
+        assert (second.num_rows, third.num_rows) == (50, 40)
+        assert len(batch_files(str(log))) == 5
+        statuses = set(pa.concat_tables([first, second, third]).column("status").to_pylist())
+        assert statuses <= {"answered", "abstained", "refused"} and "answered" in statuses
+        answered = [a for a, s in zip(first.column("answer").to_pylist(), first.column("status").to_pylist())
+                    if s == "answered"]
+        truth = [int(x > 0.1) for x, s in zip(q["x0"], first.column("status").to_pylist()) if s == "answered"]
+        assert np.mean(np.array(answered) == np.array(truth)) > 0.9  # k = 50 models of a threshold concept
+        status = session.status()
+        assert status.answered + status.abstained + status.refused == 390
+        assert status.used == status.abstained and status.cutoff == MECHANICS["cutoff"]
+        assert status.epsilon == MECHANICS["epsilon"] and not status.private and status.log == str(log.resolve())
+    assert _charges(ledger) == 1  # answering spends nothing new on the ledger
+
+
+def test_one_process_at_a_time(trained) -> None:
+    root, cluster, ledger, _ = trained
+    with pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger)):
+        with pytest.raises(pcqr.PcqrError, match="lock|in use|holds"):
+            pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger))
+    pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger)).close()  # released
+
+
+def test_a_closed_session_answers_nothing(trained) -> None:
+    root, cluster, ledger, _ = trained
+    session = pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger))
+    session.close()
+    with pytest.raises(pcqr.PcqrError, match="closed"):
+        session.status()
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (pa.table({"x0": [0.5], "x1": [0.1]}), "x2"),                      # a missing feature
+    (pa.table({"x0": [np.nan], "x1": [0.1], "x2": [0.3]}), "NaN|finite"),  # NaN
+    (np.zeros((3, 2)), "shape"),                                         # a numpy array of the wrong width
+    ([[0.1, 0.2, 0.3]], "expected a pandas DataFrame"),                  # not a table
+])
+def test_bad_queries_are_refused_in_one_line_before_any_answer(trained, bad, needle) -> None:
+    root, cluster, ledger, _ = trained
+    with pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger)) as session:
+        before = session.status()
+        with pytest.raises(pcqr.PcqrError, match=needle) as refused:
+            session.answer(bad)
+        assert "\n" not in str(refused.value)
+        assert session.status() == before
+    assert _charges(ledger) == 1
+
+
+def test_an_uncertifiable_parameter_is_refused_before_anything_is_charged(tmp_path) -> None:
+    root = write_session_data(tmp_path, rows=2000, queries=10)
+    ledger = tmp_path / "ledger.sqlite"
+    with pytest.raises(pcqr.PcqrError, match="--threshold") as refused:
+        pcqr.Session.create(str(tmp_path / "state"), str(root / "private"), **MECHANICS, threshold=1.0,
+                            ledger=str(ledger), **SEED)
+    assert "\n" not in str(refused.value) and _charges(ledger) == 0
+    assert not (tmp_path / "state" / "session.json").exists()
+
+
+def test_open_needs_a_session(tmp_path) -> None:
+    with pytest.raises(pcqr.PcqrError, match="no session"):
+        pcqr.Session.open(str(tmp_path / "nothing"))
