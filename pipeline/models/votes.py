@@ -115,6 +115,9 @@ class StumpVotes:
         return ones.astype(np.int32)
 
 
+BLOCK_ROWS = 8192
+
+
 class LinearVotes:
     """Linear models: predict 1 iff x . coef + intercept > 0. A constant c is coef 0, +-1 intercept."""
 
@@ -137,8 +140,18 @@ class LinearVotes:
         return cls(coefs, intercepts)
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        scores = X @ self.coefs.T + self.intercepts
-        return (scores > 0).sum(axis=1, dtype=np.int32)
+        """Rows in blocks of ``BLOCK_ROWS``: the scores of one block (BLOCK_ROWS x k floats) stay in
+        cache instead of a rows x k array (800 MB for 10^6 rows and k = 100). ``s > -b`` is
+        ``s + b > 0`` exactly (the sign of a rounded sum of two floats is the sign of the sum)."""
+        ones = np.empty(X.shape[0], dtype=np.int32)
+        weights, bar = np.ascontiguousarray(self.coefs.T), -self.intercepts
+        scores = np.empty((min(BLOCK_ROWS, X.shape[0]), self.size))
+        for start in range(0, X.shape[0], BLOCK_ROWS):
+            block = X[start:start + BLOCK_ROWS]
+            held = scores[:block.shape[0]]
+            np.matmul(block, weights, out=held)
+            ones[start:start + block.shape[0]] = np.count_nonzero(held > bar, axis=1)
+        return ones
 
 
 class ModelVotes:
