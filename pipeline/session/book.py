@@ -53,7 +53,8 @@ import numpy as np
 
 from pcqr.pipeline.session.commit import PENDING_DIR
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import Ledger, _now, failed_after_charge, ledger_path, refund_charge, refund_reason
+from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, ledger_path, refund_charge, refund_reason
+from pcqr.pipeline.budget.store import now
 from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, SessionState
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and
@@ -107,12 +108,12 @@ def register_session(ledger_file: str, session: SessionState, charged: dict[str,
     it is trained and before its session.json is first written: a crash before this leaves a charge
     and no session (over-charged, never free); one after it, a session with no state."""
     with Ledger(ledger_file) as ledger, ledger.transaction():
-        now = _now()
+        stamp = now()
         ledger.execute(
             f"INSERT INTO sessions ({', '.join(_COLUMNS[:-1])}) VALUES ({', '.join('?' * (len(_COLUMNS) - 1))})",
             (session.session_id, charged["identity"], int(charged["id"]), session.params.cutoff,
              session.sparse_vector.bottoms, session.next_batch, session.last_hash, "", os.path.abspath(state_dir),
-             fixed_digest(session), _record(session), int(not session.private), now, now),
+             fixed_digest(session), _record(session), int(not session.private), stamp, stamp),
         )
 
 
@@ -120,7 +121,7 @@ def close_session(ledger_file: str, session_id: str, reason: str) -> None:
     """Mark a session closed (its charge was refunded): it answers nothing more."""
     with Ledger(ledger_file) as ledger, ledger.transaction():
         ledger.execute("UPDATE sessions SET closed = ? WHERE session_id = ? AND closed IS NULL",
-                       (f"{_now()} {reason}", session_id))
+                       (f"{now()} {reason}", session_id))
 
 
 def session_row(ledger: Ledger, session_id: str) -> dict[str, Any] | None:
@@ -216,7 +217,7 @@ class SessionBook:
             self.ledger.execute(
                 "UPDATE sessions SET bottoms = ?, batches = ?, last_hash = ?, prev_hash = ?, position = ?, "
                 "updated_at = ? WHERE session_id = ?",
-                (new.bottoms, new.batches, new.last_hash, self.at.last_hash, _record(session), _now(),
+                (new.bottoms, new.batches, new.last_hash, self.at.last_hash, _record(session), now(),
                  self.session_id))
         self.at = new
 
