@@ -1,0 +1,86 @@
+"""Benchmark ``driver_memory``: peak RSS of the ``pcqr answer`` driver for two query counts.
+
+Run through benchmarks/run.py (``--only driver_memory``); benchmarks/README.md says what each figure means."""
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from harness import copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, stable_queries, temp_dir, write_cluster_yaml
+
+
+# --------------------------------------------------------------------------- 4. driver memory
+
+
+def bench_driver_memory(quick: bool) -> dict[str, Any]:
+    small, big = (10**5, 10**6) if quick else (10**6, 10**7)
+    rows, features, k = (300_000 if quick else CERTIFIED_ROWS), 5, 3200
+    privacy = [*CERTIFIED, "--queries-max", str(2 * big)]
+    result: dict[str, Any] = {
+        "query_counts": [small, big],
+        "subsamples_k": k,
+        "learner": "stump",
+        "features": features,
+        "private_rows": rows,
+        "cluster": CLUSTER_YAML.strip(),
+        "parameters": " ".join(privacy),
+        "how": "pcqr answer in a fresh Python process; the driver's peak RSS is its own "
+        "getrusage(RUSAGE_SELF).ru_maxrss read at exit (after the cluster is closed); "
+        "workers_peak is getrusage(RUSAGE_CHILDREN) in that process: the largest peak among "
+        "its waited-for descendants, i.e. the Dask worker processes. The driver's peak-RSS mark "
+        "is also read and reset (/proc/self/clear_refs) when the coordinator gets its first "
+        "batch: driver_peak_before_loop_mb covers start-up (cluster, models, the coordinator's "
+        "noise tables), driver_peak_during_loop_mb the answer loop to the end",
+        "runs": {},
+        "aim": "driver peak RSS does not grow with the query count (ratio ~ 1)",
+    }
+    with temp_dir("mem") as work:
+        cluster = str(write_cluster_yaml(work))
+        log(f"driver_memory: generating {big:,} queries ({features} features)")
+        gen_s, _ = pcqr(
+            work, "generate", "generate", "--kind", "realizable", "--concept", "threshold",
+            "--rows", str(rows), "--features", str(features), "--queries", str(big),
+            "--rows-per-file", str(small), "--out", "data", "--cluster", cluster,
+        )
+        result["generate_seconds"] = gen_s
+        result.update(stable_queries(work))
+        log(f"driver_memory: training k={k} stumps")
+        _, train_summary = pcqr(work, "train", "train", "--private", "data/private", "--state", "state0",
+                                *privacy, "--cluster", cluster)
+        result["certificate"] = certificate_of(train_summary)
+        first_file = sorted((work / "data" / "stable-queries").glob("part-*.parquet"))[0]
+        for n, queries in ((small, str(first_file)), (big, "data/stable-queries")):
+            log(f"driver_memory: answering {n:,} queries")
+            ledger = copy_session(work, "state0", f"state-{n}")
+            wall, summary, report = pcqr_instrumented(
+                work, f"answer-{n}", "answer", "--state", str(work / f"state-{n}"), "--queries", queries,
+                "--log", f"log-{n}", "--cluster", cluster, *ledger,
+            )
+            total = summary["answered"] + summary["abstained"] + summary["refused"]
+            result["runs"][str(n)] = {
+                "queries": total,
+                "driver_peak_rss_mb": report["maxrss_self_kb"] / 1024,
+                "driver_peak_before_loop_mb": (report["peak_before_loop_kb"] or 0) / 1024,
+                "driver_peak_during_loop_mb": report["peak_during_loop_kb"] / 1024
+                if report["peak_during_loop_kb"] is not None else None,
+                "tail_table_build_seconds": report["timings"].get("tail_table_build", {}).get("seconds"),
+                "coordinator_seconds": report["timings"].get("coordinator", {}).get("seconds"),
+                "release_answers_seconds": report["timings"].get("release_answers", {}).get("seconds"),
+                "workers_peak_rss_mb": report["maxrss_children_kb"] / 1024,
+                "wall_seconds": wall,
+                "answered": summary["answered"],
+                "abstained": summary["abstained"],
+                "refused": summary["refused"],
+                "halted": summary["budget_spent"],
+                "batches": summary["batches"],
+                "log_mb": dir_bytes(work / f"log-{n}") / 2**20,
+            }
+            shutil.rmtree(work / f"log-{n}", ignore_errors=True)
+    a, b = result["runs"][str(small)], result["runs"][str(big)]
+    result["driver_peak_rss_mb_small"] = a["driver_peak_rss_mb"]
+    result["driver_peak_rss_mb_big"] = b["driver_peak_rss_mb"]
+    result["ratio_big_over_small"] = b["driver_peak_rss_mb"] / a["driver_peak_rss_mb"]
+    if a["driver_peak_during_loop_mb"] and b["driver_peak_during_loop_mb"]:
+        result["loop_ratio_big_over_small"] = b["driver_peak_during_loop_mb"] / a["driver_peak_during_loop_mb"]
+    result["meets_aim"] = bool(result["ratio_big_over_small"] <= 1.1)
+    return result
