@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from harness import copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, stable_queries, temp_dir, write_cluster_yaml
+from harness import generate_threshold_data, copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, stable_queries, temp_dir, write_cluster_yaml
 
 
 # --------------------------------------------------------------------------- 4. driver memory
@@ -37,11 +37,7 @@ def bench_driver_memory(quick: bool) -> dict[str, Any]:
     with temp_dir("mem") as work:
         cluster = str(write_cluster_yaml(work))
         log(f"driver_memory: generating {big:,} queries ({features} features)")
-        gen_s, _ = pcqr(
-            work, "generate", "generate", "--kind", "realizable", "--concept", "threshold",
-            "--rows", str(rows), "--features", str(features), "--queries", str(big),
-            "--rows-per-file", str(small), "--out", "data", "--cluster", cluster,
-        )
+        gen_s = generate_threshold_data(work, cluster, rows, features, big, "--rows-per-file", str(small))
         result["generate_seconds"] = gen_s
         result.update(stable_queries(work))
         log(f"driver_memory: training k={k} stumps")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, rate, stable_queries, temp_dir, write_cluster_yaml
+from harness import generate_threshold_data, copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, rate, stable_queries, temp_dir, write_cluster_yaml
 
 
 # --------------------------------------------------------------------------- 2. end to end
@@ -19,11 +19,7 @@ def bench_end_to_end(quick: bool) -> dict[str, Any]:
     with temp_dir("e2e") as work:
         cluster = str(write_cluster_yaml(work))
         log(f"end_to_end: generating {rows:,} private rows, {queries:,} queries, {features} features")
-        gen_s, _ = pcqr(
-            work, "generate", "generate", "--kind", "realizable", "--concept", "threshold",
-            "--rows", str(rows), "--features", str(features), "--queries", str(queries),
-            "--out", "data", "--cluster", cluster,
-        )
+        gen_s = generate_threshold_data(work, cluster, rows, features, queries)
         stable = stable_queries(work)
         queries = stable["queries_kept"]
         log(f"end_to_end: training k={k} {learner}")

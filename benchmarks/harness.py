@@ -390,3 +390,24 @@ def copy_session(work: Path, source: str, copy: str) -> list[str]:
     with closing(sqlite3.connect(os.environ["PCQR_LEDGER"])) as live, closing(sqlite3.connect(ledger)) as backup:
         live.backup(backup)
     return ["--ledger", str(ledger)]
+
+
+def generate_threshold_data(work: Path, cluster: str, rows: int, features: int, queries: int,
+                            *extra: str) -> float:
+    """``pcqr generate`` realizable threshold data into ``work/data``; returns its wall seconds."""
+    seconds, _ = pcqr(
+        work, "generate", "generate", "--kind", "realizable", "--concept", "threshold",
+        "--rows", str(rows), "--features", str(features), "--queries", str(queries),
+        *extra, "--out", "data", "--cluster", cluster,
+    )
+    return seconds
+
+
+@contextmanager
+def local_client(n_workers: int) -> Iterator[Any]:
+    """A Client on a fresh LocalCluster of ``n_workers`` one-thread worker processes on 127.0.0.1."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
+                      processes=True) as cluster, Client(cluster) as client:
+        yield client

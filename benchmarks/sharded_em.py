@@ -7,7 +7,7 @@ import statistics
 import time
 from typing import Any
 
-from harness import enumerate_class, enumeration_size, log, rate
+from harness import local_client, enumerate_class, enumeration_size, log, rate
 
 
 # --------------------------------------------------------------------------- 7. sharded exponential mechanism
@@ -24,8 +24,6 @@ def _interval_sample(u: int, n: int, seed: int) -> tuple[Any, Any]:
 
 
 def bench_sharded_em(quick: bool) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
-
     from pcqr.pipeline.mechanisms.exponential import select_hypothesis
     from pcqr.pipeline.privacy.noise import SecureNoise
 
@@ -46,10 +44,7 @@ def bench_sharded_em(quick: bool) -> dict[str, Any]:
     }
     for n_workers in (1, 2):
         log(f"sharded_em: u = {u:,} on {n_workers} worker(s)")
-        with LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
-            processes=True,
-        ) as cluster, Client(cluster) as client:
+        with local_client(n_workers) as client:
             data = client.submit(_interval_sample, u, n, 3, pure=False)
             enumeration = client.submit(enumerate_class, "interval", 1, data, pure=False)
             size = client.submit(enumeration_size, enumeration, pure=False).result()

@@ -7,7 +7,7 @@ import statistics
 import time
 from typing import Any
 
-from harness import log, pcqr, temp_dir, write_cluster_yaml
+from harness import local_client, log, pcqr, temp_dir, write_cluster_yaml
 
 
 # --------------------------------------------------------------------------- 3. training speed-up
@@ -27,8 +27,6 @@ def _task_breakdown(events: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def bench_training_speedup(quick: bool) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
-
     from pcqr.pipeline.data.datasets import open_dataset
     from pcqr.pipeline.models.learners import LearnerSpec
     from pcqr.pipeline.models.subsample import train_models
@@ -58,10 +56,7 @@ def bench_training_speedup(quick: bool) -> dict[str, Any]:
         dataset = open_dataset(str(work / "data" / "private"), "private", label="label")
         for n_workers in (1, 2):
             log(f"training_speedup: k={k} on {n_workers} worker(s)")
-            with LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
-                processes=True,
-            ) as cluster_obj, Client(cluster_obj) as client:
+            with local_client(n_workers) as client:
                 train_models(client, dataset, 20, learner, seed=1)  # warm-up: imports, page cache
                 times, breakdown = [], {}
                 for rep in range(repeats):
