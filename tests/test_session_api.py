@@ -107,8 +107,8 @@ def test_bad_queries_are_refused_in_one_line_before_any_answer(trained, bad, nee
     with pcqr.Session.open(str(root / "state"), cluster=str(cluster), ledger=str(ledger)) as session:
         before = session.status()
         with pytest.raises(pcqr.PcqrError, match=needle) as refused:
-            session.answer(bad)
-        assert "\n" not in str(refused.value)
+            session.answer(bad, log=str(root / "log"))
+        assert "\n" not in str(refused.value) and "pcqr-queries-" not in str(refused.value)
         assert session.status() == before
     assert _charges(ledger) == 1
 

@@ -304,9 +304,15 @@ class Session:
             answering = AnswerOptions(queries=os.fspath(path), log_dir=log, id_column=id_column, batch_size=batch_size,
                                       fallback_label=fallback_label, truth=truth,
                                       allow_private_overlap=allow_private_overlap)
-            self.last_summary = answer_stream(training, answering, self._connect, self.reporter)
+            try:
+                self.last_summary = answer_stream(training, answering, self._connect, self.reporter)
+            except PcqrError as refused:
+                if path is queries:
+                    raise
+                # in-memory queries: name them as the caller knows them, not by their scratch file
+                raise PcqrError(str(refused).replace(f"--queries {path}", "queries").replace(path, "queries")) from None
         log_dir = self.last_summary["log"]
-        tables = [pq.read_table(path) for number, path in batch_files(log_dir) if number >= before]
+        tables = [pq.read_table(file) for number, file in batch_files(log_dir) if number >= before]
         return pa.concat_tables(tables) if tables else pa.table({})
 
     def _write_queries(self, queries: QueryInput, scratch: str) -> str:
