@@ -6,7 +6,11 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from harness import generate_threshold_data, copy_session, CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, dir_bytes, log, pcqr, pcqr_instrumented, stable_queries, temp_dir, write_cluster_yaml
+from harness import (
+    CERTIFIED, CERTIFIED_ROWS, CLUSTER_YAML, certificate_of, copy_session, dir_bytes,
+    generate_threshold_data, log, pcqr, pcqr_instrumented, stable_queries, temp_dir,
+    write_cluster_yaml,
+)
 
 
 # --------------------------------------------------------------------------- 4. driver memory

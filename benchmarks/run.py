@@ -15,6 +15,7 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``sspp_intervals``    A_SSPP with intervals, 1 and 2 workers
 * ``pap_thresholds``    ``pcqr release`` (A_PAP) with thresholds
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
+* ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
 
 One module per benchmark (benchmarks/<name>.py, its ``bench_<name>``), the shared pieces in
 benchmarks/harness.py; this file runs them and writes the figures.
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agnostic_at_scale import bench_agnostic_at_scale
+from answer_logistic import bench_answer_logistic
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -50,7 +52,7 @@ from harness import ROOT, log, machine_info
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
-    "safety_overhead",
+    "safety_overhead", "answer_logistic",
 )
 
 
@@ -67,6 +69,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sspp_intervals": bench_sspp_intervals,
     "pap_thresholds": bench_pap_thresholds,
     "safety_overhead": bench_safety_overhead,
+    "answer_logistic": bench_answer_logistic,
 }
 
 
@@ -189,6 +192,16 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             rows.append(("pap_thresholds", f"max error, {label}", _fmt(v["max_error"]), ""))
             rows.append(("pap_thresholds", f"public-only error, {label}", _fmt(v["public_only_error"]), ""))
             rows.append(("pap_thresholds", f"PMW updates, {label}", _fmt(v["pmw_updates"]), ""))
+    r = results.get("answer_logistic")
+    if r:
+        b = "answer_logistic"
+        rows.append((b, f"queries/s whole command ({r['queries']:,} queries)", _fmt(r["queries_per_second_wall"]), ">= 3e+05"))
+        rows.append((b, "queries/s answer loop", _fmt(r["queries_per_second_loop"]), ""))
+        rows.append((b, "no-sparse-vector ceiling queries/s", _fmt(r["no_sparse_vector_ceiling_queries_per_second"]), ""))
+        rows.append((b, "ratio loop / ceiling", _fmt(r["ratio_loop_to_ceiling"]), ">= 0.9"))
+        rows.append((b, "ratio whole command / ceiling", _fmt(r["ratio_wall_to_ceiling"]), ""))
+        rows.append((b, "answered / abstained / refused",
+                     f"{r['answered']:,} / {r['abstained']:,} / {r['refused']:,}", ""))
     r = results.get("safety_overhead")
     if r and "error" not in r:
         for batch, v in r["batch_sizes"].items():

@@ -6,7 +6,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from harness import CERTIFIED, CERTIFIED_ROWS, certificate_of, environment, log, pcqr, pcqr_instrumented, rate, stable_queries, temp_dir, write_cluster_yaml
+from harness import (
+    CERTIFIED, CERTIFIED_ROWS, certificate_of, environment, log, pcqr, pcqr_instrumented, rate,
+    stable_queries, temp_dir, write_cluster_yaml,
+)
 
 
 def bench_safety_overhead(quick: bool) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import statistics
 import time
 from typing import Any
 
-from harness import local_client, enumerate_class, enumeration_size, log, rate
+from harness import enumerate_class, enumeration_size, local_client, log, rate
 
 
 # --------------------------------------------------------------------------- 7. sharded exponential mechanism
