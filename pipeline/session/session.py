@@ -310,7 +310,9 @@ class Session:
                 if path is queries:
                     raise
                 # in-memory queries: name them as the caller knows them, not by their scratch file
-                raise PcqrError(str(refused).replace(f"--queries {path}", "queries").replace(path, "queries")) from None
+                scratch_file = os.fspath(path)
+                raise PcqrError(str(refused).replace(f"--queries {scratch_file}", "queries")
+                                .replace(scratch_file, "queries")) from None
         log_dir = self.last_summary["log"]
         tables = [pq.read_table(file) for number, file in batch_files(log_dir) if number >= before]
         return pa.concat_tables(tables) if tables else pa.table({})
