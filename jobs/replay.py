@@ -38,7 +38,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.evaluation import load_truth, score
 from pcqr.pipeline.session.state import check_private_location, has_session
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
-from pcqr.pipeline.session.log import PROVENANCE_KEY, batch_files
+from pcqr.pipeline.session.log import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
 from pcqr.pipeline.session.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 
 REPLAY_KEY = b"pcqr.replay"
@@ -116,7 +116,7 @@ def write_out(path: str, answers: pa.Table, report: LogReport) -> None:
         REPLAY_KEY: json.dumps(record, sort_keys=True).encode(),
     }
     sink = io.BytesIO()
-    pq.write_table(answers.replace_schema_metadata(metadata), sink, compression="zstd", write_page_checksum=True)
+    pq.write_table(answers.replace_schema_metadata(metadata), sink, **LOG_WRITE_OPTIONS)
     write_atomic(path, sink.getvalue())
 
 
