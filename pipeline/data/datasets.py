@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -242,8 +242,34 @@ def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
         raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
 
 
-def feature_matrix(table: pa.Table, features: Sequence[str], file: str) -> np.ndarray:
-    """The features as a float64 matrix; PcqrError naming file and column on null, NaN or inf."""
+def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) -> Iterator[pa.Table]:
+    """One part's rows after its first ``skip``, as tables of exactly ``rows`` rows (the last may be
+    shorter), streamed: memory holds about one chunk, however large the part's row groups are.
+    Errors as :func:`read_part`."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    try:
+        batches = _open_parquet(part.file).iter_batches(
+            batch_size=rows, row_groups=list(part.row_groups), columns=list(columns), use_threads=False)
+        for batch in batches:
+            if skip:
+                dropped = min(skip, batch.num_rows)
+                batch, skip = batch.slice(dropped), skip - dropped
+            pending.append(batch)
+            held += batch.num_rows
+            while held >= rows:
+                table = pa.Table.from_batches(pending)
+                yield table.slice(0, rows)
+                rest = table.slice(rows)
+                pending, held = rest.to_batches(), rest.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
+    if held:
+        yield pa.Table.from_batches(pending)
+
+
+def check_features(table: pa.Table | pa.RecordBatch, features: Sequence[str], file: str) -> list[np.ndarray]:
+    """The feature columns as float64 arrays; PcqrError naming file and column on null, NaN or inf."""
     columns = []
     for name in features:
         column = table.column(name)
@@ -251,9 +277,17 @@ def feature_matrix(table: pa.Table, features: Sequence[str], file: str) -> np.nd
         if column.null_count or not np.isfinite(values).all():
             raise PcqrError(f"{file}: feature column {name!r} has missing, NaN or infinite values")
         columns.append(values)
-    if not columns:
-        return np.empty((table.num_rows, 0))
-    return np.column_stack(columns)
+    return columns
+
+
+def feature_matrix(table: pa.Table | pa.RecordBatch, features: Sequence[str], file: str) -> np.ndarray:
+    """The features as a float64 matrix (column-major: each column is copied once, contiguously);
+    PcqrError naming file and column on null, NaN or inf."""
+    columns = check_features(table, features, file)
+    matrix = np.empty((table.num_rows, len(columns)), dtype=np.float64, order="F")
+    for j, values in enumerate(columns):
+        matrix[:, j] = values
+    return matrix
 
 
 def label_vector(table: pa.Table, label: str, file: str) -> np.ndarray:

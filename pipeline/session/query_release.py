@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 from distributed import Client, Future
 
-from pcqr.pipeline.session.answered import AnsweredIndex, index_from_log, row_keys
+from pcqr.pipeline.session.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
-from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix, id_values, read_part
-from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
 from pcqr.pipeline.session.evaluation import score
 from pcqr.pipeline.session.log import (
     DUPLICATE,
@@ -36,6 +35,9 @@ from pcqr.pipeline.session.log import (
     sha256,
 )
 from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.session.query_batches import (
+    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, query_chunks, refused_batch, vote_batch,
+)
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pcqr.pipeline.session.state import SessionState, save_session
@@ -44,47 +46,6 @@ from pcqr.pipeline.models.votes import Ensemble
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
 _SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
-
-
-def query_table(part: Part, features: Sequence[str], id_column: str | None) -> tuple[pa.Table, np.ndarray]:
-    """Worker: read a query part, check its features (NaN / inf / null raise), give it a query_id
-    column; returns the table and its feature matrix."""
-    columns = [*features] + ([id_column] if id_column else [])
-    table = read_part(part, columns)
-    X = feature_matrix(table, features, part.file)
-    if id_column is None:
-        ids = pa.array(np.arange(part.start, part.start + table.num_rows, dtype=np.int64))
-        table = table.append_column(QUERY_ID, ids)
-    else:
-        table = table.set_column(table.schema.get_field_index(id_column), id_column,
-                                 id_values(table, id_column, part.file))
-    return table, X
-
-
-def check_queries(part: Part, features: Sequence[str], id_column: str | None) -> int:
-    """Worker: the validation pass over queries before any answer is released."""
-    return query_table(part, features, id_column)[0].num_rows
-
-
-Batch = tuple[pa.Table, np.ndarray, np.ndarray]  # queries, per-query values, row keys
-
-
-def vote_batch(part: Part, features: Sequence[str], id_column: str | None, ensemble: Ensemble, seed: int) -> Batch:
-    """Worker: a query batch, its private vote counts ct(1) and its row keys."""
-    table, X = query_table(part, features, id_column)
-    return table, ensemble.count_ones(X), row_keys(X, seed)
-
-
-def refused_batch(part: Part, features: Sequence[str], id_column: str | None, seed: int) -> Batch:
-    """Worker: a query batch of a halted session: no votes are needed (only repeats get answers)."""
-    table, X = query_table(part, features, id_column)
-    return table, np.zeros(table.num_rows, dtype=np.int32), row_keys(X, seed)
-
-
-def model_batch(part: Part, features: Sequence[str], id_column: str | None, hypothesis: Any) -> Batch:
-    """Worker: a query batch and h_priv's labels (universal mode after the switch: post-processing)."""
-    table, X = query_table(part, features, id_column)
-    return table, np.asarray(hypothesis.predict(X), dtype=np.int8), np.zeros(0, dtype=np.uint64)
 
 
 @dataclass
@@ -109,14 +70,12 @@ class ReleaseCounts:
         self.batches += 1
 
 
-def validate_queries(client: Client, queries: Dataset, parts: list[Part]) -> None:
-    """Check every query batch's values on the workers before anything is released."""
-    futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column, pure=False)
+def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> None:
+    """Check every query part's values on the workers (in chunks of ``rows``) before anything is released."""
+    futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
+                         rows=rows, pure=False)
     for future in futures:
         future.result()
-
-
-VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
 
 
 class UniversalSwitch:
@@ -233,13 +192,13 @@ def release_answers(
     seed = session.dedupe_seed
 
     def submit(i: int) -> None:
-        args = (parts[i], queries.features, queries.id_column)
+        part, rows = parts[i], dict(seed=seed, rows=batch_rows, pure=False)
         if switch is not None and switch.done:
-            pending.append((client.submit(model_batch, *args, switch.hypothesis, pure=False), LABELS))
+            pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS))
         elif coordinator.halted:  # refused whatever the votes: do not compute them
-            pending.append((client.submit(refused_batch, *args, seed, pure=False), REFUSED_ALL))
+            pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL))
         else:
-            pending.append((client.submit(vote_batch, *args, shared, seed, pure=False), VOTES))
+            pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES))
 
     def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
         """One log batch, committed in the order of pcqr.pipeline.session.commit."""
@@ -307,16 +266,16 @@ def release_answers(
         submit(i)
     for i, part in enumerate(parts):
         future, kind = pending.pop(0)
-        table, values, keys = future.result()
+        values, keys = future.result()
         if i + window < len(parts):
             submit(i + window)
-        if part.start < skip:  # the first rows were committed by an earlier run
-            done = skip - part.start
-            table, values, keys = table.slice(done), values[done:], keys[done:] if keys.shape[0] else keys
-        # a task reads whole row groups; log batches are --batch-size queries
-        for start in range(0, table.num_rows, batch_rows):
-            chunk_keys = keys[start : start + batch_rows] if keys.shape[0] else keys
-            release(table.slice(start, batch_rows), values[start : start + batch_rows], kind, chunk_keys)
+        start = max(0, skip - part.start)  # the first rows were committed by an earlier run
+        # a task reads whole row groups; log batches are --batch-size queries, read here again
+        for table in query_chunks(part, features, queries.id_column, batch_rows, start):
+            end = start + table.num_rows
+            check_same_rows(table, features, keys[start:end], seed, part.file)
+            release(table, values[start:end], kind, keys[start:end])
+            start = end
     counts.halted = coordinator.halted and (switch is None or not switch.done)
     return counts
 

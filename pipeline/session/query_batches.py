@@ -1,0 +1,99 @@
+"""The answer loop's reads: the worker tasks that check a query part and count its votes, and the
+driver's own read of the same rows for the log.
+
+A task runs on a Dask worker, on one part of the query dataset (public), with the session's
+ensemble (private: the k models) as an argument, and returns one small array per query (vote
+counts ct(1), or h_priv's labels) and the queries' row keys
+(:func:`pcqr.pipeline.session.answered.column_keys`). The driver reads the part again, in log
+batches (:func:`query_chunks`), rather than receiving the rows: the transfer is then 12 bytes a
+query, and the driver's memory is one log batch whatever the files' row-group size. Before a
+batch is released the driver checks the keys of the rows it read against the keys of the rows
+the votes were counted on (:func:`check_same_rows`): a file changed between the two reads is
+refused, so every logged query is the one that was voted on.
+
+Parts are streamed in chunks of ``rows`` on the workers too. This module imports only what the
+tasks need (no scikit-learn, no session state), so a fresh worker process starts at once;
+:mod:`pcqr.pipeline.session.query_release` submits the tasks and owns everything after.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.votes import Ensemble
+from pcqr.pipeline.session.answered import column_keys
+
+#: What a task's values are: vote counts ct(1), nothing (a halted session refuses), h_priv's labels.
+VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
+
+Values = tuple[np.ndarray, np.ndarray]  # per-query values, row keys
+
+
+def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int) -> int:
+    """Worker: the validation pass over queries before any answer is released (NaN / inf / null
+    features, missing or out-of-range ids raise, naming the file and column); the part's row count."""
+    columns = [*features] + ([id_column] if id_column else [])
+    count = 0
+    for table in read_chunks(part, columns, rows):
+        check_features(table, features, part.file)
+        if id_column is not None:
+            id_values(table, id_column, part.file)
+        count += table.num_rows
+    return count
+
+
+def _per_chunk(part: Part, features: Sequence[str], rows: int, seed: int, values: Any) -> Values:
+    """``values(X)`` and the row keys of each chunk of the part, concatenated."""
+    found: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    for table in read_chunks(part, features, rows):
+        X = feature_matrix(table, features, part.file)
+        found.append(values(X))
+        keys.append(column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed))
+    if not found:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
+    return np.concatenate(found), np.concatenate(keys)
+
+
+def vote_batch(part: Part, features: Sequence[str], ensemble: Ensemble, seed: int, rows: int) -> Values:
+    """Worker: the part's private vote counts ct(1) and its row keys."""
+    return _per_chunk(part, features, rows, seed, ensemble.count_ones)
+
+
+def refused_batch(part: Part, features: Sequence[str], seed: int, rows: int) -> Values:
+    """Worker: a part of a halted session: no votes are needed (only repeats get answers)."""
+    return _per_chunk(part, features, rows, seed, lambda X: np.zeros(X.shape[0], dtype=np.int32))
+
+
+def model_batch(part: Part, features: Sequence[str], hypothesis: Any, seed: int, rows: int) -> Values:
+    """Worker: h_priv's labels on the part (universal mode after the switch: post-processing)."""
+    return _per_chunk(part, features, rows, seed, lambda X: np.asarray(hypothesis.predict(X), dtype=np.int8))
+
+
+def query_chunks(part: Part, features: Sequence[str], id_column: str | None, rows: int,
+                 skip: int = 0) -> Iterator[pa.Table]:
+    """Driver: the part's queries after its first ``skip`` rows, in tables of ``rows`` rows, each
+    with the ids the log records (``--id-column``'s, or the row's position in the dataset)."""
+    columns = [*features] + ([id_column] if id_column else [])
+    start = part.start + skip
+    for table in read_chunks(part, columns, rows, skip):
+        if id_column is None:
+            ids = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
+            table = table.append_column(QUERY_ID, ids)
+        else:
+            table = table.set_column(table.schema.get_field_index(id_column), id_column,
+                                     id_values(table, id_column, part.file))
+        start += table.num_rows
+        yield table
+
+
+def check_same_rows(table: pa.Table, features: Sequence[str], keys: np.ndarray, seed: int, file: str) -> None:
+    """Driver: refuse a batch whose rows are not the ones the workers voted on (their keys differ)."""
+    columns = [table.column(name).to_numpy() for name in features]
+    if not np.array_equal(column_keys(columns, table.num_rows, seed), keys):
+        raise PcqrError(f"{file}: changed while its queries were being answered (the rows read for the log "
+                        "are not the rows voted on); nothing of this batch was released: run the command again")

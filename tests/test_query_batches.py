@@ -1,0 +1,79 @@
+"""The answer loop's reads (pcqr.pipeline.session.query_batches, datasets.read_chunks): chunks of
+exactly --batch-size rows whatever the row groups, the driver's re-read checked against the rows
+voted on, and a `pcqr answer` that imports no scikit-learn for array-counted models."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pcqr.pipeline.data.datasets import open_dataset, read_chunks
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.votes import Ensemble, LinearVotes
+from pcqr.pipeline.session.answered import row_keys
+from pcqr.pipeline.session.query_batches import check_same_rows, query_chunks, vote_batch
+
+FEATURES = ["x0", "x1", "x2"]
+
+
+def _queries(tmp_path: Path, rows: int, row_group: int) -> tuple[Path, np.ndarray]:
+    X = np.random.default_rng(3).normal(size=(rows, len(FEATURES)))
+    path = tmp_path / "queries.parquet"
+    pq.write_table(pa.table({n: X[:, j] for j, n in enumerate(FEATURES)}), path, row_group_size=row_group)
+    return path, X
+
+
+@pytest.mark.parametrize(("rows", "row_group", "chunk", "skip"),
+                         [(1000, 1000, 300, 0), (1000, 70, 300, 0), (1000, 70, 300, 455), (999, 500, 1000, 1),
+                          (10, 3, 1, 4)])
+def test_read_chunks_are_exact_slices(tmp_path: Path, rows: int, row_group: int, chunk: int, skip: int) -> None:
+    path, X = _queries(tmp_path, rows, row_group)
+    (part,) = open_dataset(str(path), "queries").parts(10**9)
+    chunks = list(read_chunks(part, FEATURES, chunk, skip))
+    assert [c.num_rows for c in chunks[:-1]] == [chunk] * (len(chunks) - 1) and 0 < chunks[-1].num_rows <= chunk
+    got = np.vstack([np.column_stack([c.column(n).to_numpy() for n in FEATURES]) for c in chunks])
+    np.testing.assert_array_equal(got, X[skip:])
+
+
+def test_query_chunks_number_rows_from_the_part_start(tmp_path: Path) -> None:
+    path, _ = _queries(tmp_path, 500, 120)
+    (part,) = open_dataset(str(path), "queries").parts(10**9)
+    ids = np.concatenate([t.column("query_id").to_numpy() for t in query_chunks(part, FEATURES, None, 100, 37)])
+    np.testing.assert_array_equal(ids, np.arange(37, 500))
+
+
+def test_votes_and_keys_of_a_part_match_the_whole_table(tmp_path: Path) -> None:
+    path, X = _queries(tmp_path, 1000, 130)
+    (part,) = open_dataset(str(path), "queries").parts(10**9)
+    rng = np.random.default_rng(4)
+    ensemble = Ensemble.of(LinearVotes(rng.normal(size=(9, 3)), rng.normal(size=9)))
+    votes, keys = vote_batch(part, FEATURES, ensemble, seed=11, rows=256)
+    np.testing.assert_array_equal(votes, ensemble.count_ones(X))
+    np.testing.assert_array_equal(keys, row_keys(X, 11))
+
+
+def test_a_batch_whose_rows_changed_is_refused(tmp_path: Path) -> None:
+    """The driver's re-read of a batch must be the rows the workers voted on, to the bit."""
+    path, X = _queries(tmp_path, 50, 50)
+    (part,) = open_dataset(str(path), "queries").parts(10**9)
+    (table,) = query_chunks(part, FEATURES, None, 50)
+    keys = row_keys(X, 5)
+    check_same_rows(table, FEATURES, keys, 5, str(path))  # the same rows: passes
+    changed = X.copy()
+    changed[17, 1] = np.nextafter(changed[17, 1], np.inf)
+    with pytest.raises(PcqrError, match="changed while its queries were being answered"):
+        check_same_rows(table, FEATURES, row_keys(changed, 5), 5, str(path))
+
+
+def test_answer_command_imports_no_scikit_learn() -> None:
+    """`pcqr answer` on stump or linear models counts votes with arrays: neither the command line
+    nor the answer loop's worker tasks import scikit-learn (about a second of every run)."""
+    code = ("import sys, pcqr.jobs.cli, pcqr.jobs.answer, pcqr.pipeline.session.query_batches, "
+            "pcqr.pipeline.models.store; print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
