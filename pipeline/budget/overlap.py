@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pcqr.pipeline.data.datasets import Dataset, filesystem, read_part
+from pcqr.pipeline.data.datasets import Dataset, Part, filesystem, read_part
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
@@ -186,27 +186,44 @@ def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | Non
     return list(found.values())
 
 
+def _in_range(part: Part, groups: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+              needed: Sequence[str]) -> list[list[np.ndarray]]:
+    """Worker (or driver): per group of columns, per sketch bound, the feature hashes of the part's
+    rows that a sketch with that bound can see (public rows only: this reads a public dataset)."""
+    table = read_part(part, needed)
+    found = []
+    for columns, bounds in groups:
+        hashes = feature_hashes(table, columns)
+        found.append([hashes[hashes <= np.uint64(bound)] for bound in bounds])
+    return found
+
+
 def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger_path: str | None,
                          own: Fingerprint | None = None, own_label: str | None = None,
-                         echo: Callable[[str], None] | None = None) -> None:
+                         echo: Callable[[str], None] | None = None, client: Any = None) -> None:
     """Refuse (PcqrError naming ``option`` and the private dataset) a public dataset holding
     feature vectors of a registered private dataset (or of ``own``, the job's own private one),
-    unless ``allowed`` (then ``echo`` gets one warning line). Reads the public file in this
-    process, part by part, and the ledger's sketches; charges nothing."""
+    unless ``allowed`` (then ``echo`` gets one warning line). Reads the public file part by part,
+    on ``client``'s workers when one is given (else in this process), and the ledger's sketches;
+    charges nothing."""
     candidates = _candidates(public, ledger_path, own, own_label)
     if not candidates:
         return
     by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
     for candidate in candidates:
         by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
-    seen: dict[int, list[np.ndarray]] = {id(c): [] for c in candidates}
+    groups = [(columns, tuple(c.sketch.bound for c in group)) for columns, group in by_columns.items()]
     needed = sorted({name for c in candidates for name in c.columns})
-    for part in public.parts(PART_ROWS):
-        table = read_part(part, needed)
-        for columns, group in by_columns.items():
-            hashes = feature_hashes(table, columns)
-            for candidate in group:
-                seen[id(candidate)].append(hashes[hashes <= np.uint64(candidate.sketch.bound)])
+    parts = public.parts(PART_ROWS)
+    if client is None:
+        per_part = [_in_range(part, groups, needed) for part in parts]
+    else:
+        per_part = client.gather(client.map(_in_range, parts, groups=groups, needed=needed, pure=False))
+    seen: dict[int, list[np.ndarray]] = {id(c): [] for c in candidates}
+    for found in per_part:
+        for group, arrays in zip(by_columns.values(), found):
+            for candidate, hashes in zip(group, arrays):
+                seen[id(candidate)].append(hashes)
     for candidate in candidates:
         in_range = np.concatenate(seen[id(candidate)]) if seen[id(candidate)] else np.zeros(0, np.uint64)
         sketch = candidate.sketch
@@ -237,4 +254,4 @@ def guard_public_inputs(inputs: Sequence[tuple[str, Dataset | None]], allowed: b
     for option, public in inputs:
         if public is not None:
             check_public_overlap(public, option, allowed, path if os.path.exists(path) else None, own,
-                                 private.uri if private is not None else None, echo)
+                                 private.uri if private is not None else None, echo, client)
