@@ -2,18 +2,44 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
 from typing import Any
 
 import click
 from distributed.scheduler import KilledWorker, NoValidWorkerError, NoWorkerError
 
-from pcqr.jobs import answer, budget, demo, generate, learn, plan, release, replay, report, run, submit, train
 from pcqr.pipeline import __version__
 from pcqr.pipeline.errors import PcqrError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: Each subcommand: (its module under pcqr.jobs, the click command's name there), in --help's order.
+#: A module is imported when its command runs (or --help lists them): ``pcqr answer`` does not
+#: import scikit-learn and the modules of every other command.
+COMMANDS = {
+    "generate": ("generate", "command"), "train": ("train", "command"), "answer": ("answer", "command"),
+    "run": ("run", "command"), "submit": ("submit", "command"), "demo": ("demo", "command"),
+    "plan": ("plan", "command"), "learn": ("learn", "command"), "release": ("release", "command"),
+    "budget": ("budget", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
+    "predict": ("learn", "predict_command"), "release-answer": ("release", "release_answer_command"),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(f"pcqr.jobs.{module}"), name)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="pcqr")
 def pcqr() -> None:
     """pcqr: answer classification queries from models trained on private data,
@@ -39,10 +65,6 @@ def pcqr() -> None:
     """
 
 
-for _module in (generate, train, answer, run, submit, demo, plan, learn, release, budget, replay, report):
-    pcqr.add_command(_module.command)
-pcqr.add_command(learn.predict_command)
-pcqr.add_command(release.release_answer_command)
 
 
 # errno values of OSErrors a user causes (a path, its permissions, a full or read-only disk): one line
@@ -66,7 +88,7 @@ def usage_error(exc: click.ClickException, argv: list[str]) -> str:
     if ctx is not None:
         path = ctx.command_path
     else:  # raised while parsing, before a context exists: the command is the first word
-        path = f"pcqr {argv[0]}" if argv and argv[0] in pcqr.commands else "pcqr"
+        path = f"pcqr {argv[0]}" if argv and argv[0] in COMMANDS else "pcqr"
     return f"{message} (see {path} --help)"
 
 

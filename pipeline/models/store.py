@@ -29,7 +29,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.learners import LEARNER_MODULES, ConstantModel, module_allowed
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
 FORMAT = "pcqr-models/1"
@@ -108,7 +107,9 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         intercepts = check.array("intercept", np.float64, (k,))
         check.that(bool(np.isfinite(coefs).all() and np.isfinite(intercepts).all()), "a coefficient is not finite")
         return Ensemble.of(LinearVotes(coefs, intercepts))
-    if kind in ("erm", "skops"):
+    if kind in ("erm", "skops"):  # models as objects: scikit-learn is imported for these kinds only
+        from pcqr.pipeline.models.learners import LEARNER_MODULES, ConstantModel
+
         constant = check.array("constant", np.int8, (k,))
         check.that(bool(np.isin(constant, (-1, 0, 1)).all()), "a constant label is not -1, 0 or 1")
         fitted_count = int((constant == -1).sum())
@@ -185,6 +186,7 @@ class _Checker:
 def _dump_fitted(models: Sequence[Any]) -> dict[str, np.ndarray]:
     """Constants as labels, the rest as ERM JSON (agnostic mode) or skops bytes."""
     from pcqr.pipeline.hypotheses import ERMClassifier
+    from pcqr.pipeline.models.learners import ConstantModel
 
     constant = np.array([m.label if isinstance(m, ConstantModel) else -1 for m in models], dtype=np.int8)
     fitted = [m for m in models if not isinstance(m, ConstantModel)]
@@ -236,6 +238,8 @@ def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[A
     """skops bytes, loaded only if every type skops does not trust by default is a class under ``modules``."""
     import skops.io
 
+    from pcqr.pipeline.models.learners import module_allowed
+
     payload = check.arrays.get("skops")
     if payload is None or payload.dtype != np.uint8 or payload.ndim != 1:
         raise PcqrError(f"{check.path}: not a pcqr model file (no 'skops' bytes)")
@@ -267,6 +271,8 @@ def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[A
 def _allowed_class(name: str, modules: tuple[str, ...]) -> bool:
     """Whether skops' type ``name`` (``module.Class``) is a class under ``modules`` (imported only if so)."""
     import importlib
+
+    from pcqr.pipeline.models.learners import module_allowed
 
     module, _, attr = name.rpartition(".")
     if not module or not module_allowed(module, modules):

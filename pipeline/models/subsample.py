@@ -20,15 +20,17 @@ How it runs on the cluster, without the driver touching a row:
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 from distributed import Client, Future, as_completed
 
 from pcqr.pipeline.data.datasets import Dataset, Part, feature_matrix, label_vector, read_part
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample
 from pcqr.pipeline.models.votes import Ensemble
+
+if TYPE_CHECKING:  # the learners (scikit-learn) are imported by the training tasks, not by the driver
+    from pcqr.pipeline.models.learners import LearnerSpec
 
 Piece = tuple[np.ndarray, np.ndarray, np.ndarray]  # features, labels, subsample ids
 PART_ROWS = 500_000
@@ -89,6 +91,8 @@ def train_block(lo: int, hi: int, learner: LearnerSpec, *pieces: Piece) -> list[
     order = np.argsort(sub, kind="stable")
     X, y, sub = X[order], y[order], sub[order]
     cuts = np.searchsorted(sub, np.arange(lo, hi + 1))
+    from pcqr.pipeline.models.learners import fit_subsample
+
     return [fit_subsample(learner, X[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 

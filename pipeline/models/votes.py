@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 import numpy as np
-from sklearn.linear_model._base import LinearClassifierMixin
 
-from pcqr.pipeline.models.learners import ConstantModel, _StumpModel
+# scikit-learn and pcqr's learners are imported inside the functions that build a counter from
+# fitted models: a worker that only counts votes with arrays (StumpVotes, LinearVotes) then
+# starts without importing scikit-learn (about a second per fresh worker process).
 
 
 class VoteCounter(Protocol):
@@ -46,12 +47,20 @@ class Ensemble:
     def size(self) -> int:
         return self.counter.size
 
+    @property
+    def array_counted(self) -> bool:
+        """Votes are counted by array operations only (NumPy releases the GIL while they run), not
+        by each model's ``predict`` in Python: worker threads then count as fast as processes."""
+        return isinstance(self.counter, (StumpVotes, LinearVotes))
+
     def count_ones(self, X: np.ndarray) -> np.ndarray:
         """ct(1) per row of X: how many models predict label 1 (int32)."""
         return self.counter(np.asarray(X, dtype=np.float64))
 
 
 def _choose_counter(models: Sequence[Any]) -> VoteCounter:
+    from pcqr.pipeline.models.learners import ConstantModel, _StumpModel
+
     if all(isinstance(m, (_StumpModel, ConstantModel)) for m in models):
         return StumpVotes.from_models(models)
     if all(is_linear(m) or isinstance(m, ConstantModel) for m in models):
@@ -61,6 +70,8 @@ def _choose_counter(models: Sequence[Any]) -> VoteCounter:
 
 def is_linear(model: Any) -> bool:
     """A fitted binary linear classifier: predicts 1 iff x . coef_ + intercept_ > 0."""
+    from sklearn.linear_model._base import LinearClassifierMixin
+
     coef = getattr(model, "coef_", None)
     classes = getattr(model, "classes_", None)
     return (
@@ -96,6 +107,8 @@ class StumpVotes:
 
     @classmethod
     def from_models(cls, models: Sequence[Any]) -> StumpVotes:
+        from pcqr.pipeline.models.learners import ConstantModel
+
         constant = [isinstance(m, ConstantModel) for m in models]
         return cls(
             np.array([0 if c else m.feature_ for m, c in zip(models, constant)], dtype=np.int64),
@@ -128,6 +141,8 @@ class LinearVotes:
 
     @classmethod
     def from_models(cls, models: Sequence[Any]) -> LinearVotes:
+        from pcqr.pipeline.models.learners import ConstantModel
+
         width = next((np.shape(m.coef_)[1] for m in models if not isinstance(m, ConstantModel)), 0)
         coefs = np.zeros((len(models), width))
         intercepts = np.zeros(len(models))

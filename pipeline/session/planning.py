@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
-from pcqr.pipeline.data.cluster import learner_modules
+from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, split_features
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
 from pcqr.pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
-from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
 from pcqr.pipeline.models.store import check_storable
 from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pcqr.pipeline.models.votes import Ensemble
@@ -30,6 +29,9 @@ from pcqr.pipeline.session.options import TrainingOptions
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.sparse_vector import SparseVector
 from pcqr.pipeline.session.state import SessionState, has_session
+
+if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
+    from pcqr.pipeline.models.learners import LearnerSpec
 
 
 @dataclass
@@ -64,6 +66,8 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     )
     check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
+    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+
     learner = LearnerSpec(options.learner, parse_learner_params(options.learner_param),
                           learner_modules(options.cluster))
     check_subsamples(private.rows, params.subsamples, learner.min_rows)
@@ -112,6 +116,8 @@ def _plan_agnostic(options: TrainingOptions, private: Dataset, noise: NoiseSourc
         )
     # B is ERM over the same class; thresholds and stumps use the built-in exact ERM learners
     # (same class, both directions) so votes are counted by binary search, not model by model.
+    from pcqr.pipeline.models.learners import LearnerSpec
+
     if name == "stump":
         learner = LearnerSpec("stump")
     elif isinstance(hypothesis_class, ThresholdClass):
@@ -225,7 +231,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
     return summary
 
 
-def train_new_session(options: TrainingOptions, connect: Callable[[], ContextManager[Any]],
+def train_new_session(options: TrainingOptions, connect: Connect,
                       reporter: Reporter = LOGGING) -> dict[str, Any]:
     """``pcqr train``'s work, the state's lock held by the caller: plan (no row read), charge the
     ledger, train, register the session with the charge before its state exists, save. Returns

@@ -5,17 +5,49 @@ The Python API (docs/api.md):
 - :class:`Session` -- train k models on private data within a privacy budget, answer queries
   through the sparse-vector coordinator into a public log, look at the budget (``status()``).
 - :class:`SessionStatus` -- what ``Session.status()`` returns.
+- :class:`PrivateClassifier` -- the scikit-learn estimator over a session.
+- :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
 The library is :mod:`pcqr.pipeline`, the ``pcqr`` command's jobs are :mod:`pcqr.jobs`.
 See docs/architecture.md for the data flow and docs/privacy.md for every mechanism.
+
+The names are imported when first used (PEP 562), so that ``import pcqr.pipeline...`` -- every
+``pcqr`` command and every Dask worker task -- does not pay for scikit-learn and the session
+modules it does not need.
 """
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from pcqr.pipeline import __version__
-from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.reporting import Reporter
-from pcqr.pipeline.session.estimator import PrivateClassifier
-from pcqr.pipeline.session.session import Session, SessionStatus
+
+if TYPE_CHECKING:  # what the names below resolve to, for type checkers and readers
+    from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.session.estimator import PrivateClassifier
+    from pcqr.pipeline.session.reporting import Reporter
+    from pcqr.pipeline.session.session import Session, SessionStatus
+
+_HOMES = {
+    "PcqrError": "pcqr.pipeline.errors",
+    "PrivateClassifier": "pcqr.pipeline.session.estimator",
+    "Reporter": "pcqr.pipeline.session.reporting",
+    "Session": "pcqr.pipeline.session.session",
+    "SessionStatus": "pcqr.pipeline.session.session",
+}
 
 __all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'pcqr' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
