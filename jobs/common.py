@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable, ContextManager, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, TypeVar
 
 import click
 
@@ -13,6 +13,9 @@ from pcqr.pipeline.data.datasets import split_features  # noqa: F401 (used by jo
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.reporting import NoBar, Reporter
+
+if TYPE_CHECKING:
+    from pcqr.pipeline.data.cluster import Connect
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -135,12 +138,12 @@ CLI_REPORTER = Reporter(note=note, progress=progress)
 """The command line's reporter: notes on stderr, progress bars on a terminal."""
 
 
-def connect_to(cluster: str | None) -> Callable[[], ContextManager[Any]]:
+def connect_to(cluster: str | None) -> Connect:
     """The command's cluster: ``--cluster`` (or ./cluster.yaml, or the built-in local cluster),
     validated and started when the library first needs it, closed when its block ends."""
     from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 
-    def connect() -> ContextManager[Any]:
+    def connect(array_work: bool = False) -> ContextManager[Any]:
         load_cluster_config(cluster)
-        return open_client(cluster, echo=note)
+        return open_client(cluster, echo=note, array_work=array_work)
     return connect

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from distributed import Client
 
-from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config, open_client
+from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config, local_processes, open_client
 from pcqr.pipeline.errors import PcqrError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,6 +114,17 @@ def test_threads_only_local_listens_on_loopback_only(tmp_path: Path) -> None:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert _listening_ips(psutil.Process()) == {"127.0.0.1"}
         assert client.submit(operator.add, 1, 1).result() == 2
+
+
+def test_processes_auto_makes_threads_for_array_work_only(tmp_path: Path) -> None:
+    """``processes: auto`` (the default): the workers are threads of this process when the command
+    says its tasks are array work, processes otherwise; true / false are obeyed either way."""
+    assert local_processes("auto", array_work=True) is False and local_processes("auto", array_work=False) is True
+    assert local_processes(True, array_work=True) is True and local_processes(False, array_work=False) is False
+    assert load_cluster_config(None).options["processes"] == "auto"
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
+    with open_client(str(path), array_work=True) as client:
+        assert client.run(os.getpid) == {w: os.getpid() for w in client.scheduler_info()["workers"]}
 
 
 def test_cluster_yaml_in_current_folder_is_used(tmp_path: Path) -> None:
@@ -224,6 +235,7 @@ BAD_CONFIGS: list[tuple[str, str, str]] = [
     ("scale-and-adapt", "pcqr: {cluster: {backend: spec, class: distributed.LocalCluster, scale: 1,"
      " adapt: {maximum: 2}}}\n", "pcqr.cluster.adapt"),
     ("not-a-mapping", "pcqr: {cluster: 5}\n", "pcqr.cluster: expected a mapping"),
+    ("processes-word", "pcqr: {cluster: {processes: sometimes}}\n", "pcqr.cluster.processes: expected true, false or auto"),
 ]
 
 

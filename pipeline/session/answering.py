@@ -11,12 +11,12 @@ import contextlib
 import hashlib
 import json
 import os
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.atomic import check_writable_directory
-from pcqr.pipeline.data.cluster import learner_modules
+from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
@@ -41,7 +41,6 @@ from pcqr.pipeline.session.state import (
     save_session,
 )
 
-Connect = Callable[[], ContextManager[Any]]
 """Opens (or lends) the Dask client for one command: ``with connect() as client``."""
 
 
@@ -154,8 +153,12 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     truth = load_truth(answering.truth) if answering.truth else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
-    with connect() as client:
-        validate_queries(client, queries, queries.parts(answering.batch_size))  # before any charge
+    ensemble = None if session is None else load_models(state, session, learner_modules(training.cluster))
+    # array work only (no training, no A_SSPP, votes by array operations): a local cluster's
+    # workers may be threads (cluster.yaml processes: auto)
+    array_work = ensemble is not None and ensemble.array_counted and session.universal is None  # type: ignore[union-attr]
+    with connect(array_work=array_work) as client:
+        validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)  # before any charge
         guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
                                                       if answering.truth else None)],
                             answering.allow_private_overlap, training.ledger, plan.private if plan else None,
@@ -168,8 +171,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
             book, charged = charge.register(session), charge.charged
             noise = plan.noise
         else:
-            assert session is not None
-            ensemble = load_models(state, session, learner_modules(training.cluster))
+            assert session is not None and ensemble is not None
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
         if plan is not None:
             save_models(state, ensemble)

@@ -245,13 +245,15 @@ class Session:
             raise
         return cls(state, _held=held, **kwargs)
 
-    def _connect(self) -> ContextManager[Any]:
-        """The session's Dask client, started on first use and kept until :meth:`close`."""
+    def _connect(self, array_work: bool = False) -> ContextManager[Any]:
+        """The session's Dask client, started on first use (threads or processes as that first use's
+        ``array_work`` says: :func:`pcqr.pipeline.data.cluster.local_processes`) and kept until :meth:`close`."""
         if self._client is None:
             from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 
             load_cluster_config(self.cluster)
-            self._client = self._held.enter_context(open_client(self.cluster, echo=self.reporter.note))
+            self._client = self._held.enter_context(open_client(self.cluster, echo=self.reporter.note,
+                                                                array_work=array_work))
         return contextlib.nullcontext(self._client)
 
     # -------------------------------------------------------------- answering
