@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pcqr.pipeline.data.datasets import open_dataset, read_chunks
+from pcqr.pipeline.data.datasets import Part, open_dataset, read_chunks
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes
 from pcqr.pipeline.session.answered import row_keys
-from pcqr.pipeline.session.query_batches import check_same_rows, query_chunks, vote_batch
+from pcqr.pipeline.session.query_batches import check_same_rows, query_chunks, read_ahead, table_keys, vote_batch
 
 FEATURES = ["x0", "x1", "x2"]
 
@@ -62,12 +62,28 @@ def test_a_batch_whose_rows_changed_is_refused(tmp_path: Path) -> None:
     path, X = _queries(tmp_path, 50, 50)
     (part,) = open_dataset(str(path), "queries").parts(10**9)
     (table,) = query_chunks(part, FEATURES, None, 50)
-    keys = row_keys(X, 5)
-    check_same_rows(table, FEATURES, keys, 5, str(path))  # the same rows: passes
+    own = table_keys(table, FEATURES, 5)
+    check_same_rows(own, row_keys(X, 5), str(path))  # the same rows: passes
     changed = X.copy()
     changed[17, 1] = np.nextafter(changed[17, 1], np.inf)
     with pytest.raises(PcqrError, match="changed while its queries were being answered"):
-        check_same_rows(table, FEATURES, row_keys(changed, 5), 5, str(path))
+        check_same_rows(own, row_keys(changed, 5), str(path))
+
+
+def test_read_ahead_yields_every_batch_in_order_and_raises_at_the_bad_one(tmp_path: Path) -> None:
+    path, X = _queries(tmp_path, 1000, 90)
+    parts = open_dataset(str(path), "queries").parts(200)
+    got = list(read_ahead(parts, FEATURES, None, 64, 130, seed=3))
+    ids = np.concatenate([t.column("query_id").to_numpy() for _, t, _ in got])
+    np.testing.assert_array_equal(ids, np.arange(130, 1000))
+    np.testing.assert_array_equal(np.concatenate([k for _, _, k in got]), row_keys(X[130:], 3))
+    assert [i for i, _, _ in got] == sorted(i for i, _, _ in got)
+    gone = [parts[0], Part(str(tmp_path / "gone.parquet"), (0,), 10, parts[0].rows)]
+    seen = []
+    with pytest.raises(PcqrError, match="gone.parquet"):  # the thread's error, raised in the caller
+        for i, _, _ in read_ahead(gone, FEATURES, None, 64, 0, seed=3):
+            seen.append(i)
+    assert set(seen) == {0}  # every batch of the readable part came first
 
 
 def test_answer_command_imports_no_scikit_learn() -> None:

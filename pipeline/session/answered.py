@@ -7,12 +7,14 @@ not in the index: asked again, they are tested again like any new query.
 
 Keys are 64-bit keyed hashes of the feature rows (-0.0 folded into 0.0), computed by the
 workers; the key is a secret per-session seed in session.json, so nobody can craft colliding
-queries. Two distinct rows collide with probability 2^-64 per pair (for 10^7 answered queries
-about 3e-6 per session): a collision would hand one query the other's answer -- an accuracy
-error, never a privacy one, since every answer handed out is already public.
+queries. The index compares a key's upper 63 bits: two distinct rows collide with probability
+2^-63 per pair (for 10^7 answered queries about 5e-6 per session): a collision would hand one
+query the other's answer -- an accuracy error, never a privacy one, since every answer handed
+out is already public.
 
-The index lives in the driver as sorted runs of (key, label), merged geometrically (amortised
-O(log) per insert); 9 bytes per answered query. A resumed session rebuilds it from the public
+The index lives in the driver as sorted runs of packed (key, label) entries, merged
+geometrically (amortised O(log) per insert): 8 bytes per answered query, the one part of the
+driver's memory that grows with the stream (80 MB per 10^7 answered queries). A resumed session rebuilds it from the public
 log (:func:`index_from_log`), after verifying the log's hash chain up to the session's last hash.
 """
 from __future__ import annotations
@@ -62,14 +64,24 @@ def row_keys(X: np.ndarray, seed: int) -> np.ndarray:
     return column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed)
 
 
+_LABEL_BIT = np.uint64(1)
+_KEY_BITS = ~_LABEL_BIT  # a key's upper 63 bits
+
+
 class AnsweredIndex:
-    """Sorted runs of (key, label) for every answered query of a session."""
+    """Sorted runs of packed entries, one uint64 per answered query: the row key's upper 63 bits,
+    the released label in the lowest bit. Runs are merged geometrically by an in-place sort, so the
+    index holds 8 bytes per answered query and at most about twice that while merging."""
 
     def __init__(self) -> None:
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._runs: list[np.ndarray] = []
 
     def __len__(self) -> int:
-        return sum(keys.shape[0] for keys, _ in self._runs)
+        return sum(run.shape[0] for run in self._runs)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(run.nbytes for run in self._runs)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found, label) per key; label is 0 where not found."""
@@ -77,32 +89,34 @@ class AnsweredIndex:
         label = np.zeros(keys.shape[0], dtype=np.int8)
         if not self._runs or not keys.shape[0]:
             return found, label
-        order = np.argsort(keys)  # sorted needles: the binary searches walk each run in order (2-3x faster)
-        needles = keys[order]
+        needles = keys & _KEY_BITS
+        order = np.argsort(needles)  # sorted needles: the binary searches walk each run in order (2-3x faster)
+        needles = needles[order]
         hits = np.zeros(keys.shape[0], dtype=bool)
         labels = np.zeros(keys.shape[0], dtype=np.int8)
-        for run_keys, run_labels in self._runs:
-            at = np.minimum(np.searchsorted(run_keys, needles), run_keys.shape[0] - 1)
-            hit = ~hits & (run_keys[at] == needles)
+        for run in self._runs:
+            entry = run[np.minimum(np.searchsorted(run, needles), run.shape[0] - 1)]
+            hit = ~hits & ((entry & _KEY_BITS) == needles)
             hits |= hit
-            labels[hit] = run_labels[at[hit]]
+            labels[hit] = (entry[hit] & _LABEL_BIT).astype(np.int8)
         found[order], label[order] = hits, labels
         return found, label
 
-    def add(self, keys: np.ndarray, labels: np.ndarray) -> None:
-        """Insert answered queries (keys already present are ignored)."""
+    def add(self, keys: np.ndarray, labels: np.ndarray, absent: bool = False) -> None:
+        """Insert answered queries (keys already present are ignored; of equal keys, the first's label).
+        ``absent``: the caller has just looked every key up and found none (the answer loop's fresh
+        answers), so the lookup is not repeated."""
         if keys.shape[0] == 0:
             return
-        keys, first = np.unique(keys, return_index=True)
-        run = (keys, np.asarray(labels, dtype=np.int8)[first])
-        known, _ = self.lookup(run[0])
-        run = (run[0][~known], run[1][~known])
-        while self._runs and self._runs[-1][0].shape[0] <= 2 * run[0].shape[0]:
-            last = self._runs.pop()
-            merged = np.concatenate((last[0], run[0]))
-            order = np.argsort(merged, kind="stable")
-            run = (merged[order], np.concatenate((last[1], run[1]))[order])
-        if run[0].shape[0]:
+        upper, first = np.unique(keys & _KEY_BITS, return_index=True)
+        run = upper | (np.asarray(labels)[first] != 0).astype(np.uint64)
+        if not absent:
+            known, _ = self.lookup(upper)
+            run = run[~known]
+        while self._runs and self._runs[-1].shape[0] <= 2 * run.shape[0]:
+            run = np.concatenate((self._runs.pop(), run))
+            run.sort(kind="stable")  # timsort: two sorted runs are merged in linear time
+        if run.shape[0]:
             self._runs.append(run)
 
 

@@ -8,7 +8,7 @@ counts ct(1), or h_priv's labels) and the queries' row keys
 batches (:func:`query_chunks`), rather than receiving the rows: the transfer is then 12 bytes a
 query, and the driver's memory is one log batch whatever the files' row-group size. Before a
 batch is released the driver checks the keys of the rows it read against the keys of the rows
-the votes were counted on (:func:`check_same_rows`): a file changed between the two reads is
+the votes were counted on (:func:`check_same_rows`; the driver reads ahead in a thread: :func:`read_ahead`): a file changed between the two reads is
 refused, so every logged query is the one that was voted on.
 
 Parts are streamed in chunks of ``rows`` on the workers too. This module imports only what the
@@ -17,6 +17,8 @@ tasks need (no scikit-learn, no session state), so a fresh worker process starts
 """
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -91,9 +93,55 @@ def query_chunks(part: Part, features: Sequence[str], id_column: str | None, row
         yield table
 
 
-def check_same_rows(table: pa.Table, features: Sequence[str], keys: np.ndarray, seed: int, file: str) -> None:
-    """Driver: refuse a batch whose rows are not the ones the workers voted on (their keys differ)."""
-    columns = [table.column(name).to_numpy() for name in features]
-    if not np.array_equal(column_keys(columns, table.num_rows, seed), keys):
+def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarray:
+    """Driver: the row keys of a batch it read (the same function the workers apply)."""
+    return column_keys([table.column(name).to_numpy() for name in features], table.num_rows, seed)
+
+
+def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,
+               seed: int, depth: int = 2) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+    """Driver: (part index, batch table, its row keys) for every batch after the stream's first
+    ``skip`` rows, in order, read and hashed by a thread up to ``depth`` batches ahead of the
+    caller (pyarrow and NumPy release the GIL: the read overlaps the coordinator and the log
+    writes). An error in the thread is raised here, at the batch it concerns; the thread stops
+    when the caller stops iterating."""
+    ahead: queue.Queue[tuple[int, pa.Table, np.ndarray] | BaseException | None] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: tuple[int, pa.Table, np.ndarray] | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for i, part in enumerate(parts):
+                for table in query_chunks(part, features, id_column, rows, max(0, skip - part.start)):
+                    if not put((i, table, table_keys(table, features, seed))):
+                        return
+            put(None)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the caller, raised there
+            put(exc)
+
+    thread = threading.Thread(target=read, name="pcqr-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while (item := ahead.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def check_same_rows(own: np.ndarray, keys: np.ndarray, file: str) -> None:
+    """Driver: refuse a batch whose rows (keys ``own``, from the driver's read) are not the ones
+    the workers voted on (``keys``)."""
+    if not np.array_equal(own, keys):
         raise PcqrError(f"{file}: changed while its queries were being answered (the rows read for the log "
                         "are not the rows voted on); nothing of this batch was released: run the command again")

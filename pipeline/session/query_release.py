@@ -11,6 +11,7 @@ re-answered differently, c never goes backwards and a threshold is never reused.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -36,7 +37,7 @@ from pcqr.pipeline.session.log import (
 )
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, query_chunks, refused_batch, vote_batch,
+    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
@@ -181,8 +182,13 @@ def release_answers(
         index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
     shared = hold(client, ensemble) if switch is None or not switch.done else None
-    window = 2 * max(1, sum(client.nthreads().values())) + 2
-    pending: list[tuple[Future, str]] = []
+    # Parts in flight: at least one more than the workers' threads (none idles), at most 2 per
+    # thread + 2, and beyond the first ones no more rows than that many log batches: the vote
+    # counts waiting in the driver stay bounded however large the files' row groups are.
+    threads = max(1, sum(client.nthreads().values()))
+    most_parts, most_rows = 2 * threads + 2, (2 * threads + 2) * batch_rows
+    pending: list[tuple[Future, str, int]] = []
+    ahead = 0  # parts submitted so far
     counts = ReleaseCounts()
     provenance = session.provenance()
     provenance["fallback_label"] = fallback_label
@@ -191,14 +197,21 @@ def release_answers(
     features = list(queries.features)
     seed = session.dedupe_seed
 
+    def fill() -> None:
+        nonlocal ahead
+        while ahead < len(parts) and (len(pending) <= threads or (
+                len(pending) < most_parts and sum(p[2] for p in pending) + parts[ahead].rows <= most_rows)):
+            submit(ahead)
+            ahead += 1
+
     def submit(i: int) -> None:
         part, rows = parts[i], dict(seed=seed, rows=batch_rows, pure=False)
         if switch is not None and switch.done:
-            pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS))
+            pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS, part.rows))
         elif coordinator.halted:  # refused whatever the votes: do not compute them
-            pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL))
+            pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL, part.rows))
         else:
-            pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES))
+            pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
 
     def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
         """One log batch, committed in the order of pcqr.pipeline.session.commit."""
@@ -219,8 +232,8 @@ def release_answers(
         else:
             append_batch(log_dir, batch, data)
         if keys.shape[0]:
-            fresh = (status == ANSWERED) & (source != _DUPLICATE)
-            index.add(keys[fresh], label[fresh])
+            fresh = (status == ANSWERED) & (source != _DUPLICATE)  # test() found none of them in the index
+            index.add(keys[fresh], label[fresh], absent=True)
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
@@ -262,18 +275,19 @@ def release_answers(
             if switch is not None and switch.due():
                 switch.run()
 
-    for i in range(min(window, len(parts))):
-        submit(i)
-    for i, part in enumerate(parts):
-        future, kind = pending.pop(0)
-        values, keys = future.result()
-        if i + window < len(parts):
-            submit(i + window)
-        start = max(0, skip - part.start)  # the first rows were committed by an earlier run
-        # a task reads whole row groups; log batches are --batch-size queries, read here again
-        for table in query_chunks(part, features, queries.id_column, batch_rows, start):
+    fill()
+    at, start = -1, 0  # the part whose task results are in hand; its next row
+    # a task reads whole row groups; log batches are --batch-size queries, read here again (ahead)
+    with contextlib.closing(read_ahead(parts, features, queries.id_column, batch_rows, skip, seed)) as batches:
+        for i, table, own in batches:
+            while at < i:  # the first batch of part i: its task's results, in submission order
+                future, kind, _ = pending.pop(0)
+                values, keys = future.result()
+                fill()
+                at += 1
+                start = max(0, skip - parts[at].start)  # the first rows were committed by an earlier run
             end = start + table.num_rows
-            check_same_rows(table, features, keys[start:end], seed, part.file)
+            check_same_rows(own, keys[start:end], parts[i].file)
             release(table, values[start:end], kind, keys[start:end])
             start = end
     counts.halted = coordinator.halted and (switch is None or not switch.done)

@@ -1,0 +1,49 @@
+"""The answered-queries index (pcqr.pipeline.session.answered.AnsweredIndex) against a dict: every
+answered key found with its first label, nothing else found, 8 bytes per entry."""
+from __future__ import annotations
+
+import numpy as np
+
+from pcqr.pipeline.session.answered import AnsweredIndex
+
+
+def test_index_agrees_with_a_dict_over_many_merges() -> None:
+    rng = np.random.default_rng(12)
+    index, reference = AnsweredIndex(), {}
+    seen = np.zeros(0, dtype=np.uint64)
+    for size in [1, 5, 300, 2, 1000, 70, 4000, 1, 10_000, 33]:
+        fresh = rng.integers(0, 2**64 - 1, size, dtype=np.uint64, endpoint=True)
+        repeats = rng.choice(seen, min(size, seen.size), replace=False) if seen.size else seen
+        keys = np.concatenate((fresh, repeats, fresh[:1]))  # a key twice in one batch: its first label
+        labels = rng.integers(0, 2, keys.size).astype(np.int8)
+        found, got = index.lookup(keys)
+        expected = np.array([(k >> 1) in reference for k in keys.tolist()])
+        np.testing.assert_array_equal(found, expected)
+        np.testing.assert_array_equal(got[found], [reference[k >> 1] for k in keys[found].tolist()])
+        assert not got[~found].any()
+        index.add(keys, labels)
+        for k, label in zip(keys.tolist(), labels.tolist()):
+            reference.setdefault(k >> 1, label)
+        seen = np.concatenate((seen, fresh))
+    assert len(index) == len(reference) and index.nbytes == 8 * len(reference)
+    assert all(np.all(run[:-1] < run[1:]) for run in index._runs)  # sorted, no duplicates
+
+
+def test_keys_differing_only_in_the_lowest_bit_are_one_query() -> None:
+    """The lowest bit holds the label: keys are compared on their upper 63 bits (collision 2^-63 a pair)."""
+    index = AnsweredIndex()
+    index.add(np.array([10], dtype=np.uint64), np.array([1], dtype=np.int8))
+    found, label = index.lookup(np.array([10, 11, 12], dtype=np.uint64))
+    assert found.tolist() == [True, True, False] and label.tolist() == [1, 1, 0]
+
+
+def test_absent_keys_skip_the_lookup_with_the_same_result() -> None:
+    rng = np.random.default_rng(5)
+    one, two = AnsweredIndex(), AnsweredIndex()
+    for _ in range(20):
+        keys = rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True)
+        labels = rng.integers(0, 2, 500).astype(np.int8)
+        found, _ = one.lookup(keys)
+        one.add(keys[~found], labels[~found], absent=True)  # as the answer loop does
+        two.add(keys, labels)
+    assert [run.tolist() for run in one._runs] == [run.tolist() for run in two._runs]
