@@ -121,7 +121,9 @@ def test_processes_auto_makes_threads_for_array_work_only(tmp_path: Path) -> Non
     says its tasks are array work, processes otherwise; true / false are obeyed either way."""
     assert local_processes("auto", array_work=True) is False and local_processes("auto", array_work=False) is True
     assert local_processes(True, array_work=True) is True and local_processes(False, array_work=False) is False
-    assert load_cluster_config(None).options["processes"] == "auto"
+    defaults = yaml.safe_load((REPO / "pipeline" / "data" / "cluster-defaults.yaml").read_text())
+    assert defaults["pcqr"]["cluster"]["processes"] == "auto"
+    assert load_cluster_config(str(REPO / "cluster.yaml")).options["processes"] == "auto"
     path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
     with open_client(str(path), array_work=True) as client:
         assert client.run(os.getpid) == {w: os.getpid() for w in client.scheduler_info()["workers"]}
