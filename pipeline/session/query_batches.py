@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -99,7 +99,7 @@ def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarra
 
 
 def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,
-               seed: int, depth: int = 2) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+               seed: int, depth: int = 2) -> Generator[tuple[int, pa.Table, np.ndarray], None, None]:
     """Driver: (part index, batch table, its row keys) for every batch after the stream's first
     ``skip`` rows, in order, read and hashed by a thread up to ``depth`` batches ahead of the
     caller (pyarrow and NumPy release the GIL: the read overlaps the coordinator and the log
