@@ -1,15 +1,18 @@
 """Benchmark ``answer_logistic``: issue 12's end-to-end setting: ``pcqr answer`` with k = 120 logistic
-regressions (issue 12 says 100: see LOGISTIC for why 120) on 20 features, Parquet to Parquet log, 2 local worker processes, against the same
-pipeline without the sparse vector's cost.
+regressions (issue 12 says 100: see LOGISTIC for why 120) on 20 features, Parquet to Parquet log, 2 local
+workers, against the same pipeline without the sparse vector's cost; ~10^6 queries (best of REPEATS runs,
+all reported) and ~10^7 (the driver's memory).
 
 Run through benchmarks/run.py (``--only answer_logistic``); benchmarks/README.md says what each figure means."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from harness import (
-    certificate_of, generate_threshold_data, log, pcqr, pcqr_instrumented, rate, stable_queries, temp_dir,
-    write_cluster_yaml,
+    certificate_of, copy_session, generate_threshold_data, log, pcqr, pcqr_instrumented, rate, stable_queries,
+    temp_dir, write_cluster_yaml,
 )
 
 # Issue 12 asks for k = 100 logistic models. At k = 100 no certifiable setting answers a stream of
@@ -23,50 +26,98 @@ LOGISTIC = ["--epsilon", "100", "--delta", "1e-6", "--cutoff", "20", "--subsampl
 MARGIN = 0.5  # queries this far from the concept's cut: the models agree, abstentions are rare
 
 
+#: Generated queries per file: ~69% are kept (MARGIN), so one file is the ~10^6-query run.
+FILE_ROWS = 1_800_000
+#: Row groups of the query files. A Parquet row group is read whole: each concurrent reader (the
+#: workers' threads and the driver) holds one, 2^20 rows x 20 features ~ 170 MB at pyarrow's default
+#: size. Batch-sized groups keep that small, so the memory figure shows what grows with the stream.
+ROW_GROUP_ROWS = 100_000
+#: Runs of the 10^6-query command: the machine is shared and runs vary by 10-20%; all are reported.
+REPEATS = 3
+
+
 def bench_answer_logistic(quick: bool) -> dict[str, Any]:
-    rows, features, generated = (200_000, 20, 200_000) if quick else (1_000_000, 20, 1_800_000)
+    rows, features = (200_000, 20) if quick else (1_000_000, 20)
+    files = 1 if quick else 8  # 8 x 1.8e6 x 0.69: ~10^7 queries, for the memory figure
+    file_rows = 200_000 if quick else FILE_ROWS
     with temp_dir("logistic") as work:
         cluster = str(write_cluster_yaml(work))
-        log(f"answer_logistic: generating {rows:,} private rows and {generated:,} queries, {features} features")
-        generate_threshold_data(work, cluster, rows, features, generated)
-        stable = stable_queries(work, MARGIN)
-        queries = stable["queries_kept"]
+        log(f"answer_logistic: generating {rows:,} private rows and {files * file_rows:,} queries, {features} features")
+        generate_threshold_data(work, cluster, rows, features, files * file_rows, "--rows-per-file", str(file_rows))
+        stable = stable_queries(work, MARGIN, ROW_GROUP_ROWS)
         _, train_summary = pcqr(work, "train", "train", "--private", "data/private", "--state", "state",
-                                *LOGISTIC, "--queries-max", str(2 * queries), "--cluster", cluster)
-        log(f"answer_logistic: answering {queries:,} queries")
-        wall, summary, report = pcqr_instrumented(work, "answer", "answer", "--state", "state", "--queries",
-                                                  "data/stable-queries", "--log", "log", "--cluster", cluster)
-    timings = report["timings"]
-    loop = timings.get("release_answers", {}).get("seconds", 0.0)
-    coordinator = timings.get("coordinator", {}).get("seconds", 0.0)
-    ceiling = rate(queries, loop - coordinator) if loop > coordinator else None
-    return {
-        "queries": queries,
+                                *LOGISTIC, "--queries-max", str(2 * stable["queries_kept"]), "--cluster", cluster)
+        first = sorted((work / "data" / "stable-queries").glob("part-*.parquet"))[0]
+        runs = [_answer(work, cluster, f"one-{i}", str(first)) for i in range(1 if quick else REPEATS)]
+        big = None if quick else _answer(work, cluster, "all", "data/stable-queries")
+    best = max(runs, key=lambda r: r["queries_per_second_wall"] or 0)
+    result: dict[str, Any] = {
         "private_rows": rows,
         "features": features,
         "options": " ".join(LOGISTIC),
         **certificate_of(train_summary),
         **stable,
+        "cluster": "local, 2 workers, processes: auto (threads here: linear votes are array work)",
+        "row_group_rows": ROW_GROUP_ROWS,
+        "runs": runs,
+        "queries_per_second_wall_all_runs": [r["queries_per_second_wall"] for r in runs],
+        **{key: best[key] for key in ("queries", "queries_per_second_wall", "queries_per_second_loop",
+                                      "no_sparse_vector_ceiling_queries_per_second", "ratio_loop_to_ceiling",
+                                      "ratio_wall_to_ceiling", "timings_seconds", "driver_answer_loop_peak_mb")},
+        "best_of": len(runs),
+        "ceiling_how": "queries / (answer-loop seconds - coordinator seconds): the same reads, votes and log "
+                       "without the sparse vector",
+        "driver_peak_rss_how": "VmHWM of the pcqr process, reset when the coordinator gets its first batch: "
+                               "the answer loop's peak, with the in-process workers' memory when the local "
+                               "cluster's workers are threads",
+        "aim_queries_per_second_wall": 3e5,
+        "aim_ratio_to_ceiling": 0.9,
+    }
+    if big is not None:
+        result["ten_million"] = big
+        small_peak, big_peak = best["driver_answer_loop_peak_mb"], big["driver_answer_loop_peak_mb"]
+        if small_peak and big_peak:
+            result["loop_peak_ratio_big_over_small"] = big_peak / small_peak
+    return result
+
+
+def _answer(work: Path, cluster: str, label: str, queries: str) -> dict[str, Any]:
+    """One ``pcqr answer`` on a copy of the trained session; its figures."""
+    ledger = copy_session(work, "state", f"state-{label}")
+    count = _rows(work / queries)
+    log(f"answer_logistic: answering {count:,} queries ({label})")
+    wall, summary, report = pcqr_instrumented(work, f"answer-{label}", "answer", "--state", f"state-{label}",
+                                              "--queries", queries, "--log", f"log-{label}", "--cluster", cluster,
+                                              *ledger)
+    shutil.rmtree(work / f"log-{label}", ignore_errors=True)
+    shutil.rmtree(work / f"state-{label}", ignore_errors=True)
+    timings = report["timings"]
+    loop = timings.get("release_answers", {}).get("seconds", 0.0)
+    coordinator = timings.get("coordinator", {}).get("seconds", 0.0)
+    ceiling = rate(count, loop - coordinator) if loop > coordinator else None
+    return {
+        "queries": count,
         "answered": summary["answered"],
         "abstained": summary["abstained"],
         "refused": summary["refused"],
         "halted": summary["budget_spent"],
         "wall_seconds": wall,
-        "queries_per_second_wall": rate(queries, wall),
+        "queries_per_second_wall": rate(count, wall),
         "loop_seconds": loop,
-        "queries_per_second_loop": rate(queries, loop),
+        "queries_per_second_loop": rate(count, loop),
         "coordinator_seconds": coordinator,
         "no_sparse_vector_ceiling_queries_per_second": ceiling,
-        "ceiling_how": "queries / (answer-loop seconds - coordinator seconds): the same reads, votes and log "
-                       "without the sparse vector",
-        "ratio_loop_to_ceiling": (rate(queries, loop) or 0) / ceiling if ceiling else None,
-        "ratio_wall_to_ceiling": (rate(queries, wall) or 0) / ceiling if ceiling else None,
+        "ratio_loop_to_ceiling": (rate(count, loop) or 0) / ceiling if ceiling else None,
+        "ratio_wall_to_ceiling": (rate(count, wall) or 0) / ceiling if ceiling else None,
         "timings_seconds": {key: round(v["seconds"], 3) for key, v in sorted(timings.items())},
-        "driver_peak_rss_mb": report["maxrss_self_kb"] / 1024,
-        "driver_peak_rss_how": "ru_maxrss of the pcqr process, floored by the benchmark parent's peak at "
-                               "fork (Linux carries it across exec); the answer loop's own peak is below",
         "driver_answer_loop_peak_mb": report["peak_during_loop_kb"] / 1024
         if report["peak_during_loop_kb"] is not None else None,
-        "aim_queries_per_second_wall": 3e5,
-        "aim_ratio_to_ceiling": 0.9,
+        "driver_peak_before_loop_mb": (report["peak_before_loop_kb"] or 0) / 1024,
     }
+
+
+def _rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    return sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)

@@ -277,14 +277,14 @@ CERTIFIED_ROWS = 4_000_000  # 1,250 rows per model
 STABLE_MARGIN = 0.02
 
 
-def stable_queries(work: Path, margin: float = STABLE_MARGIN) -> dict[str, Any]:
+def stable_queries(work: Path, margin: float = STABLE_MARGIN, row_group_rows: int | None = None) -> dict[str, Any]:
     """Copy the generated queries at least ``margin`` away from the hidden concept's boundary into
     data/stable-queries, file by file (one output file per input file, so this process stays small:
     its peak RSS is inherited by the pcqr processes it starts, whose peaks the benchmarks read).
     At a certifiable setting a session allows T = 20 abstentions, so a stream of 10^6 queries
     cannot contain the ~0.1% that sit where the models disagree (each costs one): the throughput
     and memory runs answer the stream the sparse vector is built for, queries the models agree on.
-    Queries are public."""
+    Queries are public. ``row_group_rows``: the files' row-group size (default: pyarrow's, 2^20 rows)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -300,7 +300,7 @@ def stable_queries(work: Path, margin: float = STABLE_MARGIN) -> dict[str, Any]:
         x = np.column_stack([table.column(n).to_numpy() for n in table.column_names if n.startswith("x")])
         score = x[:, 0] if concept.kind == "threshold" else x @ np.asarray(concept.weights)
         stable = table.filter(pa.array(np.abs(score - concept.bias) > margin))
-        pq.write_table(stable, str(out / f"part-{i:05d}.parquet"))
+        pq.write_table(stable, str(out / f"part-{i:05d}.parquet"), row_group_size=row_group_rows)
         generated, kept = generated + table.num_rows, kept + stable.num_rows
     return {"stable_margin": margin, "queries_generated": generated, "queries_kept": kept}
 
