@@ -86,7 +86,8 @@ def check_options(rows: int, queries: int, noise: float, epsilon: float, subsamp
     make_spec("agnostic" if noise > 0 else "realizable", "threshold", rows, 5, queries, 0, noise if noise > 0 else None)
     if noise < 0:
         raise PcqrError(f"--noise: must be in [0, 0.5), got {noise}")
-    SubSampParameters.paper(epsilon, DELTA, cutoff, queries, 0.05, subsamples, threshold)
+    SubSampParameters.create("paper" if noise > 0 else "tight", epsilon, DELTA, cutoff, queries, 0.05, subsamples,
+                             threshold)  # the profile the demo's train will use
     if subsamples > rows:
         raise PcqrError(f"--subsamples {subsamples}: needs at least one of the --rows per model, got {rows} rows")
 

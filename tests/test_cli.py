@@ -17,7 +17,7 @@ from tests.conftest import MECHANICS, MECHANICS_PRIVACY, threshold_data, write_p
 
 PARAMS = [*MECHANICS_PRIVACY, "--queries-max", "100000"]
 # no --threshold: the session takes the smallest certifiable w
-SESSION = SubSampParameters.paper(MECHANICS["epsilon"], MECHANICS["delta"], int(MECHANICS["cutoff"]), 100_000, 0.05,
+SESSION = SubSampParameters.tight(MECHANICS["epsilon"], MECHANICS["delta"], int(MECHANICS["cutoff"]), 100_000, 0.05,
                                   subsamples=int(MECHANICS["subsamples"]))
 
 
@@ -73,6 +73,7 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     terms = [first[k] for k in ("delta_composition", "delta_stability", "delta_sampler")]  # the issue's keys
     assert first["delta_stability"] > 0 and math.fsum(terms) <= first["proven_delta"]
     assert first["proven_delta"] == SESSION.certificate()["proven_delta"]
+    assert first["profile"] == "tight" and first["lambda"] == SESSION.lam  # the default profile, named
     assert first["accuracy"] > 0.95 and first["answered"] > 1900  # w certifiable and still answering
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
     sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
@@ -210,7 +211,7 @@ def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_y
                          "--cluster", thread_cluster_yaml, "--json", *few)
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
-    expected = SubSampParameters.paper(4.0, 1e-6, 20, 10_000, 0.05, subsamples=50).useful_subsamples()
+    expected = SubSampParameters.tight(4.0, 1e-6, 20, 10_000, 0.05, subsamples=50).useful_subsamples()
     assert len(warnings) == 1 and "k = 50 models is too few" in warnings[0]
     assert f"k >= {expected} " in warnings[0], warnings[0]
     code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st2"),
@@ -265,3 +266,12 @@ def test_a_tampered_state_is_refused_in_one_line(case, needle, data, capsys, thr
     lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
     assert len(lines) == 1 and lines[0].startswith("pcqr: error: ") and needle in lines[0], err
     assert not (data / "log").exists() or os.listdir(data / "log") == []
+
+
+def test_profile_tight_is_refused_in_agnostic_mode(data, capsys, thread_cluster_yaml) -> None:
+    """Agnostic and universal modes certify Algorithm 3's chain with Algorithm 5's parameters only."""
+    code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "ag"),
+                         "--cluster", thread_cluster_yaml, "--mode", "agnostic", "--hypothesis", "threshold",
+                         "--profile", "tight")
+    assert code == 2 and err.count("\n") == 1 and "--profile tight: --mode agnostic" in err and "--profile paper" in err
+    assert not (data / "ag").exists() or not any((data / "ag").iterdir())

@@ -55,7 +55,7 @@ def test_issue_size_run(tmp_path, capsys, process_cluster, noise, min_answered, 
     assert summary["answered"] / total >= min_answered, summary
     assert 1 - summary["accuracy"] <= max_error, summary
     assert summary["budget_used"] == summary["abstained"] <= CUTOFF
-    certified = SubSampParameters.paper(EPSILON, DELTA, CUTOFF, QUERIES, 0.05, subsamples=SUBSAMPLES)
+    certified = SubSampParameters.tight(EPSILON, DELTA, CUTOFF, QUERIES, 0.05, subsamples=SUBSAMPLES)
     assert summary["threshold"] == certified.threshold  # the smallest certifiable w
     assert summary["proven_epsilon"] <= EPSILON and summary["proven_delta"] <= DELTA
     # the log accounts for every query, once, with the released answers only

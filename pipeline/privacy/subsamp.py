@@ -25,6 +25,17 @@ three terms, each computed and reported (:class:`DeltaTerms`), none rounded down
 * ``delta_sampler``: the per-query tail bits are within TAIL_SAMPLER_ERROR of exact, over at
   most m queries: (1 + e^eps) m TAIL_SAMPLER_ERROR.
 
+Two profiles (``--profile``). ``paper``: Algorithm 5 as written (lambda above, composition by the
+better of basic and advanced composition). ``tight`` (the default): the same mechanism and noise,
+certified by the exact optimal composition of the T instances (Kairouz-Oh-Viswanath Theorem 3.3,
+:mod:`pcqr.pipeline.privacy.composition`): ``delta_composition`` is the exact delta of T
+eps0-DP instances at the requested eps, lambda the smallest that keeps it within its share of
+delta, and the share is the one (of TIGHT_SHARES) that needs the fewest models for a unanimous
+query to be answered (:meth:`SubSampParameters.useful_subsamples`): composition and stability
+both spend delta, and a smaller lambda asks for a larger w in lambda units. k keeps the paper's
+formula at the tight lambda. At eps = 1, delta = 1e-6, T = 50 tight's lambda is 61.0 against the
+paper's 152.4.
+
 A run whose eps or summed delta exceeds the request, by any amount, is refused before
 anything is read; a --threshold that does not fit is refused with the smallest one that does.
 So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the bounds of
@@ -32,6 +43,7 @@ So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
@@ -40,12 +52,17 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import (
     MAX_COUNT, MAX_EPSILON, MIN_PROBABILITY, check_subsamp_options, count_range, paper_lambda, subsamp_limit_problem,
 )
+from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
 from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pcqr.pipeline.privacy.noise): its bits differ
 # from exact discrete-Laplace tails by at most this much in probability.
 TAIL_SAMPLER_ERROR = 3e-39
 _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
+#: The profiles: how lambda, k and w are computed and the composition is certified.
+PROFILES = ("tight", "paper")
+#: The shares of delta the tight profile tries for the composition term (the rest: stability, sampler).
+TIGHT_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
 def round_up(value: float) -> float:
@@ -120,6 +137,7 @@ class SubSampParameters:
     threshold: float
     subsamples_source: str  # "paper" or "override"
     threshold_source: str  # "smallest_certifiable" or "override"
+    profile: str = "paper"  # "tight" or "paper" (sessions before the profiles were all "paper")
 
     @classmethod
     def paper(
@@ -142,10 +160,7 @@ class SubSampParameters:
         check_fraction(beta, "--beta")
         check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold, enforce_limits)
         lam = paper_lambda(epsilon, delta, cutoff)
-        ratio = 4 * queries_max * cutoff / min(delta, beta / 2)  # beyond a float: from the logs
-        log_ratio = math.log(ratio) if ratio < math.inf else (
-            math.log(4 * queries_max * cutoff) - math.log(min(delta, beta / 2)))
-        k = 34 * math.sqrt(2) * lam * log_ratio
+        k = _paper_subsamples(lam, queries_max, cutoff, delta, beta)
         params = cls(
             epsilon=epsilon,
             delta=delta,
@@ -153,7 +168,7 @@ class SubSampParameters:
             cutoff=cutoff,
             queries_max=queries_max,
             lam=lam,
-            subsamples=subsamples if subsamples is not None else math.ceil(k),
+            subsamples=subsamples if subsamples is not None else k,
             threshold=threshold if threshold is not None else 0.0,
             subsamples_source="paper" if subsamples is None else "override",
             threshold_source="smallest_certifiable" if threshold is None else "override",
@@ -163,6 +178,55 @@ class SubSampParameters:
             params = replace(params, threshold=params.smallest_threshold())
         params.certify(enforce_limits)
         return params
+
+    @classmethod
+    def create(cls, profile: str, epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
+               subsamples: int | None = None, threshold: float | None = None) -> SubSampParameters:
+        """A session's parameters under ``profile`` (``--profile``: ``tight`` or ``paper``)."""
+        if profile == "paper":
+            return cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        if profile == "tight":
+            return cls.tight(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+
+    @classmethod
+    def tight(
+        cls,
+        epsilon: float,
+        delta: float,
+        cutoff: int,
+        queries_max: int,
+        beta: float,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+    ) -> SubSampParameters:
+        """The tight profile (module docstring): the same checks as :meth:`paper`, lambda from the exact
+        optimal composition at the best share of delta, the paper's k at that lambda, the smallest
+        certifiable w (or the given k and w, refused unless certified)."""
+        paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)  # every check
+        if cutoff > EXACT_MAX_COUNT:
+            raise PcqrError(f"--cutoff {cutoff}: --profile tight certifies at most T = {EXACT_MAX_COUNT:,} instances "
+                            "exactly; use a smaller --cutoff or --profile paper")
+        best: SubSampParameters | None = None
+        best_models = math.inf
+        for share in TIGHT_SHARES:
+            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), share * delta, cutoff)
+            trial = replace(paper, lam=lam, profile="tight", threshold=threshold if threshold is not None else 0.0,
+                            subsamples=subsamples if subsamples is not None else _paper_subsamples(
+                                lam, queries_max, cutoff, delta, beta))
+            try:
+                if threshold is None:
+                    trial = replace(trial, threshold=trial.smallest_threshold())
+                trial.certify()
+            except PcqrError:
+                continue  # this share leaves the stability term (or the given w) no room
+            models = trial.useful_subsamples()
+            if models < best_models:
+                best, best_models = trial, models
+        if best is None:  # the paper's parameters are certified: some share is (its lambda is larger)
+            raise PcqrError(f"--epsilon {epsilon} with --cutoff {cutoff} and --delta {delta}: no split of delta "
+                            "between composition and stability certifies --profile tight; use --profile paper")
+        return best
 
     @property
     def threshold_noise_scale(self) -> float:
@@ -177,7 +241,12 @@ class SubSampParameters:
     def _composition(self) -> tuple[float, float, float]:
         """(eps, delta_composition, delta_sampler); the sampler term is inf when e^eps is not a float
         (such an eps is above every request, MAX_EPSILON, and is refused)."""
-        eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
+        if self.profile == "tight":
+            eps0 = math.nextafter(2.0 / self.lam, math.inf)  # each instance is 2/lambda -DP, never understated
+            eps = tight_epsilon(self.epsilon, self.delta, self.queries_max)
+            delta = optimal_delta(eps0, self.cutoff, eps)
+        else:
+            eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
         if eps > MAX_EPSILON:
             return eps, delta, math.inf
         sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
@@ -221,7 +290,8 @@ class SubSampParameters:
         if eps > self.epsilon or composition + sampler >= self.delta:
             raise PcqrError(
                 f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
-                f"Algorithm 5's lambda only certifies ({eps:.4g}, {composition + sampler:.3g})-DP by composition; "
+                f"lambda {self.lam:.6g} only certifies ({eps:.4g}, {composition + sampler:.3g})-DP by composition "
+                f"(--profile {self.profile}); "
                 "use a smaller --epsilon or a larger --cutoff"
             )
 
@@ -304,3 +374,29 @@ def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float,
     if basic <= advanced:
         return basic, 0.0
     return advanced, delta / 2
+
+
+def tight_epsilon(epsilon: float, delta: float, queries_max: int) -> float:
+    """The eps the tight profile certifies: the requested one, or less when e^eps would make the
+    sampler term (1 + e^eps) m TAIL_SAMPLER_ERROR exceed 1/1000 of delta (eps beyond ~60: a
+    certificate at a smaller eps is also one at the requested eps)."""
+    cap = math.log(1e-3 * delta / (queries_max * TAIL_SAMPLER_ERROR)) - 1e-9
+    return min(epsilon, cap)
+
+
+def _paper_subsamples(lam: float, queries_max: int, cutoff: int, delta: float, beta: float) -> int:
+    """Algorithm 5's k = 34 sqrt(2) lambda log(4 m T / min(delta, beta/2)), rounded up."""
+    ratio = 4 * queries_max * cutoff / min(delta, beta / 2)  # beyond a float: from the logs
+    log_ratio = math.log(ratio) if ratio < math.inf else (
+        math.log(4 * queries_max * cutoff) - math.log(min(delta, beta / 2)))
+    return math.ceil(34 * math.sqrt(2) * lam * log_ratio)
+
+
+@functools.lru_cache(maxsize=256)
+def _tight_lambda(epsilon: float, delta: float, cutoff: int) -> float:
+    """The smallest float lambda whose T instances (each nextafter(2/lambda)-DP) compose, by the exact
+    optimal composition, to (epsilon, delta) or better."""
+    lam = math.nextafter(2.0 / largest_eps0(cutoff, epsilon, delta), math.inf)
+    while optimal_delta(math.nextafter(2.0 / lam, math.inf), cutoff, epsilon) > delta:
+        lam = math.nextafter(lam, math.inf)
+    return lam

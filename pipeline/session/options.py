@@ -27,7 +27,7 @@ class TrainingOptions:
     cutoff: int = 50
     queries_max: int = 10_000
     beta: float = 0.05
-    profile: str = "paper"
+    profile: str | None = None  # tight | paper; None: tight in realizable mode, paper in the others
     subsamples: int | None = None
     threshold: float | None = None
     learner: str = "stump"
@@ -47,7 +47,7 @@ class TrainingOptions:
     def public_record(self) -> dict[str, Any]:
         """The public parameters the ledger records with the session's charge."""
         keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "beta",
-                "subsamples", "threshold", "learner", "features")
+                "profile", "subsamples", "threshold", "learner", "features")
         return {**{k: getattr(self, k) for k in keys}, "state": self.state}
 
 

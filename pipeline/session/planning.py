@@ -59,9 +59,12 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
         options.private, "private", label=options.label, features=split_features(options.features)
     )
     if options.mode in ("agnostic", "universal"):
+        if options.profile not in (None, "paper"):
+            raise PcqrError(f"--profile {options.profile}: --mode {options.mode} certifies Algorithm 3's chain with "
+                            "Algorithm 5's parameters only; use --profile paper (or leave it out)")
         return _plan_agnostic(options, private, noise, reporter)
-    params = SubSampParameters.paper(
-        options.epsilon, options.delta, options.cutoff, options.queries_max,
+    params = SubSampParameters.create(
+        options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
         options.beta, options.subsamples, options.threshold,
     )
     check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
@@ -205,6 +208,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "cutoff": p.cutoff,
         "queries_max": p.queries_max,
         "beta": p.beta,
+        "profile": p.profile,
         "lambda": p.lam,
         "subsamples": p.subsamples,
         "subsamples_source": p.subsamples_source,
