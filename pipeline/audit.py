@@ -60,6 +60,7 @@ def subsamp_parameters(
     subsamples: int,
     threshold: float | None = None,
     beta: float = 0.05,
+    profile: str = "paper",
 ) -> SubSampParameters:
     """A_SubSamp's parameters through the CLI's certification.
 
@@ -71,6 +72,8 @@ def subsamp_parameters(
     subsamples : k, the number of models (accuracy only).
     threshold : w in distance units; None for the smallest certifiable one (as the CLI).
     beta : enters only the paper's k, which ``subsamples`` overrides.
+    profile : 'paper' (Algorithm 5 as written; the default here, as before the profiles) or
+        'tight' (the CLI's default in realizable mode: the exact optimal composition).
 
     Returns
     -------
@@ -78,7 +81,7 @@ def subsamp_parameters(
         ``.certificate()`` gives proven_epsilon and each delta term. Raises PcqrError
         (one line) for a setting pcqr refuses.
     """
-    return SubSampParameters.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+    return SubSampParameters.create(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
 
 
 def run_sparse_vector(

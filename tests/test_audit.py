@@ -116,3 +116,12 @@ def test_exponential_selection_is_reproducible_with_a_seeded_source_and_refuses_
         with pytest.raises(PcqrError, match=needle) as refused:
             audit.exponential_selection(*args)
         assert "\n" not in str(refused.value)
+
+
+def test_subsamp_parameters_takes_the_profile() -> None:
+    """The audit surface reaches the CLI's default profile too (issue 13); 'paper' stays its default."""
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    assert audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000).profile == "paper"
+    tight = audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000, profile="tight")
+    assert tight == SubSampParameters.tight(1.0, 1e-6, 50, 10_000, 0.05, 5_000)

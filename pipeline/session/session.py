@@ -124,7 +124,7 @@ class Session:
     def create(cls, state: str, private: str, *, epsilon: float = TrainingOptions.epsilon,
                delta: float = TrainingOptions.delta, cutoff: int = TrainingOptions.cutoff,
                queries_max: int = TrainingOptions.queries_max, beta: float = TrainingOptions.beta,
-               subsamples: int | None = None, threshold: float | None = None,
+               profile: str | None = None, subsamples: int | None = None, threshold: float | None = None,
                learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
                mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
                label: str = TrainingOptions.label, features: Sequence[str] | None = None,
@@ -152,6 +152,10 @@ class Session:
             m, the most queries the session will answer.
         beta : float
             Failure probability (enters k).
+        profile : {'tight', 'paper'}, optional
+            How lambda, k and w are computed and the composition certified (``--profile``): 'tight'
+            (the default in realizable mode) by the exact optimal composition of the T instances,
+            'paper' by Algorithm 5 as written (the only one in agnostic and universal modes).
         subsamples : int, optional
             k, the number of subsample models (default: Algorithm 5's k).
         threshold : float, optional
@@ -190,7 +194,7 @@ class Session:
                        for key, value in (learner_params or {}).items())
         options = TrainingOptions(
             state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
-            delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, subsamples=subsamples,
+            delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, profile=profile, subsamples=subsamples,
             threshold=threshold, learner=learner, learner_param=params, label=label,
             features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
         )
