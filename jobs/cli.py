@@ -21,6 +21,7 @@ COMMANDS = {
     "run": ("run", "command"), "submit": ("submit", "command"), "demo": ("demo", "command"),
     "plan": ("plan", "command"), "learn": ("learn", "command"), "release": ("release", "command"),
     "budget": ("budget", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
+    "status": ("status", "command"),
     "predict": ("learn", "predict_command"), "release-answer": ("release", "release_answer_command"),
 }
 
@@ -61,6 +62,7 @@ def pcqr() -> None:
       pcqr release-answer table.parquet --query threshold=0.3
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
       pcqr report --log answers --out report.html    # look at a session (pip install 'pcqr[report]')
+      pcqr status --state st                         # the session's privacy odometer (read-only)
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
     """
 

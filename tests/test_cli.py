@@ -87,6 +87,19 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert second["duplicates"] == first["answered"]  # repeats of answered queries: logged answers, free
     assert second["budget_used"] - first["budget_used"] <= first["abstained"] + first["refused"]
     assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
+    meter = second["odometer"]  # repeats spend nothing: only the first run's queries were tested
+    assert meter["instances_used"] == second["budget_used"] and meter["instances_allowed"] == second["cutoff"]
+    assert meter["queries_tested"] == first["answered"] + first["abstained"] + second["answered"] - second["duplicates"] \
+        + second["abstained"]
+    code, out, err = run(capsys, "status", "--state", str(data / "state"), "--json")  # read-only, no cluster
+    assert code == 0, err
+    status = last_json(out)
+    assert (status["used"], status["cutoff"], status["profile"]) == (meter["instances_used"], int(MECHANICS["cutoff"]), "tight")
+    assert status["queries_per_instance"] == meter["queries_per_instance"]
+    assert status["forecast_more_queries"] == meter["forecast_more_queries"]
+    assert status["answered"] == second["session_totals"]["answered"]
+    code, out, err = run(capsys, "status", "--state", str(data / "nowhere"))
+    assert code == 2 and "no session here" in err
     files = sorted(os.listdir(data / "log"))
     assert len(files) == 9  # one more batch: the default batch size holds all 2000
     log = pq.read_table(str(data / "log"))

@@ -28,7 +28,7 @@ from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.session.evaluation import load_truth
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
-from pcqr.pipeline.session.planning import plan_training, session_charge, session_summary, train_session
+from pcqr.pipeline.session.planning import odometer, plan_training, session_charge, session_summary, train_session
 from pcqr.pipeline.session.query_release import release_answers, validate_queries
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
@@ -206,6 +206,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         "state": state,
         "session_totals": session.totals,
         **session_summary(session),
+        "odometer": odometer(session),
     }
     if charged is not None:
         summary["ledger"] = charge_note(charged)

@@ -26,7 +26,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions, join_features
-from pcqr.pipeline.session.planning import session_summary, train_new_session
+from pcqr.pipeline.session.planning import odometer, session_summary, train_new_session
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
@@ -60,6 +60,12 @@ class SessionStatus:
         realizable, agnostic or universal.
     private : bool
         False when the session was created with a seed (tests only): its output is NOT private.
+    profile : str
+        tight or paper: how the composition was certified.
+    queries_per_instance : float or None
+        Queries the coordinator tested per instance spent so far (None before the first abstention).
+    forecast_more_queries : int or None
+        At that rate, how many more queries the rest of the budget should test.
     """
 
     used: int
@@ -75,6 +81,29 @@ class SessionStatus:
     log: str | None
     mode: str
     private: bool
+    profile: str = "paper"
+    queries_per_instance: float | None = None
+    forecast_more_queries: int | None = None
+
+
+def session_status(state: str) -> SessionStatus:
+    """The status of the session in ``state``, read from its state directory (atomically written)
+    without taking its lock: it may be read while another process answers (``pcqr status``).
+    Everything in it is public or a public parameter."""
+    if not has_session(state):
+        raise PcqrError(f"--state {state}: no session here")
+    session = load_session(state)
+    summary = session_summary(session)
+    meter = odometer(session)
+    used, cutoff = session.sparse_vector.bottoms, session.params.cutoff
+    return SessionStatus(
+        used=used, cutoff=cutoff, halted=used >= cutoff, epsilon=summary["epsilon"], delta=summary["delta"],
+        proven_epsilon=summary["proven_epsilon"], proven_delta=summary["proven_delta"],
+        answered=session.totals["answered"], abstained=session.totals["abstained"],
+        refused=session.totals["refused"], log=session.log_dir, mode=session.mode, private=session.private,
+        profile=session.params.profile, queries_per_instance=meter["queries_per_instance"],
+        forecast_more_queries=meter["forecast_more_queries"],
+    )
 
 
 class Session:
@@ -340,15 +369,7 @@ class Session:
         SessionStatus
         """
         self._check_open()
-        session = load_session(self.state)
-        summary = session_summary(session)
-        used, cutoff = session.sparse_vector.bottoms, session.params.cutoff
-        return SessionStatus(
-            used=used, cutoff=cutoff, halted=used >= cutoff, epsilon=summary["epsilon"], delta=summary["delta"],
-            proven_epsilon=summary["proven_epsilon"], proven_delta=summary["proven_delta"],
-            answered=session.totals["answered"], abstained=session.totals["abstained"],
-            refused=session.totals["refused"], log=session.log_dir, mode=session.mode, private=session.private,
-        )
+        return session_status(self.state)
 
     def report(self, out: str, *, truth: str | None = None) -> list[str]:
         """Write the session report (``pcqr report``): a self-contained HTML page ``out`` and PNG
