@@ -64,10 +64,8 @@ def plain_sentences(summary: dict[str, Any], queries: int) -> list[str]:
     eps, delta = summary["proven_epsilon"], summary["proven_delta"]
     lines.append(
         f"privacy proven: (eps, delta) = ({eps:.3g}, {delta:.2g}) for the whole session, requested "
-        f"({summary['epsilon']:g}, {summary['delta']:g}). proven_epsilon is what pcqr's accountant proves "
-        f"for the noise Algorithm 5 chose from the requested eps (lambda = {summary['lambda']:.3g}); "
-        "the paper's formula for lambda is conservative, so the proof usually gives a smaller eps, "
-        "never a larger one. proven_delta adds the composition, stability and sampler terms listed below."
+        f"({summary['epsilon']:g}, {summary['delta']:g}). " + _how_proven(summary) +
+        " proven_delta adds the composition, stability and sampler terms listed below."
     )
     halted = " the budget is spent: every later query of this session is refused." if summary["budget_spent"] else ""
     lines.append(
@@ -76,6 +74,17 @@ def plain_sentences(summary: dict[str, Any], queries: int) -> list[str]:
         f"halts.{halted}"
     )
     return lines
+
+
+def _how_proven(summary: dict[str, Any]) -> str:
+    """One sentence on where the session's noise scale lambda came from, per profile."""
+    if summary.get("profile") == "tight":
+        return (f"The noise scale lambda = {summary['lambda']:.3g} is the smallest whose T sparse-vector instances "
+                "compose, exactly (Kairouz-Oh-Viswanath; --profile tight), to the requested eps with a share of "
+                "delta: the whole eps buys less noise.")
+    return (f"proven_epsilon is what pcqr's accountant proves for the noise Algorithm 5 chose from the requested eps "
+            f"(lambda = {summary['lambda']:.3g}); the paper's formula for lambda is conservative, so the proof "
+            "usually gives a smaller eps, never a larger one.")
 
 
 def check_options(rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,

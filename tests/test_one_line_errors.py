@@ -275,7 +275,7 @@ def test_demo_uses_its_own_ledger_and_removes_its_folder(demo_folder: Path, caps
     assert lines[0].startswith(f"answered {answered:,} of 500 queries (")
     assert lines[1].startswith("accuracy of the answers ")
     assert lines[2].startswith("privacy proven: (eps, delta) = (") and "requested (100, 1e-06)" in lines[2]
-    assert "proven_epsilon is" in lines[2]
+    assert "Kairouz-Oh-Viswanath; --profile tight" in lines[2]  # the default profile, said in words
     assert lines[3].startswith("abstentions used ") and " of 20 (budget_used of the cutoff T)" in lines[3]
     assert lines[4] == "" and lines[5].startswith("answered  ")
 
