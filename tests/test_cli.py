@@ -243,6 +243,7 @@ def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_y
         ("key_not_hex", "corrupt session file"),
         ("key_short", "session key"),
         ("threshold_edited", "cannot be certified"),
+        ("profile_unknown", "--profile must be one of tight, paper"),
     ],
 )
 def test_a_tampered_state_is_refused_in_one_line(case, needle, data, capsys, thread_cluster_yaml) -> None:
@@ -271,7 +272,9 @@ def test_a_tampered_state_is_refused_in_one_line(case, needle, data, capsys, thr
         session["sparse_vector"]["key"] = "ab" * 16
     elif case == "threshold_edited":
         session["params"]["threshold"] = 1.0
-    if case.startswith(("key", "threshold_")):
+    elif case == "profile_unknown":
+        session["params"]["profile"] = "fast"
+    if case.startswith(("key", "threshold_", "profile_")):
         session_file.write_text(json.dumps(session))
     code, out, err = run(capsys, "answer", "--state", str(state), "--queries", str(data / "queries"),
                          "--log", str(data / "log"), "--cluster", thread_cluster_yaml, "--json")

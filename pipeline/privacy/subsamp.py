@@ -309,6 +309,8 @@ class SubSampParameters:
     def certify(self, enforce_limits: bool = True) -> None:
         """Refuse parameters whose eps or summed delta exceed the request, by any amount (and, first,
         a session outside pcqr.pipeline.privacy.limits)."""
+        if self.profile not in PROFILES:  # a state edited by hand: no accountant to certify it with
+            raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if enforce_limits:
             self.check_limits()
         self.check_composition()
