@@ -239,7 +239,11 @@ def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
     try:
         return _open_parquet(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
     except (pa.ArrowException, OSError) as exc:
-        raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
+        raise _corrupt(part, exc) from None
+
+
+def _corrupt(part: Part, exc: BaseException) -> PcqrError:
+    return PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})")
 
 
 def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) -> Iterator[pa.Table]:
@@ -263,7 +267,7 @@ def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) ->
                 rest = table.slice(rows)
                 pending, held = rest.to_batches(), rest.num_rows
     except (pa.ArrowException, OSError) as exc:
-        raise PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
+        raise _corrupt(part, exc) from None
     if held:
         yield pa.Table.from_batches(pending)
 
