@@ -36,6 +36,16 @@ both spend delta, and a smaller lambda asks for a larger w in lambda units. k ke
 formula at the tight lambda. At eps = 1, delta = 1e-6, T = 50 tight's lambda is 61.0 against the
 paper's 152.4.
 
+Two gates (``--gate``). ``stability`` (the default): Algorithm 5's test above. ``guess`` (ALGORITHMS.md
+section 10, pcqr.pipeline.session.public_guess): the same sparse vector with the same noise, run on
+the signed margin ct(g) - ct(1 - g) of the k votes toward a PUBLIC guess g(x); below the noisy
+threshold an instance is spent and 1 - g(x) is released, above it g(x). The released label is a
+function of the sparse vector's output and of public information, so the run's delta has no
+stability term (``delta_stability`` = 0) and w is not a privacy parameter (default 0: release
+the noisy majority); lambda is calibrated with the whole delta but the sampler's share, and the
+default k is the smallest at which a unanimous query that agrees with g is charged with
+probability at most min(1/2, T / 4m) (:meth:`SubSampParameters.useful_subsamples`).
+
 A run whose eps or summed delta exceeds the request, by any amount, is refused before
 anything is read; a --threshold that does not fit is refused with the smallest one that does.
 So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the bounds of
@@ -61,6 +71,14 @@ TAIL_SAMPLER_ERROR = 3e-39
 _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
 #: The profiles: how lambda, k and w are computed and the composition is certified.
 PROFILES = ("tight", "paper")
+#: The gates: what the sparse vector tests (module docstring).
+GATES = ("stability", "guess")
+#: The guess gate's default k: a unanimous query that agrees with the guess is charged with
+#: probability at most min(1/2, T / (GUESS_SPARE m)): a 1/GUESS_SPARE share of T for such noise.
+GUESS_SPARE = 4
+#: The share of delta the tight profile gives the guess gate's composition term (the sampler's
+#: is at most 1/1000 of delta: :func:`tight_epsilon`).
+GUESS_COMPOSITION_SHARE = 0.998
 #: The shares of delta the tight profile tries for the composition term (the rest: stability, sampler).
 TIGHT_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
@@ -138,6 +156,7 @@ class SubSampParameters:
     subsamples_source: str  # "paper" or "override"
     threshold_source: str  # "smallest_certifiable" or "override"
     profile: str = "paper"  # "tight" or "paper" (sessions before the profiles were all "paper")
+    gate: str = "stability"  # "stability" or "guess" (sessions before the gates were all "stability")
 
     @classmethod
     def paper(
@@ -181,8 +200,14 @@ class SubSampParameters:
 
     @classmethod
     def create(cls, profile: str, epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
-               subsamples: int | None = None, threshold: float | None = None) -> SubSampParameters:
-        """A session's parameters under ``profile`` (``--profile``: ``tight`` or ``paper``)."""
+               subsamples: int | None = None, threshold: float | None = None,
+               gate: str = "stability") -> SubSampParameters:
+        """A session's parameters under ``profile`` (``--profile``: ``tight`` or ``paper``) for ``gate``
+        (``--gate``: ``stability`` or ``guess``)."""
+        if gate == "guess":
+            return cls.guess(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        if gate != "stability":
+            raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {gate!r}")
         if profile == "paper":
             return cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
         if profile == "tight":
@@ -228,6 +253,47 @@ class SubSampParameters:
                             "between composition and stability certifies --profile tight; use --profile paper")
         return best
 
+    @classmethod
+    def guess(
+        cls,
+        profile: str,
+        epsilon: float,
+        delta: float,
+        cutoff: int,
+        queries_max: int,
+        beta: float,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+    ) -> SubSampParameters:
+        """The public-guess gate's parameters (module docstring): lambda from ``profile``'s composition
+        with no stability term, w = 0 unless given (any w in [0, MAX_THRESHOLD] is certifiable: it
+        only moves answers between g and 1 - g), k the smallest useful one unless given."""
+        if profile not in PROFILES:
+            raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+        check_epsilon_delta(epsilon, delta)
+        check_queries_max(queries_max)
+        check_fraction(beta, "--beta")
+        check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold)
+        if profile == "tight":
+            if cutoff > EXACT_MAX_COUNT:
+                raise PcqrError(f"--cutoff {cutoff}: --profile tight certifies at most T = {EXACT_MAX_COUNT:,} "
+                                "instances exactly; use a smaller --cutoff or --profile paper")
+            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, cutoff)
+        else:
+            lam = paper_lambda(epsilon, delta, cutoff)
+        params = cls(
+            epsilon=epsilon, delta=delta, beta=beta, cutoff=cutoff, queries_max=queries_max, lam=lam,
+            subsamples=subsamples if subsamples is not None else 1,
+            threshold=threshold if threshold is not None else 0.0,
+            subsamples_source="guess_useful" if subsamples is None else "override",
+            threshold_source="guess_majority" if threshold is None else "override",
+            profile=profile, gate="guess",
+        )
+        if subsamples is None:
+            params = replace(params, subsamples=params.useful_subsamples())
+        params.certify()
+        return params
+
     @property
     def threshold_noise_scale(self) -> float:
         """Scale of the threshold noise in gap units (2 x Lap(lambda) on dist = gap/2)."""
@@ -255,6 +321,8 @@ class SubSampParameters:
     def delta_terms(self) -> DeltaTerms:
         """Each term of the run's delta; see the module docstring."""
         _, composition, sampler = self._composition()
+        if self.gate == "guess":  # the released label is a function of the sparse vector's output and public g
+            return DeltaTerms(composition, 0.0, sampler)
         stab = stability_delta(self.threshold, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
         return DeltaTerms(composition, stab, sampler)
 
@@ -311,9 +379,16 @@ class SubSampParameters:
         a session outside pcqr.pipeline.privacy.limits)."""
         if self.profile not in PROFILES:  # a state edited by hand: no accountant to certify it with
             raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
+        if self.gate not in GATES:
+            raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
         if enforce_limits:
             self.check_limits()
         self.check_composition()
+        if self.gate == "guess":
+            if self.guarantee()[1] > self.delta:  # composition and sampler alone: check_composition's margin
+                raise PcqrError(f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
+                                f"the guess gate's delta {self.guarantee()[1]:.4g} exceeds the request")
+            return
         if self.guarantee()[1] > self.delta:
             smallest = self.smallest_threshold()
             raise PcqrError(
@@ -330,8 +405,11 @@ class SubSampParameters:
 
     def useful_subsamples(self) -> int:
         """The smallest k at which a unanimous query abstains with probability at most
-        min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation."""
-        target = min(0.5, self.cutoff / self.queries_max)
+        min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation. (Guess
+        gate: a unanimous query that agrees with the guess is charged with probability at most
+        min(1/2, T/(GUESS_SPARE m)), leaving most of T for the guess's mistakes.)"""
+        spare = GUESS_SPARE if self.gate == "guess" else 1
+        target = min(0.5, self.cutoff / (spare * self.queries_max))
 
         return max(1, smallest_integer(
             lambda k: replace(self, subsamples=k).unanimous_abstention() <= target,

@@ -142,7 +142,7 @@ class SparseVector:
         self._stream = KeyedStream(state.key)
         self._twice_w = 2.0 * params.threshold
         self.work = Work()
-        self._window_cache: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
+        self._window_cache: tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     @classmethod
     def create(cls, params: SubSampParameters, noise: NoiseSource) -> SparseVector:
@@ -182,14 +182,53 @@ class SparseVector:
         status : int8 array (ANSWERED, ABSTAINED, REFUSED)
         label : int8 array, the majority label where answered (else 0)
         """
-        ones = np.asarray(ones, dtype=np.int64)
-        n = ones.shape[0]
-        if n and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):
-            raise ValueError(f"vote counts must lie in [0, {subsamples}]")
+        ones = _checked_votes(ones, subsamples)
         label = (2 * ones > subsamples).astype(np.int8)
         gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
-        # a query with gap g is tested against F(first_above - g): entry k - g of the instance's window
-        offset = subsamples - gap
+        status, _ = self._run(gap, 0, subsamples, stop_at_bottom=False)
+        label[status != ANSWERED] = 0
+        return status, label
+
+    def process_guess(self, ones: np.ndarray, guess: np.ndarray, subsamples: int,
+                      stop_at_bottom: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+        """The public-guess gate (pcqr.pipeline.session.public_guess) on queries in order.
+
+        The same test as :meth:`process`, on the signed margin toward the public guess,
+        ``margin = ct(g) - ct(1 - g) = 2 ct(g) - k`` in [-k, k] (sensitivity 2, like the gap: one
+        record moves one vote). Passing (margin + Z1 > 2w + Z2) releases g(x) and costs nothing;
+        a bottom spends one of the T instances and releases 1 - g(x). With ``stop_at_bottom`` the
+        run stops after the first bottom (the caller updates its guess from the released answer and
+        calls again with the rest): only ``consumed`` queries are decided.
+
+        Returns
+        -------
+        status : int8 array: ANSWERED for both releases (g and 1 - g), REFUSED after the halt or m
+        label : int8 array, the released label where answered (else 0)
+        consumed : int, the queries decided (all of them unless ``stop_at_bottom`` stopped early)
+
+        The charged queries are those with ``status == ANSWERED`` and ``label != guess``.
+        """
+        ones = _checked_votes(ones, subsamples)
+        guess = np.asarray(guess)
+        if guess.shape != ones.shape or (guess.size and not np.isin(guess, (0, 1)).all()):
+            raise ValueError("guess must hold one 0/1 label per query")
+        guess = guess.astype(np.int64)
+        agree = np.where(guess == 1, ones, subsamples - ones)
+        status, consumed = self._run(2 * agree - subsamples, -subsamples, subsamples, stop_at_bottom)
+        status = status[:consumed]
+        flipped = status == ABSTAINED
+        label = np.where(flipped, 1 - guess[:consumed], guess[:consumed]).astype(np.int8)
+        status[flipped] = ANSWERED
+        label[status != ANSWERED] = 0
+        return status, label, consumed
+
+    def _run(self, margin: np.ndarray, lowest: int, highest: int, stop_at_bottom: bool) -> tuple[np.ndarray, int]:
+        """The sparse vector on integer margins in [lowest, highest] (gap units): status per query
+        and how many were decided (all, unless ``stop_at_bottom``)."""
+        n = margin.shape[0]
+        # a query with margin g is tested against F(first_above - g): entry highest - g of the window
+        offset = highest - margin
+        width = highest - lowest
         status = np.full(n, REFUSED, dtype=np.int8)
         state = self.state
         allowed = 0 if self.halted else max(0, min(n, self.params.queries_max - state.queries_seen))
@@ -198,16 +237,18 @@ class SparseVector:
         while pos < allowed and not self.halted:
             if dense:  # bottoms every few queries: numpy's per-call cost would dominate
                 end = min(allowed, pos + _SCALAR_CHUNK)
-                pos, dense = self._query_by_query(gap, u_hi, u_lo, status, pos, end)
+                pos, dense = self._query_by_query(margin, u_hi, u_lo, status, pos, end, stop_at_bottom)
                 stretch = _MIN_STRETCH
+                if stop_at_bottom and status[pos - 1] == ABSTAINED:
+                    break
                 continue
             end = min(allowed, pos + stretch)
-            # Answer iff gap + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - gap  <=>  U_i < F(...)
-            if end - pos >= subsamples:  # a long stretch: gather from the instance's k + 1 entries
-                f_hi, f_lo = self._window(subsamples)
+            # Answer iff margin + Z1 > 2w + Z2  <=>  Z1 >= floor(2w + Z2) + 1 - margin  <=>  U_i < F(...)
+            if end - pos >= width:  # a long stretch: gather from the instance's width + 1 entries
+                f_hi, f_lo = self._window(lowest, highest)
                 f_hi, f_lo = f_hi[offset[pos:end]], f_lo[offset[pos:end]]
             else:  # a short one: look each query up in the whole table (no O(k) window)
-                f_hi, f_lo = self._tail.lookup(self._first_above() - gap[pos:end])
+                f_hi, f_lo = self._tail.lookup(self._first_above() - margin[pos:end])
             above = below(u_hi[pos:end], u_lo[pos:end], f_hi, f_lo)
             self.work.stretches += 1
             self.work.stretch_queries += end - pos
@@ -223,34 +264,37 @@ class SparseVector:
             stretch = max(_MIN_STRETCH, 4 * (bottom - pos))
             dense = bottom - pos < _DENSE
             pos = bottom + 1
+            if stop_at_bottom:
+                break
         state.queries_seen += pos  # queries tested (answered or abstained); refused ones are not
-        label[status != ANSWERED] = 0
-        return status, label
+        return status, (pos if stop_at_bottom and pos < allowed and not self.halted else n)
 
     def _first_above(self) -> int:
         """floor(2w + Z2[c]) + 1: the current instance's test is Z1 >= this - gap."""
         return math.floor(self._twice_w + int(self.state.thresholds[self.state.bottoms])) + 1
 
-    def _window(self, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
-        """F(first_above - k .. first_above) for the current instance: k + 1 entries whatever
-        the threshold's value, taken once per instance (and k)."""
-        key = (self.state.bottoms, subsamples)
+    def _window(self, lowest: int, highest: int) -> tuple[np.ndarray, np.ndarray]:
+        """F(first_above - highest .. first_above - lowest) for the current instance: one entry per
+        margin whatever the threshold's value, taken once per instance (and margin range)."""
+        key = (self.state.bottoms, lowest, highest)
         if self._window_cache is None or self._window_cache[0] != key:
             self.work.windows += 1
-            self.work.window_entries += subsamples + 1
-            self._window_cache = (key, self._tail.window(self._first_above(), subsamples))
+            self.work.window_entries += highest - lowest + 1
+            self._window_cache = (key, self._tail.window(self._first_above() - lowest, highest - lowest))
         return self._window_cache[1]
 
     def _query_by_query(
-        self, gap: np.ndarray, u_hi: np.ndarray, u_lo: np.ndarray, status: np.ndarray, pos: int, end: int
+        self, margin: np.ndarray, u_hi: np.ndarray, u_lo: np.ndarray, status: np.ndarray, pos: int, end: int,
+        stop_at_bottom: bool = False,
     ) -> tuple[int, bool]:
         """The same test as the vectorised stretch, one query at a time, for dense bottoms.
 
-        Query i is answered iff U_i < F(first_above - gap_i), compared as whole 128-bit
+        Query i is answered iff U_i < F(first_above - margin_i), compared as whole 128-bit
         integers: the same bit as the vectorised path. Each query costs one table lookup
-        (DiscreteLaplaceTail.fixed), each bottom O(1). Returns (next position, still dense).
+        (DiscreteLaplaceTail.fixed), each bottom O(1). Returns (next position, still dense);
+        with ``stop_at_bottom`` it returns just after the first bottom.
         """
-        gaps = gap[pos:end].tolist()
+        gaps = margin[pos:end].tolist()
         u = [(h << 64) | l for h, l in zip(u_hi[pos:end].tolist(), u_lo[pos:end].tolist())]
         fixed = self._tail.fixed
         first_above = self._first_above()
@@ -268,6 +312,16 @@ class SparseVector:
             status[i - 1] = ABSTAINED
             self.state.bottoms += 1
             streak = 0
+            if stop_at_bottom:
+                return i, True
             if not self.halted:
                 first_above = self._first_above()
         return i, True
+
+
+def _checked_votes(ones: np.ndarray, subsamples: int) -> np.ndarray:
+    """ct(1) per query as int64, refused unless every count lies in [0, k]."""
+    ones = np.asarray(ones, dtype=np.int64)
+    if ones.size and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):
+        raise ValueError(f"vote counts must lie in [0, {subsamples}]")
+    return ones
