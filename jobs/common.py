@@ -113,6 +113,17 @@ def privacy_options(func: F) -> F:
                      "realizable mode) = the exact optimal composition of the T sparse-vector instances "
                      "(Kairouz-Oh-Viswanath), about 2.5x less noise for the same (eps, delta); 'paper' = Algorithm 5 "
                      "exactly (the default, and the only profile, in agnostic and universal modes)."),
+        click.option("--gate", type=click.Choice(["stability", "guess"]), default=None,
+                     help="What the sparse vector tests (realizable mode). 'stability' (the default): Algorithm 5's "
+                     "distance to instability, releasing the majority label (w pays for it: delta_stab). 'guess': "
+                     "the votes' margin toward a PUBLIC guess g(x) (--guess); g(x) is released free, and when the "
+                     "models disagree one of the T instances is spent and 1 - g(x) released: no stability term, "
+                     "every query answered until T disagreements."),
+        click.option("--guess", default=None, metavar="prior|student|MODEL.json",
+                     help="The guess gate's g(x): 'student' (the default) = the --learner refitted on the answers "
+                     "already released (post-processing of the public log); 'prior' = the more frequent released "
+                     "label; or a released model file (pcqr learn's), which must not have seen the private data "
+                     "outside a charged mechanism."),
         click.option("--subsamples", type=int, default=None, help="k, the number of subsample models (accuracy only: more models answer more; "
                      "default: Algorithm 5's k). pcqr warns, with the smallest k that works, when k is too few."),
         click.option("--threshold", type=float, default=None, help="w, the stability threshold: a PRIVACY parameter (it pays for releasing the exact "

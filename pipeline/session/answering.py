@@ -185,7 +185,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 client, session, state, ensemble, queries, answering.batch_size, noise,
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
-                skip=skip, book=book, index=answered,
+                skip=skip, book=book, index=answered, modules=learner_modules(training.cluster),
             )
     if counts.halted:
         note(
@@ -198,6 +198,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         "refused": counts.refused,
         "released_model_answers": counts.released_model,
         "duplicates": counts.duplicates,
+        **({"flipped": counts.flipped} if session.params.gate == "guess" else {}),
         "resumed_after": skip,
         "budget_used": session.sparse_vector.bottoms,
         "budget_spent": counts.halted,

@@ -50,6 +50,12 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         k, the number of subsample models (default: Algorithm 5's k at the profile's lambda).
     profile : {'tight', 'paper'}, optional
         As ``pcqr train --profile`` (default: tight).
+    gate : {'stability', 'guess'}, optional
+        As ``pcqr train --gate`` (default: stability). Under 'guess' every query gets an answer
+        until T disagreements with the public guess.
+    guess : str, optional
+        As ``pcqr train --guess``: 'student' (the default for the guess gate), 'prior' or a released
+        model file.
     learner : str
         'stump', 'threshold' or a scikit-learn classifier's import path.
     learner_params : dict, optional
@@ -93,7 +99,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
     def __init__(self, epsilon: float = TrainingOptions.epsilon, delta: float = TrainingOptions.delta,
                  cutoff: int = TrainingOptions.cutoff, queries_max: int = TrainingOptions.queries_max,
-                 subsamples: int | None = None, profile: str | None = None, learner: str = TrainingOptions.learner,
+                 subsamples: int | None = None, profile: str | None = None, gate: str | None = None,
+                 guess: str | None = None, learner: str = TrainingOptions.learner,
                  learner_params: dict[str, Any] | None = None, state: str | None = None, log: str | None = None,
                  fallback_label: int | None = None, batch_size: int = AnswerOptions.batch_size,
                  cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
@@ -104,6 +111,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.queries_max = queries_max
         self.subsamples = subsamples
         self.profile = profile
+        self.gate = gate
+        self.guess = guess
         self.learner = learner
         self.learner_params = learner_params
         self.state = state
@@ -154,7 +163,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         pq.write_table(pa.table({**{n: X[:, i] for i, n in enumerate(names)}, LABEL: y.astype(np.int8)}), private)
         Session.create(
             state, private, epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff, queries_max=self.queries_max,
-            profile=self.profile, subsamples=self.subsamples, learner=self.learner, learner_params=self.learner_params, features=names,
+            profile=self.profile, gate=self.gate, guess=self.guess, subsamples=self.subsamples, learner=self.learner, learner_params=self.learner_params, features=names,
             label=LABEL, seed=self.seed, insecure_seed=self.insecure_seed, cluster=self.cluster, ledger=self.ledger,
         ).close()
         self.state_ = state

@@ -7,7 +7,9 @@ abstained / refused), ``source`` (which path produced the answer:
 ``sparse_vector`` -- the k models' vote through the coordinator -- or
 ``released_model`` -- h_priv of the universal mode, see
 :mod:`pcqr.pipeline.mechanisms.universal` -- or ``duplicate`` -- the logged answer of an
-earlier identical query, see :mod:`pcqr.pipeline.session.answered`) and ``batch``. Its schema metadata carries
+earlier identical query, see :mod:`pcqr.pipeline.session.answered` -- or, under ``--gate guess``,
+``guess`` -- the public guess g(x), released at no cost -- or ``flipped`` -- 1 - g(x), released
+after the gate spent one of the T instances, see :mod:`pcqr.pipeline.session.public_guess`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -40,7 +42,9 @@ PREV_HASH_KEY = b"pcqr.prev_sha256"
 SPARSE_VECTOR = "sparse_vector"
 RELEASED_MODEL = "released_model"
 DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr.pipeline.session.answered)
-SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE)  # source codes 0, 1, 2
+GUESS = "guess"  # the guess gate released the public guess g(x) (free)
+FLIPPED = "flipped"  # the guess gate spent an instance and released 1 - g(x)
+SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED)  # source codes 0 .. 4
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 

@@ -28,6 +28,8 @@ class TrainingOptions:
     queries_max: int = 10_000
     beta: float = 0.05
     profile: str | None = None  # tight | paper; None: tight in realizable mode, paper in the others
+    gate: str | None = None  # stability | guess; None: stability
+    guess: str | None = None  # guess gate: prior | student | a released model file; None: student
     subsamples: int | None = None
     threshold: float | None = None
     learner: str = "stump"
@@ -47,7 +49,7 @@ class TrainingOptions:
     def public_record(self) -> dict[str, Any]:
         """The public parameters the ledger records with the session's charge."""
         keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "beta",
-                "profile", "subsamples", "threshold", "learner", "features")
+                "profile", "gate", "guess", "subsamples", "threshold", "learner", "features")
         return {**{k: getattr(self, k) for k in keys}, "state": self.state}
 
 

@@ -26,6 +26,7 @@ from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.options import TrainingOptions
+from pcqr.pipeline.session.public_guess import GuessSpec
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.sparse_vector import SparseVector
 from pcqr.pipeline.session.state import SessionState, has_session
@@ -46,6 +47,7 @@ class TrainingPlan:
     agnostic: AgnosticParameters | None = None
     hypothesis_class: Any = None
     universal: UniversalParameters | None = None
+    guess: GuessSpec | None = None  # the guess gate's public guess
 
 
 def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> TrainingPlan:
@@ -58,14 +60,19 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     private = open_dataset(
         options.private, "private", label=options.label, features=split_features(options.features)
     )
+    if options.guess is not None and options.gate != "guess":
+        raise PcqrError(f"--guess {options.guess}: only the guess gate uses a guess; add --gate guess")
     if options.mode in ("agnostic", "universal"):
+        if options.gate not in (None, "stability"):
+            raise PcqrError(f"--gate {options.gate}: --mode {options.mode} answers through Algorithm 5's stability "
+                            "test only; use --mode realizable (or leave --gate out)")
         if options.profile not in (None, "paper"):
             raise PcqrError(f"--profile {options.profile}: --mode {options.mode} certifies Algorithm 3's chain with "
                             "Algorithm 5's parameters only; use --profile paper (or leave it out)")
         return _plan_agnostic(options, private, noise, reporter)
     params = SubSampParameters.create(
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
-        options.beta, options.subsamples, options.threshold,
+        options.beta, options.subsamples, options.threshold, options.gate or "stability",
     )
     check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
@@ -73,11 +80,13 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
 
     learner = LearnerSpec(options.learner, parse_learner_params(options.learner_param),
                           learner_modules(options.cluster))
+    guess = None if params.gate != "guess" else GuessSpec.parse(
+        options.guess or "student", learner.name, learner.params, private.features)
     check_subsamples(private.rows, params.subsamples, learner.min_rows)
     trial = learner.check(len(private.features), private.rows // params.subsamples)  # not on a worker, uncharged
     check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
     warn_if_useless(params, reporter)
-    return TrainingPlan(params, learner, private, noise, options.seed)
+    return TrainingPlan(params, learner, private, noise, options.seed, guess=guess)
 
 
 def warn_if_useless(params: SubSampParameters, reporter: Reporter) -> None:
@@ -182,6 +191,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
         label=plan.private.label,
         universal=plan.universal.to_dict() if plan.universal else None,
         private_fingerprint=fingerprint,
+        guess=plan.guess.to_dict() if plan.guess is not None else None,
     )
     return session, ensemble
 
@@ -228,6 +238,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "queries_max": p.queries_max,
         "beta": p.beta,
         "profile": p.profile,
+        "gate": p.gate,
         "lambda": p.lam,
         "subsamples": p.subsamples,
         "subsamples_source": p.subsamples_source,
@@ -238,6 +249,8 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "learner": session.learner["name"],
         "privacy": "private" if session.private else "NOT PRIVATE (seeded noise)",
     }
+    if session.guess is not None:
+        summary["guess"] = session.guess["kind"]
     if session.agnostic is not None:
         agnostic = AgnosticParameters.from_dict(session.agnostic)
         summary.update(

@@ -27,6 +27,8 @@ from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
 from pcqr.pipeline.session.evaluation import score
 from pcqr.pipeline.session.log import (
     DUPLICATE,
+    FLIPPED,
+    GUESS,
     RELEASED_MODEL,
     SOURCE_NAMES,
     SPARSE_VECTOR,
@@ -46,7 +48,8 @@ from pcqr.pipeline.models.votes import Ensemble
 
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
-_SPARSE, _MODEL, _DUPLICATE = (SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE))
+_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED = (
+    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED))
 
 
 @dataclass
@@ -56,6 +59,7 @@ class ReleaseCounts:
     refused: int = 0
     released_model: int = 0  # of the answered: by h_priv (universal mode), at no privacy cost
     duplicates: int = 0  # of the answered: the logged answer of an earlier identical query
+    flipped: int = 0  # of the answered (guess gate): 1 - g(x), each one of the T instances
     batches: int = 0
     correct: int = 0
     evaluated: int = 0  # answered queries the truth covers
@@ -68,6 +72,7 @@ class ReleaseCounts:
         self.refused += int(np.count_nonzero(status == REFUSED))
         self.released_model += int(np.count_nonzero(source == _MODEL))
         self.duplicates += int(np.count_nonzero(source == _DUPLICATE))
+        self.flipped += int(np.count_nonzero(source == _FLIPPED))
         self.batches += 1
 
 
@@ -162,6 +167,7 @@ def release_answers(
     *,
     book: SessionBook,
     index: AnsweredIndex | None = None,
+    modules: tuple[str, ...] = (),
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
@@ -169,12 +175,20 @@ def release_answers(
     (:func:`pcqr.pipeline.session.answered.index_from_log`; built here if not given).
 
     In universal mode ``private`` is the session's private dataset (read by the
-    workers for A_SSPP when the switch comes).
+    workers for A_SSPP when the switch comes). ``modules``: the operator's allowed learner modules
+    (the guess gate's student).
     """
     assert session.log_dir is not None
     log_dir: str = session.log_dir
     parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
     coordinator = SparseVector(session.params, session.sparse_vector)
+    student = None
+    if session.params.gate == "guess":
+        from pcqr.pipeline.session.public_guess import GuessSpec, Student
+
+        assert session.guess is not None
+        student = Student.from_log(GuessSpec.from_dict(session.guess), log_dir, session.features, session.next_batch,
+                                   modules)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
@@ -244,16 +258,40 @@ def release_answers(
         if on_batch is not None:
             on_batch(len(status))
 
-    def test(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def test(table: pa.Table, values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Repeats get their logged answer; every other query goes through the coordinator."""
         found, logged = index.lookup(keys)
         status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
         label = logged.copy()
-        source = np.where(found, _DUPLICATE, _SPARSE).astype(np.int8)
+        source = np.where(found, _DUPLICATE, _SPARSE if student is None else _GUESS).astype(np.int8)
         fresh = ~found
-        if fresh.any():
+        if fresh.any() and student is None:
             status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
+        elif fresh.any():
+            guess_gate(feature_matrix(table, features, "query batch"), values, np.flatnonzero(fresh), status, label, source)
         return status, label, source
+
+    def guess_gate(X: np.ndarray, values: np.ndarray, fresh: np.ndarray, status: np.ndarray, label: np.ndarray,
+                   source: np.ndarray) -> None:
+        """The fresh queries through the guess gate, in chunks that end where the student is refitted
+        (pcqr.pipeline.session.public_guess: a schedule point, or a charged answer while it is young)."""
+        assert student is not None
+        pos = 0
+        while pos < fresh.size:
+            if coordinator.halted:  # refused whatever the votes and the guess
+                status[fresh[pos:]] = REFUSED
+                return
+            room = student.room()
+            take = fresh[pos:] if room is None else fresh[pos : pos + room]
+            guess = student.guess(X[take])
+            got, released, used = coordinator.process_guess(values[take], guess, ensemble.size, student.young)
+            rows = take[:used]
+            status[rows], label[rows] = got, released
+            answered = got == ANSWERED
+            charged = answered & (released != guess[:used])
+            source[rows[charged]] = _FLIPPED
+            student.learn(X[rows[answered]], released[answered], bool(charged[-1]) if used else False)
+            pos += used
 
     def release(table: pa.Table, values: np.ndarray, kind: str, keys: np.ndarray) -> None:
         """Queries in order: through the coordinator until the switch, by h_priv after it."""
@@ -269,7 +307,8 @@ def release_answers(
                 return
             before = switch.rows_before() if switch is not None else None
             take = table.num_rows - start if before is None else min(table.num_rows - start, before)
-            status, label, source = test(values[start : start + take], keys[start : start + take])
+            status, label, source = test(table.slice(start, take), values[start : start + take],
+                                         keys[start : start + take])
             emit(table.slice(start, take), status, label, source, keys[start : start + take])
             start += take
             if switch is not None and switch.due():
@@ -301,7 +340,7 @@ def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batc
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
-    for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates")):
+    for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates"), (_FLIPPED, FLIPPED)):
         session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
     if session.input is not None:
         session.input["done"] += len(status)

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
+from pcqr.pipeline.session.log import FLIPPED, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
 ANSWER_TYPES: dict[str, pa.DataType] = {
@@ -55,7 +55,7 @@ STATUSES = ("answered", "abstained", "refused")
 # from one `pcqr answer` run of the session to the next).
 SESSION_KEYS = (
     "session_id", "mode", "parameters", "epsilon", "delta", "cutoff", "subsamples", "threshold",
-    "learner", "features", "private_rows", "seeded", "agnostic_parameters", "universal_parameters",
+    "learner", "features", "private_rows", "seeded", "agnostic_parameters", "universal_parameters", "gate", "guess",
 )
 _NEAR_BYTES = 4  # a recorded hash this close to the real one was edited in place
 
@@ -97,7 +97,7 @@ class _Batch:
     prev: bytes | None = None
     provenance: dict[str, Any] | None = None
     held: int | None = None  # the value of its batch column, when it has a single one
-    abstained: int = 0  # rows with status "abstained"
+    abstained: int = 0  # instances spent: rows with status "abstained" or source "flipped"
     fault: str | None = None  # the first problem found in the file alone
 
 
@@ -292,7 +292,9 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
     bad = sorted({str(s) for s in status} - set(STATUSES))
     if bad:
         return f"{altered}: its status column holds {bad[0]!r}"
-    batch.abstained = int(np.count_nonzero(status == "abstained"))
+    # instances spent: abstentions, and the guess gate's flipped answers
+    batch.abstained = int(np.count_nonzero(status == "abstained")) + int(
+        np.count_nonzero(table.column("source").to_numpy(zero_copy_only=False) == FLIPPED))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
     if np.any((known != 0) & (known != 1)):
@@ -423,7 +425,7 @@ def _cutoff_problems(reference: dict[str, Any] | None, batches: dict[int, _Batch
     for n, b in sorted(batches.items()):
         total += b.abstained
         if total > cutoff:
-            return [(n, f"batch {n} exceeds the session's budget: the log holds {total} abstentions by its end, "
+            return [(n, f"batch {n} exceeds the session's budget: the log holds {total} abstentions (or flipped answers) by its end, "
                         f"more than the cutoff T = {cutoff} of its provenance (a halted session re-opened?)")]
     return []
 

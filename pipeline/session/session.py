@@ -62,6 +62,10 @@ class SessionStatus:
         False when the session was created with a seed (tests only): its output is NOT private.
     profile : str
         tight or paper: how the composition was certified.
+    gate : str
+        stability or guess: what the sparse vector tests.
+    flipped : int
+        Guess gate: answers released as 1 - g(x), each one of the T instances (0 otherwise).
     queries_per_instance : float or None
         Queries the coordinator tested per instance spent so far (None before the first abstention).
     forecast_more_queries : int or None
@@ -82,6 +86,8 @@ class SessionStatus:
     mode: str
     private: bool
     profile: str = "paper"
+    gate: str = "stability"
+    flipped: int = 0
     queries_per_instance: float | None = None
     forecast_more_queries: int | None = None
 
@@ -101,7 +107,8 @@ def session_status(state: str) -> SessionStatus:
         proven_epsilon=summary["proven_epsilon"], proven_delta=summary["proven_delta"],
         answered=session.totals["answered"], abstained=session.totals["abstained"],
         refused=session.totals["refused"], log=session.log_dir, mode=session.mode, private=session.private,
-        profile=session.params.profile, queries_per_instance=meter["queries_per_instance"],
+        profile=session.params.profile, gate=session.params.gate, flipped=session.totals.get("flipped", 0),
+        queries_per_instance=meter["queries_per_instance"],
         forecast_more_queries=meter["forecast_more_queries"],
     )
 
@@ -153,7 +160,8 @@ class Session:
     def create(cls, state: str, private: str, *, epsilon: float = TrainingOptions.epsilon,
                delta: float = TrainingOptions.delta, cutoff: int = TrainingOptions.cutoff,
                queries_max: int = TrainingOptions.queries_max, beta: float = TrainingOptions.beta,
-               profile: str | None = None, subsamples: int | None = None, threshold: float | None = None,
+               profile: str | None = None, gate: str | None = None, guess: str | None = None,
+               subsamples: int | None = None, threshold: float | None = None,
                learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
                mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
                label: str = TrainingOptions.label, features: Sequence[str] | None = None,
@@ -185,10 +193,21 @@ class Session:
             How lambda, k and w are computed and the composition certified (``--profile``): 'tight'
             (the default in realizable mode) by the exact optimal composition of the T instances,
             'paper' by Algorithm 5 as written (the only one in agnostic and universal modes).
+        gate : {'stability', 'guess'}, optional
+            What the sparse vector tests (``--gate``, realizable mode): 'stability' (the default),
+            Algorithm 5's distance to instability, releasing the majority label; 'guess', the votes'
+            margin toward a public guess g(x), releasing g(x) free or, spending one of the T
+            instances, 1 - g(x): no stability term, every query answered until T disagreements.
+        guess : str, optional
+            The guess gate's g (``--guess``): 'student' (the default: the learner refitted on the
+            answers already released), 'prior' (the more frequent released label) or the path of a
+            released model file.
         subsamples : int, optional
-            k, the number of subsample models (default: Algorithm 5's k).
+            k, the number of subsample models (default: Algorithm 5's k; the guess gate's: the
+            smallest k at which a unanimous query agreeing with g is rarely charged).
         threshold : float, optional
             w, the stability threshold: a privacy parameter (default: the smallest certifiable).
+            Under the guess gate any w in [0, MAX_THRESHOLD] is certifiable (default 0).
         learner : str
             'stump', 'threshold' or a scikit-learn classifier's import path.
         learner_params : mapping, optional
@@ -223,8 +242,8 @@ class Session:
                        for key, value in (learner_params or {}).items())
         options = TrainingOptions(
             state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
-            delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, profile=profile, subsamples=subsamples,
-            threshold=threshold, learner=learner, learner_param=params, label=label,
+            delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, profile=profile, gate=gate, guess=guess,
+            subsamples=subsamples, threshold=threshold, learner=learner, learner_param=params, label=label,
             features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
         )
         session = cls._locked(state, create=True, wait=wait, cluster=cluster, client=client, ledger=ledger,

@@ -74,6 +74,7 @@ class SessionState:
     input: dict[str, Any] | None = None  # the query dataset being answered: uri, fingerprint, rows, done
     dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
     private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
+    guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.session.public_guess.GuessSpec)
 
     @property
     def processed(self) -> int:
@@ -100,6 +101,8 @@ class SessionState:
             "cutoff": self.params.cutoff,
             "subsamples": self.params.subsamples,
             "threshold": self.params.threshold,
+            "gate": self.params.gate,
+            "guess": self.guess,
             "learner": self.learner,
             "features": self.features,
             "private_rows": self.private_rows,
@@ -133,6 +136,7 @@ class SessionState:
             "input": self.input,
             "dedupe_seed": self.dedupe_seed,
             "private_fingerprint": self.private_fingerprint,
+            "guess": self.guess,
         }
 
     @classmethod
@@ -162,6 +166,7 @@ class SessionState:
             input=data.get("input"),
             dedupe_seed=int(data.get("dedupe_seed", 0)),
             private_fingerprint=data.get("private_fingerprint"),
+            guess=data.get("guess"),
         )
 
 

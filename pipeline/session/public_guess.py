@@ -1,0 +1,212 @@
+"""The public guess g(x) of the guess gate (``--gate guess``; ALGORITHMS.md section 10, issue 13).
+
+The guess gate (pcqr.pipeline.session.sparse_vector.SparseVector.process_guess) tests the k votes'
+margin toward g(x) and releases g(x) (free) or, spending one of the T instances, 1 - g(x). Its
+proof needs only that g is fixed by PUBLIC information before the query is tested: then the
+released label is a function of the sparse vector's output and of public values
+(docs/privacy.md, "The public-guess gate"). The guesses here are:
+
+* ``prior``: the more frequent label among the answers already released (0 until one is, and on
+  ties);
+* ``student``: a learner (the session's, by default) refitted on the queries already answered and
+  their released labels -- post-processing of the public log (BTT18 Theorem 4.3, PATE's student);
+* ``model``: a released classifier file (``pcqr.released-classifier/1``: from ``pcqr learn`` or a
+  universal session), fixed for the whole session. It must not have been fitted on the private
+  data outside a charged mechanism: that is the user's statement, recorded in the provenance.
+
+Determinism (the log and a kill/resume): the guess for the j-th released answer of the session is
+a function of the released answers before it only. The student is refitted when the count of
+released labels reaches a point of :func:`refit_points` and, while it is young (at most
+YOUNG labels), after every charged answer (a flip: the student was wrong, and the budget pays for
+each mistake, so a cold student must learn at once). Batch boundaries play no part, so a resumed
+run, which rebuilds the student from the log (:meth:`Student.from_log`), guesses what an
+uninterrupted one would. Fits are deterministic (``random_state`` fixed where a learner has one).
+Nothing here reads private data.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pcqr.pipeline.data.datasets import feature_matrix
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.log import FLIPPED, GUESS, batch_path
+
+#: The guess kinds of ``--guess`` (or a path to a released model file).
+GUESS_KINDS = ("prior", "student")
+#: While the student has at most this many labels it is refitted after every charged answer.
+YOUNG = 1000
+#: The student learns from at most this many released answers (the first ones): memory and fit time.
+STUDENT_ROWS = 200_000
+
+
+def refit_points() -> Iterator[int]:
+    """Counts of released labels at which the student is refitted: 1, 2, 3, ... 16, then growing by
+    a quarter each time (so refits cost O(n log n) in all), up to STUDENT_ROWS."""
+    point = 1
+    while point <= STUDENT_ROWS:
+        yield point
+        point = point + 1 if point < 16 else min(STUDENT_ROWS + 1, -(-point * 5 // 4))
+    return
+
+
+_POINTS = tuple(refit_points())
+
+
+@dataclass(frozen=True)
+class GuessSpec:
+    """What g is (public: stored in session.json and in every log batch's provenance)."""
+
+    kind: str  # "prior", "student" or "model"
+    learner: dict[str, Any] | None = None  # student: {"name": ..., "params": {...}}
+    model: dict[str, Any] | None = None  # model: the released classifier's record
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "learner": self.learner, "model": self.model}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GuessSpec:
+        kind = data.get("kind")
+        if kind not in (*GUESS_KINDS, "model"):
+            raise PcqrError(f"the session's guess kind is {kind!r}, expected prior, student or model (edited state?)")
+        return cls(kind, data.get("learner"), data.get("model"))
+
+    @classmethod
+    def parse(cls, guess: str, learner: str, learner_params: dict[str, Any], features: Sequence[str]) -> GuessSpec:
+        """``--guess prior|student|MODEL.json``: checked now, before anything private is read."""
+        if guess == "prior":
+            return cls("prior")
+        if guess == "student":
+            return cls("student", {"name": learner, "params": dict(learner_params)})
+        if not os.path.isfile(guess):
+            raise PcqrError(f"--guess {guess}: expected prior, student or a released model file (not found)")
+        from pcqr.pipeline.models.released import load_model
+
+        _, model_features, record = load_model(guess)
+        if list(model_features) != list(features):
+            raise PcqrError(f"--guess {guess}: the model reads features {model_features}, the session's are "
+                            f"{list(features)}")
+        return cls("model", model=record)
+
+
+@dataclass
+class Student:
+    """The guess of one session as it learns: the released labels so far and the current g."""
+
+    spec: GuessSpec
+    modules: tuple[str, ...] = ()
+    size: int = 0  # released labels seen (the student keeps the first STUDENT_ROWS)
+    fits: int = 0  # refits done (reports; tests)
+    _rows: list[np.ndarray] = field(default_factory=list)
+    _labels: list[np.ndarray] = field(default_factory=list)
+    _model: Any = None
+    _next: int = 0  # index into _POINTS of the next scheduled refit
+
+    def __post_init__(self) -> None:
+        if self.spec.kind == "model":
+            from pcqr.pipeline.hypotheses import hypothesis_from_dict
+
+            assert self.spec.model is not None
+            self._model = hypothesis_from_dict(self.spec.model["hypothesis"])
+
+    @property
+    def young(self) -> bool:
+        """Refitted after every charged answer (and chunks never cross YOUNG: see :meth:`room`)."""
+        return self.spec.kind != "model" and self.size < YOUNG
+
+    def room(self) -> int | None:
+        """How many more labels may be released under the current g (None: no limit)."""
+        if self.spec.kind == "model" or self._next >= len(_POINTS):
+            return None
+        room = _POINTS[self._next] - self.size
+        return min(room, YOUNG - self.size) if self.young else room
+
+    def guess(self, X: np.ndarray) -> np.ndarray:
+        """g(x) for each row of X (int8 labels)."""
+        if self._model is None:
+            return np.zeros(X.shape[0], dtype=np.int8)
+        return np.asarray(self._model.predict(X), dtype=np.int8)
+
+    def learn(self, X: np.ndarray, labels: np.ndarray, charged_last: bool) -> None:
+        """Take the next released labels (in release order); refit where the schedule says."""
+        if self.spec.kind == "model" or labels.size == 0:
+            return
+        keep = max(0, min(labels.size, STUDENT_ROWS - self.size))
+        if keep:
+            self._rows.append(np.ascontiguousarray(X[:keep], dtype=np.float64))
+            self._labels.append(np.asarray(labels[:keep], dtype=np.int8))
+        before = self.size
+        self.size += int(labels.size)
+        passed = False
+        while self._next < len(_POINTS) and _POINTS[self._next] <= self.size:
+            passed, self._next = True, self._next + 1
+        if passed or (charged_last and before < YOUNG and self.size <= YOUNG):
+            self._refit()
+
+    def _refit(self) -> None:
+        y = np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int8)
+        if self.spec.kind == "prior":
+            ones = int(np.count_nonzero(y == 1))
+            self._model = _Constant(1 if 2 * ones > y.size else 0)
+        else:
+            self._model = fit_student(self.spec, np.concatenate(self._rows), y, self.modules)
+        self.fits += 1
+
+    @classmethod
+    def from_log(cls, spec: GuessSpec, log_dir: str, features: Sequence[str], batches: int,
+                 modules: tuple[str, ...] = ()) -> Student:
+        """The student as it stood after the first ``batches`` batches of the session's (verified) log:
+        the same labels learnt in the same order, the same refits."""
+        student = cls(spec, modules)
+        if spec.kind == "model":
+            return student
+        for batch in range(batches):
+            path = batch_path(log_dir, batch)
+            table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
+            source = table.column("source").to_numpy(zero_copy_only=False)
+            status = table.column("status").to_numpy(zero_copy_only=False)
+            released = (status == "answered") & ((source == GUESS) | (source == FLIPPED))
+            if not released.any():
+                continue
+            X = feature_matrix(table, list(features), path)[released]
+            labels = table.column("answer").to_numpy(zero_copy_only=False)[released].astype(np.int8)
+            flips = source[released] == FLIPPED
+            start = 0  # replay the live loop's chunks: each ends at a refit point or a young flip
+            while start < labels.size:
+                room = student.room()
+                end = labels.size if room is None else min(labels.size, start + room)
+                if student.young:
+                    hit = np.flatnonzero(flips[start:end])
+                    if hit.size:
+                        end = start + int(hit[0]) + 1
+                student.learn(X[start:end], labels[start:end], bool(flips[end - 1]))
+                start = end
+        return student
+
+
+@dataclass(frozen=True)
+class _Constant:
+    label: int
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.full(np.asarray(X).shape[0], self.label, dtype=np.int8)
+
+
+def fit_student(spec: GuessSpec, X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
+    """The student's learner fitted on (X, y), deterministically: one class gives a constant model,
+    a learner with a ``random_state`` gets 0."""
+    from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample
+
+    assert spec.learner is not None
+    learner = LearnerSpec(spec.learner["name"], dict(spec.learner.get("params") or {}), modules)
+    estimator_params = learner.build().get_params()
+    if "random_state" in estimator_params and estimator_params["random_state"] is None:
+        learner = LearnerSpec(learner.name, {**learner.params, "random_state": 0}, modules)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit_subsample(learner, X, y)

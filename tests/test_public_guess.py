@@ -1,0 +1,251 @@
+"""The public-guess gate (--gate guess): its parameters, its exact output distribution, its
+privacy at small k (exact), the student's determinism, and the command line end to end."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from scipy import stats
+
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.public_guess import YOUNG, GuessSpec, Student, refit_points
+from pcqr.pipeline.session.replay import verify_log
+from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
+from tests.conftest import P_FAIL, threshold_data, write_parquet, write_session_data
+
+
+def small_guess_params(cutoff: int = 1) -> SubSampParameters:
+    """k = 20, w = 0, lambda ~ 1.22 (scales 4.9 and 2.4 in vote-margin units)."""
+    return SubSampParameters.guess("paper", 8.0, 0.1, cutoff, 100, 0.1, subsamples=20)
+
+
+def _tail(a: int, scale: float) -> float:
+    """P(Z >= a) for Z ~ DLap(scale), exactly (closed form)."""
+    q = math.exp(-1 / scale)
+    return q**a / (1 + q) if a >= 1 else 1 - q ** (1 - a) / (1 + q)
+
+
+def _z2(params: SubSampParameters) -> np.ndarray:
+    b2 = params.threshold_noise_scale
+    return np.arange(-int(60 * b2) - 5, int(60 * b2) + 6)
+
+
+def exact_transcript(params: SubSampParameters, margins: list[int], outcome: str) -> float:
+    """P(one instance passes the first len(outcome) - 1 queries and ends the way ``outcome`` says):
+    'P' = passed (g released, free), 'B' = bottom (1 - g released, the instance spent). The sum over
+    the instance's threshold Z2 of P(Z2 = z) times each query's tail P(Z1 >= floor(2w + z) + 1 - margin)."""
+    z2 = _z2(params)
+    total = np.zeros(z2.shape)
+    weights = discrete_laplace_pmf(z2, params.threshold_noise_scale)
+    probability = np.ones(z2.shape)
+    for margin, result in zip(margins, outcome):
+        first = [math.floor(2 * params.threshold + z) + 1 - margin for z in z2]
+        passed = np.array([_tail(a, params.query_noise_scale) for a in first])
+        probability = probability * (passed if result == "P" else 1 - passed)
+    total = weights * probability
+    return float(total.sum())
+
+
+def test_guess_parameters_have_no_stability_term_and_far_fewer_models() -> None:
+    """The tight profile at eps 1, T 50, m 2,000: the guess gate's lambda uses the whole delta and k
+    is what a unanimous query needs, not a multiple of w (the stability gate's is thousands)."""
+    guess = SubSampParameters.create("tight", 1.0, 1e-6, 50, 2000, 0.05, gate="guess")
+    stability = SubSampParameters.create("tight", 1.0, 1e-6, 50, 2000, 0.05)
+    terms = guess.delta_terms()
+    assert guess.gate == "guess" and terms.stability == 0.0 and guess.guarantee() <= (1.0, 1e-6)
+    assert guess.threshold == 0.0 and guess.threshold_source == "guess_majority"
+    assert guess.lam <= stability.lam
+    assert guess.subsamples < stability.useful_subsamples() / 3
+    # the default k: a unanimous agreeing query is charged with probability at most T / 4m, and k - 1 is not enough
+    assert guess.unanimous_abstention() <= 50 / (4 * 2000)
+    from dataclasses import replace
+    assert replace(guess, subsamples=guess.subsamples - 1).unanimous_abstention() > 50 / (4 * 2000)
+    assert SubSampParameters.from_dict(guess.to_dict()) == guess
+    old = stability.to_dict()
+    del old["gate"]  # a state written before the gates
+    assert SubSampParameters.from_dict(old).gate == "stability"
+    with pytest.raises(PcqrError, match="--gate must be one of"):
+        SubSampParameters.create("tight", 1.0, 1e-6, 50, 2000, 0.05, gate="vote")
+
+
+@pytest.mark.parametrize("guess_label", [0, 1])
+@pytest.mark.parametrize("margin", [-4, 0, 6])
+def test_guess_gate_output_distribution(guess_label: int, margin: int) -> None:
+    """Empirical P(release g) on one query of fresh sessions (new key and thresholds each time, the
+    real coordinator) matches the exact sum over Z2 (binomial test, false failure 1e-6); every other
+    outcome releases 1 - g and spends the instance."""
+    params = small_guess_params()
+    k = params.subsamples
+    agree = (k + margin) // 2  # ct(g)
+    ones = np.array([agree if guess_label == 1 else k - agree])
+    guess = np.array([guess_label])
+    noise = SeededNoise(7 + margin + 100 * guess_label)
+    trials, free = 20_000, 0
+    for _ in range(trials):
+        sv = SparseVector.create(params, noise)
+        status, label, used = sv.process_guess(ones, guess, k)
+        assert used == 1 and status[0] == ANSWERED
+        free += int(label[0] == guess_label)
+        assert sv.state.bottoms == int(label[0] != guess_label)
+    expected = exact_transcript(params, [margin], "P")
+    assert 0.05 < expected < 0.95
+    assert stats.binomtest(free, trials, expected).pvalue > P_FAIL
+
+
+def test_guess_gate_is_eps0_dp_exactly_on_small_transcripts() -> None:
+    """Each instance is eps0 = 2/lambda -DP: for every transcript of one instance over three queries
+    (PPP, PPB, PB, B) and every neighbouring vote vector (one model changes: each margin toward g
+    moves by -2, 0 or +2), the exact probabilities' ratio is at most e^eps0 (and it is attained
+    nearly, so the bound is not vacuous)."""
+    params = small_guess_params()
+    eps0 = 2 / params.lam
+    worst = 0.0
+    for margins in itertools.product([-6, 0, 4], repeat=3):
+        for shift in itertools.product([-2, 0, 2], repeat=3):
+            moved = [m + d for m, d in zip(margins, shift)]
+            for outcome in ("PPP", "PPB", "PB", "B"):
+                p, q = (exact_transcript(params, list(v), outcome) for v in (margins, moved))
+                worst = max(worst, math.log(p / q))
+    assert worst <= eps0 * (1 + 1e-9)
+    assert worst > 0.5 * eps0
+
+
+def test_flips_spend_instances_and_stop_at_bottom() -> None:
+    """Sharp noise (eps 100): unanimous agreement releases g, unanimous disagreement releases 1 - g
+    and spends one instance; ``stop_at_bottom`` returns right after the first flip; after T flips the
+    rest are refused."""
+    params = SubSampParameters.guess("paper", 100.0, 0.1, 2, 10**6, 0.1, subsamples=1000)
+    sv = SparseVector(params, SparseVectorState(0, 0, session_key(SecureNoise()), np.zeros(2, dtype=np.int64)))
+    ones = np.array([1000, 0, 1000, 0, 1000, 1000])
+    guess = np.array([1, 1, 1, 0, 0, 1])  # agree, disagree, agree, agree, disagree, agree
+    status, label, used = sv.process_guess(ones, guess, 1000, stop_at_bottom=True)
+    assert used == 2 and label.tolist() == [1, 0] and sv.state.bottoms == 1 and sv.state.queries_seen == 2
+    status, label, used = sv.process_guess(ones[2:], guess[2:], 1000)
+    assert used == 4 and status.tolist() == [ANSWERED, ANSWERED, ANSWERED, REFUSED]
+    assert label.tolist() == [1, 0, 1, 0] and sv.state.bottoms == 2 and sv.halted
+    with pytest.raises(ValueError, match="one 0/1 label"):
+        sv.process_guess(ones[:2], np.array([2, 0]), 1000)
+
+
+def test_student_schedule_depends_on_released_labels_only() -> None:
+    """The student refitted from the same released labels in any chunking (batch boundaries) that
+    respects room() and young flips guesses the same and fits the same number of times."""
+    points = list(refit_points())
+    assert points[:16] == list(range(1, 17)) and all(b > a for a, b in zip(points, points[1:]))
+    data = threshold_data(3000, seed=4)
+    X = np.column_stack([data[f"x{i}"] for i in range(3)])
+    y = data["label"].astype(np.int8)
+    flips = np.zeros(3000, dtype=bool)
+    flips[[0, 5, 40, 900, 1500]] = True
+    spec = GuessSpec("student", {"name": "stump", "params": {}})
+    students = []
+    for cut in (7, 300):
+        student, start = Student(spec), 0
+        while start < 3000:
+            room = student.room()
+            end = min(3000, start + cut, start + (room or 3000))
+            if student.young:
+                hit = np.flatnonzero(flips[start:end])
+                end = start + int(hit[0]) + 1 if hit.size else end
+            student.learn(X[start:end], y[start:end], bool(flips[end - 1]))
+            start = end
+        students.append(student)
+    assert students[0].fits == students[1].fits > 0
+    assert (students[0].guess(X) == students[1].guess(X)).all()
+    assert (students[0].guess(X) == y).mean() > 0.99  # a stump learns x0 > 0.1
+    assert YOUNG < 3000
+
+
+def test_prior_guesses_the_more_frequent_released_label() -> None:
+    student = Student(GuessSpec("prior"))
+    X = np.zeros((5, 2))
+    assert student.guess(X).tolist() == [0] * 5  # nothing released yet: 0
+    student.learn(X[:3], np.array([1, 1, 0], dtype=np.int8), charged_last=False)
+    assert student.guess(X).tolist() == [1] * 5
+    student.learn(X[:2], np.array([0, 0], dtype=np.int8), charged_last=True)  # 2 ones, 3 zeros
+    assert student.guess(X).tolist() == [0] * 5
+
+
+def _answer(root: Path, state: str, queries: str, log: str, cluster: str, *extra: str) -> None:
+    assert main(["answer", "--state", str(root / state), "--queries", str(root / queries), "--log",
+                 str(root / log), "--cluster", cluster, "--json", *extra]) == 0
+
+
+def _train(root: Path, state: str, cluster: str, *extra: str) -> None:
+    assert main(["train", "--private", str(root / "private"), "--state", str(root / state), "--epsilon", "1",
+                 "--cutoff", "20", "--queries-max", "10000", "--gate", "guess", "--seed", "5", "--insecure-seed",
+                 "--cluster", cluster, *extra]) == 0
+
+
+def test_guess_gate_end_to_end_is_deterministic_across_calls_and_batches(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """Two seeded sessions, equal in all but how they are asked: one answers queries A then B in two
+    calls (the second with another batch size, so it rebuilds the student from the log), the other
+    A and B in one call. The logs' answers and sources agree row for row; every answer is given,
+    flips equal the instances spent and the log verifies."""
+    write_session_data(tmp_path, rows=20_000, queries=2000)
+    both = pq.read_table(tmp_path / "queries")
+    for name, rows in (("qa", both.slice(0, 1200)), ("qb", both.slice(1200))):
+        write_parquet(str(tmp_path / name / "p.parquet"), {c: rows.column(c).to_numpy() for c in rows.column_names})
+    write_parquet(str(tmp_path / "qab" / "p.parquet"), {c: both.column(c).to_numpy() for c in both.column_names})
+    for state in ("one", "two"):
+        _train(tmp_path, state, thread_cluster_yaml)
+    capsys.readouterr()
+    _answer(tmp_path, "one", "qa", "log1", thread_cluster_yaml, "--batch-size", "500")
+    _answer(tmp_path, "one", "qb", "log1", thread_cluster_yaml, "--batch-size", "300")
+    _answer(tmp_path, "two", "qab", "log2", thread_cluster_yaml, "--batch-size", "700")
+    summaries = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    logs = [pq.read_table(tmp_path / log).sort_by("query_id") for log in ("log1", "log2")]
+    for column in ("query_id", "answer", "status", "source"):
+        assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
+    source = logs[1].column("source").to_numpy(zero_copy_only=False)
+    assert set(logs[1].column("status").to_pylist()) == {"answered"}
+    assert set(source) <= {"guess", "flipped"}
+    last = summaries[-1]
+    assert last["gate"] == "guess" and last["guess"] == "student" and last["delta_stability"] == 0.0
+    assert last["flipped"] == int(np.count_nonzero(source == "flipped")) == last["budget_used"] < 20
+    assert summaries[0]["flipped"] + summaries[1]["flipped"] == last["flipped"]
+    truth = (logs[1].column("x0").to_numpy() > 0.1).astype(int)
+    assert (logs[1].column("answer").to_numpy() == truth).mean() > 0.99
+    assert verify_log(str(tmp_path / "log2")).ok
+
+
+def test_guess_options_are_checked_before_anything_is_read(tmp_path, capsys, thread_cluster_yaml) -> None:
+    write_session_data(tmp_path, rows=2000, queries=10)
+    base = ["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"),
+            "--cluster", thread_cluster_yaml]
+    cases = [
+        (["--guess", "prior"], "only the guess gate uses a guess"),
+        (["--gate", "guess", "--mode", "agnostic", "--hypothesis", "threshold"], "--gate guess: --mode agnostic"),
+        (["--gate", "guess", "--guess", str(tmp_path / "missing.json")], "not found"),
+    ]
+    for extra, message in cases:
+        assert main([*base, *extra]) != 0
+        err = capsys.readouterr().err
+        assert message in err and not (tmp_path / "st" / "session.json").exists(), err
+
+
+def test_python_api_offers_the_guess_gate(thread_cluster_yaml, tmp_path) -> None:
+    """pcqr.PrivateClassifier(gate='guess'): every query answered (no NaN), mostly right; the
+    session's status names the gate and counts the flips as the instances used."""
+    import pcqr
+
+    data = threshold_data(20_000, seed=11)
+    X = np.column_stack([data[f"x{i}"] for i in range(3)])
+    queries = threshold_data(1500, seed=12)
+    Q = np.column_stack([queries[f"x{i}"] for i in range(3)])
+    clf = pcqr.PrivateClassifier(epsilon=1, cutoff=20, queries_max=5000, gate="guess",
+                                 state=str(tmp_path / "state"), cluster=thread_cluster_yaml, seed=3, insecure_seed=True)
+    predicted = clf.fit(X, data["label"]).predict(Q)
+    assert not np.isnan(predicted).any() and np.mean(predicted == queries["label"]) > 0.95
+    from pcqr.pipeline.session.session import session_status
+
+    status = session_status(str(tmp_path / "state"))
+    assert status.gate == "guess" and status.flipped == status.used and status.answered == 1500
