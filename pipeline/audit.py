@@ -10,6 +10,8 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
 * :func:`run_sparse_vector` -- the sparse-vector coordinator (A_SubSamp with A_stab) on given
   vote counts, in many independent sessions, each with fresh secure noise
   (:meth:`pcqr.pipeline.session.sparse_vector.SparseVector.create` and ``.process``).
+* :func:`run_guess_gate` -- the public-guess gate (``--gate guess``) on given vote counts and
+  fixed public guesses, likewise (``.process_guess``): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
 * :func:`exponential_selection` -- independent draws of the exponential mechanism
   (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
@@ -61,6 +63,7 @@ def subsamp_parameters(
     threshold: float | None = None,
     beta: float = 0.05,
     profile: str = "paper",
+    gate: str = "stability",
 ) -> SubSampParameters:
     """A_SubSamp's parameters through the CLI's certification.
 
@@ -74,6 +77,8 @@ def subsamp_parameters(
     beta : enters only the paper's k, which ``subsamples`` overrides.
     profile : 'paper' (Algorithm 5 as written; the default here, as before the profiles) or
         'tight' (the CLI's default in realizable mode: the exact optimal composition).
+    gate : 'stability' (Algorithm 5's test; the default) or 'guess' (the public-guess gate: run it
+        with :func:`run_guess_gate`; w may then be negative, default 0).
 
     Returns
     -------
@@ -81,7 +86,54 @@ def subsamp_parameters(
         ``.certificate()`` gives proven_epsilon and each delta term. Raises PcqrError
         (one line) for a setting pcqr refuses.
     """
-    return SubSampParameters.create(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+    return SubSampParameters.create(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, gate)
+
+
+def run_guess_gate(
+    ones: np.ndarray,
+    guesses: np.ndarray,
+    subsamples: int,
+    params: SubSampParameters,
+    sessions: int,
+    noise: NoiseSource | None = None,
+) -> np.ndarray:
+    """The public-guess gate (``--gate guess``) on the same queries and FIXED public guesses in
+    ``sessions`` independent fresh sessions (the CLI's student changes g as answers are released;
+    here g is given, which the proof allows: any g fixed before the query is tested).
+
+    Parameters
+    ----------
+    ones : array of int, shape (q,)
+        ct(1) of each query, in [0, subsamples].
+    guesses : array of 0/1, shape (q,)
+        g(x) of each query.
+    subsamples : int
+        k.
+    params : SubSampParameters
+        From :func:`subsamp_parameters` with ``gate='guess'``.
+    sessions, noise
+        As :func:`run_sparse_vector`.
+
+    Returns
+    -------
+    np.ndarray of int8, shape (sessions, q)
+        ANSWERED_0 / ANSWERED_1 (the released label: g, or 1 - g after a spent instance) or REFUSED
+        (after T flips or m queries). The guess gate never abstains.
+    """
+    votes = _vote_counts(ones, subsamples)
+    guess = np.asarray(guesses)
+    if guess.shape != votes.shape or (guess.size and not np.isin(guess, (0, 1)).all()):
+        raise PcqrError("guesses must hold one 0/1 label per query")
+    if params.gate != "guess":
+        raise PcqrError("params: run_guess_gate needs parameters made with gate='guess'")
+    if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
+        raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
+    source = noise if noise is not None else SecureNoise()
+    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
+    for row in range(int(sessions)):
+        status, label, _ = SparseVector.create(params, source).process_guess(votes, guess, subsamples)
+        codes[row] = np.where(status == _ANSWERED, label, REFUSED)
+    return codes
 
 
 def run_sparse_vector(

@@ -15,7 +15,7 @@ from scipy import stats
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.privacy.subsamp import GUESS_DISAGREEMENT, SubSampParameters
 from pcqr.pipeline.session.public_guess import YOUNG, GuessSpec, Student, refit_points
 from pcqr.pipeline.session.replay import verify_log
 from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
@@ -61,7 +61,9 @@ def test_guess_parameters_have_no_stability_term_and_far_fewer_models() -> None:
     stability = SubSampParameters.create("tight", 1.0, 1e-6, 50, 2000, 0.05)
     terms = guess.delta_terms()
     assert guess.gate == "guess" and terms.stability == 0.0 and guess.guarantee() <= (1.0, 1e-6)
-    assert guess.threshold == 0.0 and guess.threshold_source == "guess_majority"
+    # w: charge only when about GUESS_DISAGREEMENT of the models disagree with g (any w certifies)
+    assert guess.threshold == math.floor(2 * guess.subsamples * (0.5 - GUESS_DISAGREEMENT)) / 2 == 0.0
+    assert guess.threshold_source == "guess_disagreement"
     assert guess.lam <= stability.lam
     assert guess.subsamples < stability.useful_subsamples() / 3
     # the default k: a unanimous agreeing query is charged with probability at most T / 4m, and k - 1 is not enough
@@ -116,6 +118,20 @@ def test_guess_gate_is_eps0_dp_exactly_on_small_transcripts() -> None:
                 worst = max(worst, math.log(p / q))
     assert worst <= eps0 * (1 + 1e-9)
     assert worst > 0.5 * eps0
+
+
+def test_a_negative_threshold_charges_only_clear_disagreements() -> None:
+    """Under the guess gate w may be negative (certified the same): at w = -k/4 and sharp noise, a
+    query that 60% of the models disagree with releases g free; 90% disagreeing flips it."""
+    params = SubSampParameters.guess("paper", 100.0, 0.1, 2, 10**6, 0.1, subsamples=1000, threshold=-250)
+    assert params.delta_terms().stability == 0.0 and params.threshold == -250
+    sv = SparseVector(params, SparseVectorState(0, 0, session_key(SecureNoise()), np.zeros(2, dtype=np.int64)))
+    status, label, _ = sv.process_guess(np.array([400, 100]), np.array([1, 1]), 1000)  # ct(g) 400, then 100
+    assert label.tolist() == [1, 0] and sv.state.bottoms == 1
+    with pytest.raises(PcqrError, match="--threshold must be a number in"):
+        SubSampParameters.guess("paper", 1.0, 1e-6, 2, 100, 0.1, threshold=float("nan"))
+    with pytest.raises(PcqrError, match="--threshold must be a number in"):
+        SubSampParameters.create("tight", 1.0, 1e-6, 2, 100, 0.1, threshold=-1.0)  # the stability gate: w >= 0
 
 
 def test_flips_spend_instances_and_stop_at_bottom() -> None:
@@ -249,3 +265,18 @@ def test_python_api_offers_the_guess_gate(thread_cluster_yaml, tmp_path) -> None
 
     status = session_status(str(tmp_path / "state"))
     assert status.gate == "guess" and status.flipped == status.used and status.answered == 1500
+
+
+def test_audit_surface_runs_the_guess_gate() -> None:
+    """pcqr.pipeline.audit.run_guess_gate: the released labels of independent sessions; a query every
+    model agrees with releases g, one every model disagrees with releases 1 - g (sharp noise), and
+    after T flips the rest are refused."""
+    from pcqr.pipeline import audit
+
+    params = audit.subsamp_parameters(100.0, 0.1, 1, 10, 1000, gate="guess")
+    codes = audit.run_guess_gate(np.array([1000, 0, 1000]), np.array([1, 1, 1]), 1000, params, sessions=50)
+    assert codes.shape == (50, 3)
+    assert (codes[:, 0] == audit.ANSWERED_1).all() and (codes[:, 1] == audit.ANSWERED_0).all()
+    assert (codes[:, 2] == audit.REFUSED).all()
+    with pytest.raises(PcqrError, match="gate='guess'"):
+        audit.run_guess_gate(np.array([1]), np.array([1]), 1000, audit.subsamp_parameters(100.0, 0.1, 1, 10, 1000), 1)

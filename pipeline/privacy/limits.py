@@ -154,12 +154,15 @@ def lambda_problem(lam: float) -> str | None:
     return None
 
 
-def subsamp_limit_problem(lam: float, cutoff: int, threshold: float) -> str | None:
-    """Why a session with these (lambda, T, w) cannot run (one clause naming the limit), or None."""
+def subsamp_limit_problem(lam: float, cutoff: int, threshold: float, signed: bool = False) -> str | None:
+    """Why a session with these (lambda, T, w) cannot run (one clause naming the limit), or None.
+    ``signed``: w may be negative (the guess gate), down to -MAX_THRESHOLD."""
     if not 1 <= cutoff <= MAX_CUTOFF:
         return f"cutoff T = {cutoff:,} is outside [1, {MAX_CUTOFF:,}] (pcqr.pipeline.privacy.limits.MAX_CUTOFF)"
-    if not (math.isfinite(threshold) and 0 <= threshold <= MAX_THRESHOLD):
-        return f"threshold w = {threshold} is outside [0, {MAX_THRESHOLD:g}] (pcqr.pipeline.privacy.limits.MAX_THRESHOLD)"
+    lowest = -MAX_THRESHOLD if signed else 0.0
+    if not (math.isfinite(threshold) and lowest <= threshold <= MAX_THRESHOLD):
+        return (f"threshold w = {threshold} is outside [{lowest:g}, {MAX_THRESHOLD:g}] "
+                "(pcqr.pipeline.privacy.limits.MAX_THRESHOLD)")
     return lambda_problem(lam)
 
 

@@ -151,8 +151,10 @@ class Student:
     def _refit(self) -> None:
         y = np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int8)
         if self.spec.kind == "prior":
+            from pcqr.pipeline.models.learners import ConstantModel
+
             ones = int(np.count_nonzero(y == 1))
-            self._model = _Constant(1 if 2 * ones > y.size else 0)
+            self._model = ConstantModel(1 if 2 * ones > y.size else 0)
         else:
             self._model = fit_student(self.spec, np.concatenate(self._rows), y, self.modules)
         self.fits += 1
@@ -187,14 +189,6 @@ class Student:
                 student.learn(X[start:end], labels[start:end], bool(flips[end - 1]))
                 start = end
         return student
-
-
-@dataclass(frozen=True)
-class _Constant:
-    label: int
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.full(np.asarray(X).shape[0], self.label, dtype=np.int8)
 
 
 def fit_student(spec: GuessSpec, X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
