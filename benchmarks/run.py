@@ -16,6 +16,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``pap_thresholds``    ``pcqr release`` (A_PAP) with thresholds
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
 * ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
+* ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
+                        learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
 
 One module per benchmark (benchmarks/<name>.py, its ``bench_<name>``), the shared pieces in
 benchmarks/harness.py; this file runs them and writes the figures.
@@ -47,12 +49,13 @@ from safety_overhead import bench_safety_overhead
 from sharded_em import bench_sharded_em
 from sspp_intervals import bench_sspp_intervals
 from training_speedup import bench_training_speedup
+from utility import bench_utility
 from harness import ROOT, log, machine_info
 
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
-    "safety_overhead", "answer_logistic",
+    "safety_overhead", "answer_logistic", "utility",
 )
 
 
@@ -70,6 +73,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "pap_thresholds": bench_pap_thresholds,
     "safety_overhead": bench_safety_overhead,
     "answer_logistic": bench_answer_logistic,
+    "utility": bench_utility,
 }
 
 

@@ -1,0 +1,174 @@
+"""Benchmark ``utility``: how many queries pcqr answers per epsilon, and how well, beside a DP logistic
+regression (issue 13, item 7), on UCI Adult.
+
+Private rows: adult.data (32,561). Queries: the first 2,000 rows of adult.test; the other 14,281
+score the released models (the student distilled from the public log, diffprivlib's DP logistic
+regression, the non-private logistic regression). Features: the 6 numeric columns divided by fixed
+PUBLIC constants (domain bounds, not statistics of the data: anything computed from the private rows
+would have to be paid for) and one-hot columns of the 8 categorical ones (categories listed from
+adult.names, public). For each eps and each (gate, profile, learner): ``pcqr answer --private``
+with ``--truth``: answered, accuracy of the answers, instances used; T = 20, m = 2,000,
+delta = 1e-6 (``--allow-private-overlap``: a few test rows of Adult have the same features as
+training rows -- different people, common profiles -- and the misuse guard says so). k: the guess gate's default; the stability gate's smallest useful k, but at least 5
+private rows per model (below that the learners are noise).
+
+The Adult files are not in the project (../shared/datasets/adult; ``--adult DIR`` elsewhere).
+Run through benchmarks/run.py (``--only utility``). The DP logistic-regression baseline is IBM's
+diffprivlib when it imports: its last release (0.6.6) does not with scikit-learn 1.9 (it imports
+sklearn.tree._tree.DOUBLE and passes LogisticRegression(multi_class=...), both removed), so the
+figure is recorded as unavailable with the reason; the unofficial "diffprivlib-fix" upload is not
+used. Install diffprivlib beside an older scikit-learn to fill it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import log, pcqr, temp_dir, write_cluster_yaml
+
+ADULT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "adult"
+NUMERIC = {"age": 100.0, "fnlwgt": 1.5e6, "education-num": 16.0, "capital-gain": 1e5, "capital-loss": 5e3,
+           "hours-per-week": 100.0}  # public bounds: each scaled column lies in [0, 1]
+COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
+           "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country", "income"]
+QUERIES = 2000
+CUTOFF = 20
+LEARNERS = {"stump": ["--learner", "stump"],
+            "logistic": ["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=10"]}
+SETTINGS = [("guess", "tight"), ("stability", "tight"), ("stability", "paper")]
+MIN_ROWS_PER_MODEL = 5
+
+
+def _categories(adult: Path) -> dict[str, list[str]]:
+    """Each categorical column's values as adult.names lists them (public)."""
+    found: dict[str, list[str]] = {}
+    for line in (adult / "adult.names").read_text().splitlines():
+        name, sep, values = line.partition(":")
+        if sep and name in COLUMNS and "continuous" not in values:
+            found[name] = [v.strip().rstrip(".") for v in values.split(",") if v.strip()]
+    return found
+
+
+def load_adult(adult: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(X_train, y_train, X_test, y_test, feature names), encoded as the module docstring says."""
+    categories = _categories(adult)
+
+    def read(path: Path) -> tuple[np.ndarray, np.ndarray]:
+        rows = [r.split(", ") for r in path.read_text().splitlines() if r and not r.startswith("|")]
+        rows = [r for r in rows if len(r) == len(COLUMNS)]
+        columns = []
+        for i, name in enumerate(COLUMNS[:-1]):
+            values = [r[i].strip() for r in rows]
+            if name in NUMERIC:
+                columns.append(np.array(values, dtype=float)[:, None] / NUMERIC[name])
+            else:
+                known = categories[name]
+                columns.append(np.array([[v == c for c in known] for v in values], dtype=float))
+        y = np.array([r[-1].strip().rstrip(".") == ">50K" for r in rows], dtype=np.int8)
+        return np.hstack(columns), y
+
+    names = []
+    for name in COLUMNS[:-1]:
+        names += [name] if name in NUMERIC else [f"{name}={c}" for c in categories[name]]
+    X_train, y_train = read(adult / "adult.data")
+    X_test, y_test = read(adult / "adult.test")
+    return X_train, y_train, X_test, y_test, [n.replace(" ", "_") for n in names]
+
+
+def _write(path: Path, X: np.ndarray, names: list[str], **extra: np.ndarray) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({**{n: X[:, i] for i, n in enumerate(names)}, **extra}), path / "part-0.parquet")
+
+
+def _baselines(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, epsilons: list[float]) -> dict[str, Any]:
+    from sklearn.linear_model import LogisticRegression
+
+    out: dict[str, Any] = {"nonprivate_logistic": float(LogisticRegression(C=10, max_iter=2000).fit(X, y).score(X_test, y_test))}
+    import warnings
+
+    try:
+        from diffprivlib.models import LogisticRegression as DPLogisticRegression
+
+        DPLogisticRegression(epsilon=1.0)
+    except Exception as exc:  # noqa: BLE001 -- not installed, or broken against this scikit-learn
+        out["diffprivlib_logistic"] = f"unavailable: {type(exc).__name__}: {exc}"
+        return out
+    norm = float(np.sqrt(len(NUMERIC) + 8))  # every row's norm is at most this (scaled numerics, 8 one-hots)
+    scores = {}
+    for eps in epsilons:
+        runs = []
+        for seed in range(5):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = DPLogisticRegression(epsilon=eps, data_norm=norm, random_state=seed, max_iter=2000)
+                runs.append(float(model.fit(X, y).score(X_test, y_test)))
+        scores[str(eps)] = {"mean": float(np.mean(runs)), "runs": runs}
+    out["diffprivlib_logistic"] = scores
+    return out
+
+
+def _student(log_dir: Path, names: list[str], X_test: np.ndarray, y_test: np.ndarray) -> float | None:
+    """A logistic regression fitted on the public log's answered queries (post-processing; what
+    ``pcqr distill`` will release), scored on the held-out test rows."""
+    import pyarrow.parquet as pq
+    from sklearn.linear_model import LogisticRegression
+
+    table = pq.read_table(log_dir)
+    answered = np.array(table.column("status").to_pylist()) == "answered"
+    if answered.sum() < 10:
+        return None
+    X = np.column_stack([table.column(n).to_numpy() for n in names])[answered]
+    y = table.column("answer").to_numpy(zero_copy_only=False)[answered].astype(int)
+    if len(set(y.tolist())) < 2:
+        return float(np.mean(y_test == y[0]))
+    return float(LogisticRegression(C=10, max_iter=2000).fit(X, y).score(X_test, y_test))
+
+
+def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    adult = Path(os.environ.get("PCQR_ADULT", adult or ADULT))
+    if not (adult / "adult.data").exists():
+        return {"skipped": f"no Adult files in {adult} (set PCQR_ADULT)"}
+    X, y, X_test, y_test, names = load_adult(adult)
+    queries, truth = X_test[:QUERIES], y_test[:QUERIES]
+    held_X, held_y = X_test[QUERIES:], y_test[QUERIES:]
+    epsilons = [1.0] if quick else [0.5, 1.0, 2.0, 4.0]
+    result: dict[str, Any] = {"private_rows": int(len(y)), "features": len(names), "queries": QUERIES,
+                              "cutoff": CUTOFF, "delta": 1e-6, "held_out_rows": int(len(held_y)),
+                              "majority_rate_queries": float(max(truth.mean(), 1 - truth.mean())),
+                              **_baselines(X, y, held_X, held_y, epsilons), "runs": []}
+    with temp_dir("utility") as work:
+        cluster = str(write_cluster_yaml(work))
+        _write(work / "private", X, names, label=y)
+        _write(work / "queries", queries, names, query_id=np.arange(QUERIES))
+        _write(work / "truth", np.zeros((QUERIES, 0)), [], query_id=np.arange(QUERIES), label=truth)
+        for eps in epsilons:
+            for gate, profile in SETTINGS:
+                params = SubSampParameters.create(profile, eps, 1e-6, CUTOFF, QUERIES, 0.05, gate=gate)
+                k = params.subsamples if gate == "guess" else min(params.useful_subsamples(),
+                                                                   len(y) // MIN_ROWS_PER_MODEL)
+                for learner, options in LEARNERS.items():
+                    label = f"{gate}-{profile}-{learner}-{eps:g}"
+                    log(f"utility: {label} (k = {k})")
+                    seconds, summary = pcqr(
+                        work, label, "answer", "--private", "private", "--state", f"state-{label}", "--queries",
+                        "queries", "--log", f"log-{label}", "--truth", "truth", "--epsilon", str(eps), "--delta",
+                        "1e-6", "--cutoff", str(CUTOFF), "--queries-max", str(QUERIES), "--gate", gate,
+                        "--profile", profile, "--subsamples", str(k), *options, "--allow-private-overlap", "--cluster", cluster)
+                    result["runs"].append({
+                        "epsilon": eps, "gate": gate, "profile": profile, "learner": learner, "subsamples": k,
+                        "rows_per_model": len(y) // k, "lambda": summary.get("lambda"),
+                        "threshold": summary.get("threshold"), "answered": summary.get("answered"),
+                        "accuracy_of_answers": summary.get("accuracy"), "instances_used": summary.get("budget_used"),
+                        "proven": [summary.get("proven_epsilon"), summary.get("proven_delta")],
+                        "student_accuracy": _student(work / f"log-{label}", names, held_X, held_y),
+                        "seconds": round(seconds, 1),
+                    })
+    return result
