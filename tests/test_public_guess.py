@@ -43,15 +43,13 @@ def exact_transcript(params: SubSampParameters, margins: list[int], outcome: str
     'P' = passed (g released, free), 'B' = bottom (1 - g released, the instance spent). The sum over
     the instance's threshold Z2 of P(Z2 = z) times each query's tail P(Z1 >= floor(2w + z) + 1 - margin)."""
     z2 = _z2(params)
-    total = np.zeros(z2.shape)
     weights = discrete_laplace_pmf(z2, params.threshold_noise_scale)
     probability = np.ones(z2.shape)
     for margin, result in zip(margins, outcome):
         first = [math.floor(2 * params.threshold + z) + 1 - margin for z in z2]
         passed = np.array([_tail(a, params.query_noise_scale) for a in first])
         probability = probability * (passed if result == "P" else 1 - passed)
-    total = weights * probability
-    return float(total.sum())
+    return float((weights * probability).sum())
 
 
 def test_guess_parameters_have_no_stability_term_and_far_fewer_models() -> None:
@@ -280,3 +278,25 @@ def test_audit_surface_runs_the_guess_gate() -> None:
     assert (codes[:, 2] == audit.REFUSED).all()
     with pytest.raises(PcqrError, match="gate='guess'"):
         audit.run_guess_gate(np.array([1]), np.array([1]), 1000, audit.subsamp_parameters(100.0, 0.1, 1, 10, 1000), 1)
+
+
+def test_sessions_registered_before_the_gates_still_match_the_ledger(tmp_path, thread_cluster_yaml) -> None:
+    """The ledger's digest of a session's fixed parameters: a stability/paper session registered
+    before `gate` and `profile` existed (its params without them) still matches; the same digest
+    does not match once the gate is edited, and a guess session's digest covers its guess."""
+    import dataclasses
+
+    from pcqr.pipeline.session.book import fixed_digests
+    from pcqr.pipeline.session.state import load_session
+
+    write_session_data(tmp_path, rows=2000, queries=10)
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--epsilon", "100",
+                 "--delta", "1e-3", "--cutoff", "5", "--subsamples", "20", "--profile", "paper",
+                 "--cluster", thread_cluster_yaml]) == 0
+    session = load_session(str(tmp_path / "st"))
+    digests = fixed_digests(session)
+    assert len(digests) == 3 and len(set(digests)) == 3  # now; before `gate`; before `profile` too
+    guess = dataclasses.replace(session, params=dataclasses.replace(session.params, gate="guess"),
+                                guess={"kind": "prior", "learner": None, "model": None})
+    assert not set(fixed_digests(guess)) & set(digests)
+    assert len(fixed_digests(guess)) == 1  # a guess session was never registered without its gate

@@ -85,13 +85,38 @@ def position_of(session: SessionState) -> Position:
                     session.last_hash)
 
 
+#: Parameters added after sessions were registered, with the value every earlier session has: a
+#: session whose parameter has that value may have been registered without it (issue 13).
+LATER_PARAMS = (("gate", "stability"), ("profile", "paper"))
+
+
 def fixed_digest(session: SessionState) -> str:
-    """SHA-256 of what is fixed at creation: the public parameters and the private randomness."""
+    """SHA-256 of what is fixed at creation: the public parameters and the private randomness
+    (and the guess gate's public guess, for sessions that have one)."""
+    return fixed_digests(session)[0]
+
+
+def fixed_digests(session: SessionState) -> list[str]:
+    """The digest registered now, then those a session with the same values registered before the
+    LATER_PARAMS existed (each dropped only while it holds the old value: nothing edited matches)."""
     record = session.to_dict()
     fixed = {name: record.get(name) for name in FIXED}
+    if session.guess is not None:
+        fixed["guess"] = session.guess
     fixed["key"] = session.sparse_vector.key.hex()
     thresholds = np.asarray(session.sparse_vector.thresholds, dtype="<i8").tobytes()
     fixed["thresholds"] = hashlib.sha256(thresholds).hexdigest()
+    digests = [_digest(fixed)]
+    params = dict(fixed["params"] or {})
+    for name, old in LATER_PARAMS:
+        if params.get(name) != old:
+            break
+        del params[name]
+        digests.append(_digest({**fixed, "params": dict(params)}))
+    return digests
+
+
+def _digest(fixed: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -234,7 +259,7 @@ def _check_known(row: dict[str, Any] | None, session: SessionState, state_dir: s
     if row["closed"] is not None:
         raise PcqrError(f"--state {state_dir}: session {session.session_id} was closed in the ledger {path} "
                         f"({row['closed']}); start a new session")
-    if row["fixed"] != fixed_digest(session) or int(row["cutoff"]) != session.params.cutoff:
+    if row["fixed"] not in fixed_digests(session) or int(row["cutoff"]) != session.params.cutoff:
         raise PcqrError(f"--state {state_dir}: its parameters or fixed randomness differ from those the ledger "
                         f"{path} registered for session {session.session_id} (edited state?)")
 

@@ -71,10 +71,15 @@ class GuessSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GuessSpec:
-        kind = data.get("kind")
+        kind = data.get("kind") if isinstance(data, dict) else None
         if kind not in (*GUESS_KINDS, "model"):
             raise PcqrError(f"the session's guess kind is {kind!r}, expected prior, student or model (edited state?)")
-        return cls(kind, data.get("learner"), data.get("model"))
+        learner, model = data.get("learner"), data.get("model")
+        if kind == "student" and not (isinstance(learner, dict) and isinstance(learner.get("name"), str)):
+            raise PcqrError("the session's student guess names no learner (edited state?)")
+        if kind == "model" and not (isinstance(model, dict) and isinstance(model.get("hypothesis"), dict)):
+            raise PcqrError("the session's model guess holds no released model (edited state?)")
+        return cls(kind, learner, model)
 
     @classmethod
     def parse(cls, guess: str, learner: str, learner_params: dict[str, Any], features: Sequence[str]) -> GuessSpec:

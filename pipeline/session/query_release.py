@@ -186,8 +186,7 @@ def release_answers(
     if session.params.gate == "guess":
         from pcqr.pipeline.session.public_guess import GuessSpec, Student
 
-        assert session.guess is not None
-        student = Student.from_log(GuessSpec.from_dict(session.guess), log_dir, session.features, session.next_batch,
+        student = Student.from_log(GuessSpec.from_dict(session.guess or {}), log_dir, session.features, session.next_batch,
                                    modules)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     if switch is not None and switch.due():

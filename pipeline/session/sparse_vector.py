@@ -196,7 +196,13 @@ class SparseVector:
         The same test as :meth:`process`, on the signed margin toward the public guess,
         ``margin = ct(g) - ct(1 - g) = 2 ct(g) - k`` in [-k, k] (sensitivity 2, like the gap: one
         record moves one vote). Passing (margin + Z1 > 2w + Z2) releases g(x) and costs nothing;
-        a bottom spends one of the T instances and releases 1 - g(x). With ``stop_at_bottom`` the
+        a bottom spends one of the T instances and releases 1 - g(x).
+
+        Guarantee: between two bottoms this is one AboveThreshold instance (Dwork-Roth Thm 3.23,
+        negated statistic) with threshold noise DLap(2 lambda) and query noise DLap(4 lambda) in gap
+        units, i.e. eps0 = 2/lambda -DP for g fixed by public information before each query is
+        tested; the released label is post-processing of its output and g, so no stability term
+        (docs/privacy.md, Mechanism 1b; tests/test_public_guess.py checks the exact ratio). With ``stop_at_bottom`` the
         run stops after the first bottom (the caller updates its guess from the released answer and
         calls again with the rest): only ``consumed`` queries are decided.
 

@@ -142,6 +142,10 @@ class SessionState:
     @classmethod
     def from_dict(cls, data: dict[str, Any], thresholds: np.ndarray) -> SessionState:
         """``thresholds``: the session's fixed thresholds, kept in THRESHOLDS_FILE (not the JSON)."""
+        gate = (data.get("params") or {}).get("gate", "stability")
+        if (gate == "guess") != (data.get("guess") is not None):
+            raise PcqrError(f"the session's gate is {gate!r} but it {'holds no' if gate == 'guess' else 'holds a'} "
+                            "public guess (edited state?)")
         return cls(
             params=SubSampParameters.from_dict(data["params"]),
             learner=data["learner"],
