@@ -7,7 +7,10 @@ regression, the non-private logistic regression). Features: the 6 numeric column
 PUBLIC constants (domain bounds, not statistics of the data: anything computed from the private rows
 would have to be paid for) and one-hot columns of the 8 categorical ones (categories listed from
 adult.names, public). For each eps and each (gate, profile, learner): ``pcqr answer --private``
-with ``--truth``: answered, accuracy of the answers, instances used; T = 20, m = 2,000,
+with ``--truth`` and ``--after-halt student`` (a logistic-regression student of the log answers
+what the halted session would refuse): the queries the gate answered and their accuracy, the
+instances used, the accuracy over all 2,000 (gate, then student), and the ``pcqr distill`` model
+file of the same student scored on the held-out rows; T = 20, m = 2,000,
 delta = 1e-6 (``--allow-private-overlap``: a few test rows of Adult have the same features as
 training rows -- different people, common profiles -- and the misuse guard says so). k: the guess gate's default; the stability gate's smallest useful k, but at least 5
 private rows per model (below that the learners are noise).
@@ -39,6 +42,8 @@ CUTOFF = 20
 LEARNERS = {"stump": ["--learner", "stump"],
             "logistic": ["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=10"]}
 SETTINGS = [("guess", "tight"), ("stability", "tight"), ("stability", "paper")]
+STUDENT = ["--after-halt", "student", "--student-learner", "sklearn.linear_model.LogisticRegression",
+           "--student-learner-param", "C=10", "--student-learner-param", "max_iter=2000"]
 MIN_ROWS_PER_MODEL = 5
 
 
@@ -113,21 +118,37 @@ def _baselines(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndar
     return out
 
 
-def _student(log_dir: Path, names: list[str], X_test: np.ndarray, y_test: np.ndarray) -> float | None:
-    """A logistic regression fitted on the public log's answered queries (post-processing; what
-    ``pcqr distill`` will release), scored on the held-out test rows."""
+def _scores(log_dir: Path, truth: np.ndarray, names: list[str], X_test: np.ndarray,
+            y_test: np.ndarray) -> dict[str, Any]:
+    """From the public log: the gate's answers (sources sparse_vector, guess, flipped) and their
+    accuracy, the accuracy over every query (gate, then student); and the student written by
+    ``pcqr distill`` (the same logistic regression), scored on the held-out rows."""
     import pyarrow.parquet as pq
-    from sklearn.linear_model import LogisticRegression
 
-    table = pq.read_table(log_dir)
-    answered = np.array(table.column("status").to_pylist()) == "answered"
-    if answered.sum() < 10:
-        return None
-    X = np.column_stack([table.column(n).to_numpy() for n in names])[answered]
-    y = table.column("answer").to_numpy(zero_copy_only=False)[answered].astype(int)
-    if len(set(y.tolist())) < 2:
-        return float(np.mean(y_test == y[0]))
-    return float(LogisticRegression(C=10, max_iter=2000).fit(X, y).score(X_test, y_test))
+    from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.models.released import load_model
+    from pcqr.pipeline.session.distillation import TEACHER_SOURCES, distill_log
+
+    table = pq.read_table(log_dir).sort_by("query_id")
+    source = table.column("source").to_numpy(zero_copy_only=False)
+    answered = table.column("status").to_numpy(zero_copy_only=False) == "answered"
+    answer = table.column("answer").to_numpy(zero_copy_only=False)
+    expected = truth[table.column("query_id").to_numpy()]
+    gate = answered & np.isin(source, TEACHER_SOURCES)
+    out: dict[str, Any] = {
+        "gate_answered": int(gate.sum()),
+        "gate_accuracy": float(np.mean(answer[gate] == expected[gate])) if gate.any() else None,
+        "all_answered": int(answered.sum()),
+        "accuracy_over_all_queries": float(np.mean(np.where(answered, answer, -1) == expected)),
+    }
+    try:
+        distill_log(str(log_dir), str(log_dir) + "-student.json", "sklearn.linear_model.LogisticRegression",
+                    {"C": 10, "max_iter": 2000})
+        model, _, _ = load_model(str(log_dir) + "-student.json")
+        out["distilled_student_accuracy"] = float(np.mean(model.predict(X_test) == y_test))
+    except PcqrError as exc:  # a log the gate never answered in
+        out["distilled_student_accuracy"] = f"none: {exc}"
+    return out
 
 
 def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
@@ -161,14 +182,14 @@ def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
                         work, label, "answer", "--private", "private", "--state", f"state-{label}", "--queries",
                         "queries", "--log", f"log-{label}", "--truth", "truth", "--epsilon", str(eps), "--delta",
                         "1e-6", "--cutoff", str(CUTOFF), "--queries-max", str(QUERIES), "--gate", gate,
-                        "--profile", profile, "--subsamples", str(k), *options, "--allow-private-overlap", "--cluster", cluster)
+                        "--profile", profile, "--subsamples", str(k), *options, *STUDENT, "--allow-private-overlap",
+                        "--cluster", cluster)
                     result["runs"].append({
                         "epsilon": eps, "gate": gate, "profile": profile, "learner": learner, "subsamples": k,
                         "rows_per_model": len(y) // k, "lambda": summary.get("lambda"),
-                        "threshold": summary.get("threshold"), "answered": summary.get("answered"),
-                        "accuracy_of_answers": summary.get("accuracy"), "instances_used": summary.get("budget_used"),
+                        "threshold": summary.get("threshold"), "instances_used": summary.get("budget_used"),
                         "proven": [summary.get("proven_epsilon"), summary.get("proven_delta")],
-                        "student_accuracy": _student(work / f"log-{label}", names, held_X, held_y),
+                        **_scores(work / f"log-{label}", truth, names, held_X, held_y),
                         "seconds": round(seconds, 1),
                     })
     return result

@@ -30,6 +30,12 @@ from pcqr.pipeline.session.state_lock import lock_state
 @click.option("--batch-size", type=int, default=AnswerOptions.batch_size, show_default=True, help="Queries per batch (one log file each).")
 @click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
 @click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+@click.option("--after-halt", type=click.Choice(["refuse", "student"]), default=AnswerOptions.after_halt, show_default=True,
+              help="After the T-th instance: refuse every later query, or answer it with a student fitted on the "
+              "answers the session released (post-processing of the public log: no budget; log source 'student').")
+@click.option("--student-learner", default=None, help="The after-halt student's learner (a name as --learner takes). "
+              "Default: the guess gate's student learner, else the session's --learner.")
+@click.option("--student-learner-param", multiple=True, help="key=value parameter of --student-learner (repeatable).")
 @allow_overlap_option
 @privacy_options
 @ledger_option

@@ -21,7 +21,7 @@ COMMANDS = {
     "run": ("run", "command"), "submit": ("submit", "command"), "demo": ("demo", "command"),
     "plan": ("plan", "command"), "learn": ("learn", "command"), "release": ("release", "command"),
     "budget": ("budget", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
-    "status": ("status", "command"),
+    "status": ("status", "command"), "distill": ("distill", "command"),
     "predict": ("learn", "predict_command"), "release-answer": ("release", "release_answer_command"),
 }
 
@@ -63,6 +63,7 @@ def pcqr() -> None:
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
       pcqr report --log answers --out report.html    # look at a session (pip install 'pcqr[report]')
       pcqr status --state st                         # the session's privacy odometer (read-only)
+      pcqr distill --log answers --out student.json  # a student of the log's answers (no budget)
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
     """
 

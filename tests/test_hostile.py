@@ -225,6 +225,12 @@ CASES = [
     case("answer-state-models-garbage", ANSWER, "models.npz", mutate=state_file("models.npz", lambda b: b"garbage")),
     case("answer-state-models-pickle", ANSWER, "models.pkl",
          mutate=lambda w: (state_file("models.pkl", lambda b: b"\x80\x04N.")(w), state_file("models.npz", lambda b: None)(w))),
+    case("answer-after-halt-unknown", ANSWER + " --after-halt guess", "'--after-halt'"),
+    case("answer-student-learner-without-after-halt", ANSWER + " --student-learner stump", "--student-learner"),
+    case("answer-student-learner-not-allowed", ANSWER + " --after-halt student --student-learner os.path.join",
+         "--learner 'os.path.join'"),
+    case("answer-student-learner-param-bad", ANSWER + " --after-halt student --student-learner "
+         "sklearn.linear_model.LogisticRegression --student-learner-param C=-1", "--learner", "C"),
     case("answer-log-answers-flipped", ANSWER, "batch-00000000.parquet", "altered",
          mutate=first_log_batch(flip_answers)),
     case("answer-log-batch-deleted", ANSWER, "--log", "batch files",
@@ -296,6 +302,19 @@ CASES = [
     case("learn-label-as-feature", LEARN.replace("x0", "label"), "label"),
     case("learn-threshold-two-features", LEARN.replace("x0", "x0,x1"), "--features"),
     case("learn-out-under-file", LEARN.replace("{new}/m.json", "{afile}/m.json"), "afile"),
+    # distill: the public log only
+    case("distill-log-missing", "distill --log {root}/nothing --out {new}/s.json", "nothing"),
+    case("distill-log-answers-flipped", "distill --log {log} --out {new}/s.json", "--log", "altered",
+         mutate=first_log_batch(flip_answers)),
+    case("distill-learner-not-portable", "distill --log {log} --out {new}/s.json --learner "
+         "sklearn.neighbors.KNeighborsClassifier", "--learner", "no plain public form"),
+    case("distill-learner-not-allowed", "distill --log {log} --out {new}/s.json --learner os.system", "--learner"),
+    case("distill-out-under-file", "distill --log {log} --out {afile}/s.json", "afile"),
+    case("predict-model-trees-loop", "predict {bad} {queries} --out {new}/p", "model.json", "children",
+         mutate=model_json(lambda d: d.__setitem__("hypothesis", {
+             "class": "trees", "combine": "vote", "base": 0.0, "scale": 1.0, "precision": "float64", "features": [0],
+             "trees": [{"feature": [0, 0], "threshold": [0.0, 0.0], "left": [1, 0], "right": [1, 0],
+                        "missing_left": [False, False], "value": [[0, 1], [1, 0]]}]}))),
     case("predict-model-missing", "predict {root}/nothing.json {queries} --out {new}/p", "nothing.json"),
     case("predict-model-not-json", "predict {bad} {queries} --out {new}/p", "model.json",
          mutate=lambda w: w.paths.__setitem__("bad", w.text("model.json", "{not json"))),
@@ -353,7 +372,7 @@ def test_the_table_is_large_and_covers_every_command() -> None:
     commands = {c.argv.split()[0] for c in CASES}
     assert len(CASES) >= 100 and len({c.id for c in CASES}) == len(CASES)
     assert {"generate", "train", "answer", "run", "submit", "demo", "plan", "learn", "predict", "release",
-            "release-answer", "budget", "replay"} <= commands
+            "release-answer", "budget", "replay", "distill"} <= commands
 
 
 def _param(c: Case) -> Any:

@@ -9,10 +9,12 @@ from pcqr.pipeline.hypotheses.base import Hypothesis, HypothesisClass
 from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
 from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
 from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
+from pcqr.pipeline.hypotheses.linear import LinearHypothesis
 from pcqr.pipeline.hypotheses.point import PointClass, PointHypothesis
 from pcqr.pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
 from pcqr.pipeline.hypotheses.stump import StumpClass
 from pcqr.pipeline.hypotheses.threshold import ThresholdClass, ThresholdHypothesis
+from pcqr.pipeline.hypotheses.trees import TreesHypothesis
 
 #: Names accepted by ``--hypothesis``.
 CLASSES: tuple[str, ...] = ("threshold", "interval", "point", "stump", "rectangle", "halfspace", "finite")
@@ -32,6 +34,8 @@ _FROM_DICT: dict[str, Callable[[dict[str, Any]], Hypothesis]] = {
     "point": PointHypothesis.from_dict,
     "rectangle": RectangleHypothesis.from_dict,
     "halfspace": HalfspaceHypothesis.from_dict,
+    "linear": LinearHypothesis.from_dict,  # distilled students (pcqr.pipeline.models.portable)
+    "trees": TreesHypothesis.from_dict,
 }
 
 

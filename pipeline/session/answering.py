@@ -105,6 +105,27 @@ def reopen_private(session: SessionState) -> Dataset | None:
     return private
 
 
+def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, learner: dict[str, Any],
+                       features: list[str], modules: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--after-halt``: None (refuse) or the student's learner, checked now (before any charge or
+    answer) on a small public sample, as ``--learner`` is."""
+    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+    from pcqr.pipeline.session.distillation import AFTER_HALT, student_learner
+
+    if answering.after_halt not in AFTER_HALT:
+        raise PcqrError(f"--after-halt {answering.after_halt!r}: expected one of {', '.join(AFTER_HALT)}")
+    if answering.after_halt == "refuse":
+        if answering.student_learner is not None or answering.student_learner_param:
+            raise PcqrError("--student-learner applies only with --after-halt student")
+        return None
+    params = parse_learner_params(answering.student_learner_param)
+    if params and answering.student_learner is None:
+        raise PcqrError("--student-learner-param needs --student-learner")
+    named = student_learner(learner, guess, answering.student_learner, params)
+    LearnerSpec(named["name"], dict(named.get("params") or {}), modules).check(len(features), 64)
+    return named
+
+
 def answer_stream(training: TrainingOptions, answering: AnswerOptions, connect: Connect,
                   reporter: Reporter = LOGGING) -> dict[str, Any]:
     """Answer one stream of queries through the session in ``training.state`` (creating it first
@@ -148,6 +169,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     if session is not None:  # verified before served: the log's whole hash chain, before anything else
         answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
+    student = after_halt_learner(answering, plan.guess.to_dict() if plan and plan.guess else
+                                 None if plan else session.guess,  # type: ignore[union-attr]
+                                 {"name": plan.learner.name, "params": plan.learner.params} if plan else
+                                 session.learner, features, learner_modules(training.cluster))  # type: ignore[union-attr]
     queries = open_matching(answering.queries, "queries", features, "the private features", answering.id_column)
     skip = resume_point(session, queries, reporter)
     truth = load_truth(answering.truth) if answering.truth else None
@@ -186,12 +211,16 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
                 skip=skip, book=book, index=answered, modules=learner_modules(training.cluster),
+                after_halt=student,
             )
-    if counts.halted:
+    if counts.halted and student is None:
         note(
             f"privacy budget spent: {session.params.cutoff} abstentions reached the cutoff T; "
-            "every later query of this session is refused"
+            "every later query of this session is refused (or answered by a student: --after-halt student)"
         )
+    elif counts.halted:
+        note(f"privacy budget spent: {session.params.cutoff} instances; later queries are answered by the student "
+             f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     summary: dict[str, Any] = {
         "answered": counts.answered,
         "abstained": counts.abstained,
@@ -199,6 +228,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         "released_model_answers": counts.released_model,
         "duplicates": counts.duplicates,
         **({"flipped": counts.flipped} if session.params.gate == "guess" else {}),
+        **({"student_answers": counts.student, "student_taught": counts.student_taught} if student else {}),
         "resumed_after": skip,
         "budget_used": session.sparse_vector.bottoms,
         "budget_spent": counts.halted,

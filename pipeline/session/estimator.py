@@ -76,6 +76,11 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     allow_private_overlap : bool
         ``predict`` refuses queries that are rows of the private data (pcqr's misuse guard:
         docs/privacy.md); True accepts them (as ``pcqr answer --allow-private-overlap``).
+    after_halt : {'refuse', 'student'}
+        As ``pcqr answer --after-halt``: 'student' answers every query after the T-th instance by a
+        student fitted on the answers already released (post-processing: no budget, no NaN).
+    student_learner : str, optional
+        The student's learner (default: the guess gate's student learner, else ``learner``).
 
     Attributes
     ----------
@@ -104,7 +109,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  learner_params: dict[str, Any] | None = None, state: str | None = None, log: str | None = None,
                  fallback_label: int | None = None, batch_size: int = AnswerOptions.batch_size,
                  cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
-                 insecure_seed: bool = False, allow_private_overlap: bool = False) -> None:
+                 insecure_seed: bool = False, allow_private_overlap: bool = False, after_halt: str = "refuse",
+                 student_learner: str | None = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.cutoff = cutoff
@@ -124,6 +130,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.seed = seed
         self.insecure_seed = insecure_seed
         self.allow_private_overlap = allow_private_overlap
+        self.after_halt = after_halt
+        self.student_learner = student_learner
 
     def fit(self, X: Any, y: Any) -> PrivateClassifier:
         """Create a session on the private rows ``X``, ``y`` (labels 0 or 1), charging the ledger.
@@ -191,7 +199,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         with Session.open(self.state_, cluster=self.cluster, ledger=self.ledger) as session:
             table = session.answer(queries, log=self.log_, batch_size=self.batch_size,
                                    fallback_label=self.fallback_label,
-                                   allow_private_overlap=self.allow_private_overlap)
+                                   allow_private_overlap=self.allow_private_overlap,
+                                   after_halt=self.after_halt, student_learner=self.student_learner)
         answers = np.full(X.shape[0], np.nan)
         ids = np.asarray(table.column("query_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         answers[ids] = table.column("answer").cast(pa.float64()).fill_null(np.nan).to_numpy()

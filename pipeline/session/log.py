@@ -9,7 +9,9 @@ abstained / refused), ``source`` (which path produced the answer:
 :mod:`pcqr.pipeline.mechanisms.universal` -- or ``duplicate`` -- the logged answer of an
 earlier identical query, see :mod:`pcqr.pipeline.session.answered` -- or, under ``--gate guess``,
 ``guess`` -- the public guess g(x), released at no cost -- or ``flipped`` -- 1 - g(x), released
-after the gate spent one of the T instances, see :mod:`pcqr.pipeline.session.public_guess`) and ``batch``. Its schema metadata carries
+after the gate spent one of the T instances, see :mod:`pcqr.pipeline.session.public_guess` -- or
+``student`` -- after the halt, the student distilled from the log's earlier answers, see
+:mod:`pcqr.pipeline.session.distillation`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -44,7 +46,8 @@ RELEASED_MODEL = "released_model"
 DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr.pipeline.session.answered)
 GUESS = "guess"  # the guess gate released the public guess g(x) (free)
 FLIPPED = "flipped"  # the guess gate spent an instance and released 1 - g(x)
-SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED)  # source codes 0 .. 4
+STUDENT = "student"  # after the halt: the student distilled from the log (post-processing, free)
+SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT)  # source codes 0 .. 5
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 

@@ -64,6 +64,9 @@ class AnswerOptions:
     fallback_label: int | None = None
     truth: str | None = None
     allow_private_overlap: bool = False
+    after_halt: str = "refuse"  # refuse | student (pcqr.pipeline.session.distillation)
+    student_learner: str | None = None  # None: the guess gate's student learner, else the session's
+    student_learner_param: tuple[str, ...] = ()
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> AnswerOptions:
@@ -72,8 +75,9 @@ class AnswerOptions:
 
 def _pick(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     picked = {f.name: values[f.name] for f in fields(cls) if f.name in values}
-    if "learner_param" in picked:
-        picked["learner_param"] = tuple(picked["learner_param"] or ())
+    for name in ("learner_param", "student_learner_param"):
+        if name in picked:
+            picked[name] = tuple(picked[name] or ())
     return picked
 
 

@@ -212,11 +212,12 @@ def odometer(session: SessionState) -> dict[str, Any]:
     """The privacy odometer (public: counts of released outcomes and public parameters): the
     sparse-vector instances used (c of T), the queries the coordinator tested per instance spent so
     far, and at that rate how many more the rest of the budget should test (None before the first
-    abstention: no rate yet). Repeats and h_priv's answers spend nothing and are not counted."""
+    abstention: no rate yet). Repeats, h_priv's and the after-halt student's answers spend nothing
+    and are not counted."""
     totals = session.totals
     used, cutoff = session.sparse_vector.bottoms, session.params.cutoff
     tested = (totals["answered"] - totals.get("duplicates", 0) - totals.get("released_model", 0)
-              + totals["abstained"])
+              - totals.get("student", 0) + totals["abstained"])
     rate = tested / used if used else None
     return {
         "instances_used": used,

@@ -161,7 +161,8 @@ class Student:
             ones = int(np.count_nonzero(y == 1))
             self._model = ConstantModel(1 if 2 * ones > y.size else 0)
         else:
-            self._model = fit_student(self.spec, np.concatenate(self._rows), y, self.modules)
+            assert self.spec.learner is not None
+            self._model = fit_student(self.spec.learner, np.concatenate(self._rows), y, self.modules)
         self.fits += 1
 
     @classmethod
@@ -196,13 +197,12 @@ class Student:
         return student
 
 
-def fit_student(spec: GuessSpec, X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
-    """The student's learner fitted on (X, y), deterministically: one class gives a constant model,
-    a learner with a ``random_state`` gets 0."""
+def fit_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
+    """The learner ``named`` ({"name", "params"}) fitted on (X, y), deterministically: one class gives
+    a constant model, a learner with a ``random_state`` gets 0. Public data only (a log's answers)."""
     from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample
 
-    assert spec.learner is not None
-    learner = LearnerSpec(spec.learner["name"], dict(spec.learner.get("params") or {}), modules)
+    learner = LearnerSpec(named["name"], dict(named.get("params") or {}), modules)
     estimator_params = learner.build().get_params()
     if "random_state" in estimator_params and estimator_params["random_state"] is None:
         learner = LearnerSpec(learner.name, {**learner.params, "random_state": 0}, modules)

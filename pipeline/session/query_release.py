@@ -32,6 +32,7 @@ from pcqr.pipeline.session.log import (
     RELEASED_MODEL,
     SOURCE_NAMES,
     SPARSE_VECTOR,
+    STUDENT,
     append_batch,
     batch_table,
     encode_batch,
@@ -48,8 +49,8 @@ from pcqr.pipeline.models.votes import Ensemble
 
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
-_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED = (
-    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED))
+_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED, _STUDENT = (
+    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT))
 
 
 @dataclass
@@ -60,6 +61,8 @@ class ReleaseCounts:
     released_model: int = 0  # of the answered: by h_priv (universal mode), at no privacy cost
     duplicates: int = 0  # of the answered: the logged answer of an earlier identical query
     flipped: int = 0  # of the answered (guess gate): 1 - g(x), each one of the T instances
+    student: int = 0  # of the answered: by the student after the halt (--after-halt student), free
+    student_taught: int | None = None  # the teacher answers the student learnt from (None: not fitted)
     batches: int = 0
     correct: int = 0
     evaluated: int = 0  # answered queries the truth covers
@@ -73,6 +76,7 @@ class ReleaseCounts:
         self.released_model += int(np.count_nonzero(source == _MODEL))
         self.duplicates += int(np.count_nonzero(source == _DUPLICATE))
         self.flipped += int(np.count_nonzero(source == _FLIPPED))
+        self.student += int(np.count_nonzero(source == _STUDENT))
         self.batches += 1
 
 
@@ -150,6 +154,39 @@ class UniversalSwitch:
         return None if self.at is None else max(0, self.at - self.session.processed)
 
 
+class AfterHalt:
+    """``--after-halt student``: the student distilled from the log answers the queries a halted
+    session would refuse (pcqr.pipeline.session.distillation: post-processing, free).
+
+    Fitted once, at the first query that needs it, on the teacher's answers of the committed log
+    plus those of the batch in hand before that query: all the teacher ever released, since it
+    releases nothing after the halt. A resumed run fits it again on the same rows, in the same order.
+    """
+
+    def __init__(self, learner: dict[str, Any], log_dir: str, features: list[str], modules: tuple[str, ...]):
+        self.learner, self.log_dir, self.features, self.modules = learner, log_dir, features, modules
+        self.model: Any = None
+        self.taught = 0  # teacher answers it learnt from (0: none to learn from, queries stay refused)
+        self.provenance: dict[str, Any] = {}
+
+    def fit(self, batches: int, X: np.ndarray, y: np.ndarray) -> None:
+        """Fit on the first ``batches`` log batches' teacher answers, then (X, y) from the batch in hand."""
+        from pcqr.pipeline.session.distillation import TeacherAnswers, fit_on_teacher, teacher_answers
+        from pcqr.pipeline.session.public_guess import STUDENT_ROWS
+
+        logged = teacher_answers(self.log_dir, self.features, batches)
+        room = max(0, STUDENT_ROWS - logged.y.size)
+        answers = TeacherAnswers(np.concatenate([logged.X, X[:room]]), np.concatenate([logged.y, y[:room]]),
+                                 logged.total + y.size)
+        self.taught = int(answers.y.size)
+        if self.taught:
+            self.model = fit_on_teacher(answers, self.learner, self.modules)
+        self.provenance = {"learner": self.learner, "teacher_answers": self.taught}
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.model.predict(X), dtype=np.int8)
+
+
 def release_answers(
     client: Client,
     session: SessionState,
@@ -168,11 +205,14 @@ def release_answers(
     book: SessionBook,
     index: AnsweredIndex | None = None,
     modules: tuple[str, ...] = (),
+    after_halt: dict[str, Any] | None = None,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
     keep the session's state. ``index``: the answered queries of the session's verified log
     (:func:`pcqr.pipeline.session.answered.index_from_log`; built here if not given).
+    ``after_halt``: the learner ({"name", "params"}) of the student that answers what the halted
+    session would refuse (:class:`AfterHalt`); None: refused.
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes). ``modules``: the operator's allowed learner modules
@@ -189,6 +229,7 @@ def release_answers(
         student = Student.from_log(GuessSpec.from_dict(session.guess or {}), log_dir, session.features, session.next_batch,
                                    modules)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
+    late = AfterHalt(after_halt, log_dir, session.features, modules) if after_halt is not None else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
     if index is None:
@@ -231,6 +272,8 @@ def release_answers(
         batch_provenance = provenance
         if switch is not None and switch.done and np.any(source == _MODEL):
             batch_provenance = {**provenance, "released_model": switch.provenance}
+        if late is not None and np.any(source == _STUDENT):
+            batch_provenance = {**batch_provenance, "student": late.provenance}
         batch = session.next_batch
         log = batch_table(table, id_column, features, status, label, batch, fallback_label, source)
         data = encode_batch(log, batch_provenance, session.last_hash)
@@ -268,7 +311,21 @@ def release_answers(
             status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
         elif fresh.any():
             guess_gate(feature_matrix(table, features, "query batch"), values, np.flatnonzero(fresh), status, label, source)
+        if late is not None and np.any(status == REFUSED):
+            student_answers(table, status, label, source)
         return status, label, source
+
+    def student_answers(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
+        """After the halt: the student answers what the session refuses (fitted at the first refusal)."""
+        assert late is not None
+        refused = np.flatnonzero(status == REFUSED)
+        X = feature_matrix(table, features, "query batch")
+        if not late.provenance:  # not fitted yet (fitted once; on no teacher answers it stays None)
+            before = np.arange(refused[0])
+            taught = before[(status[before] == ANSWERED) & np.isin(source[before], (_SPARSE, _GUESS, _FLIPPED))]
+            late.fit(session.next_batch, X[taught], label[taught])
+        if late.model is not None:
+            status[refused], label[refused], source[refused] = ANSWERED, late.predict(X[refused]), _STUDENT
 
     def guess_gate(X: np.ndarray, values: np.ndarray, fresh: np.ndarray, status: np.ndarray, label: np.ndarray,
                    source: np.ndarray) -> None:
@@ -329,6 +386,7 @@ def release_answers(
             release(table, values[start:end], kind, keys[start:end])
             start = end
     counts.halted = coordinator.halted and (switch is None or not switch.done)
+    counts.student_taught = late.taught if late is not None and late.provenance else None
     return counts
 
 
@@ -341,5 +399,8 @@ def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batc
         session.totals[name] += int(np.count_nonzero(status == code))
     for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates"), (_FLIPPED, FLIPPED)):
         session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
+    students = int(np.count_nonzero(source == _STUDENT))
+    if students or STUDENT in session.totals:  # only sessions whose student has answered show the key
+        session.totals[STUDENT] = session.totals.get(STUDENT, 0) + students
     if session.input is not None:
         session.input["done"] += len(status)

@@ -238,8 +238,7 @@ class Session:
         PcqrError
             One line naming the parameter, file or column; nothing is charged.
         """
-        params = tuple(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-                       for key, value in (learner_params or {}).items())
+        params = _param_items(learner_params)
         options = TrainingOptions(
             state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
             delta=delta, cutoff=cutoff, queries_max=queries_max, beta=beta, profile=profile, gate=gate, guess=guess,
@@ -312,7 +311,8 @@ class Session:
 
     def answer(self, queries: QueryInput, *, log: str | None = None, batch_size: int = AnswerOptions.batch_size,
                id_column: str | None = None, fallback_label: int | None = None, truth: str | None = None,
-               allow_private_overlap: bool = False) -> pa.Table:
+               allow_private_overlap: bool = False, after_halt: str = AnswerOptions.after_halt,
+               student_learner: str | None = None, student_learner_params: Mapping[str, Any] | None = None) -> pa.Table:
         """Answer a batch of queries privately; returns the answers as the public log records them.
 
         Each answer passes the session's sparse-vector coordinator and is committed to the public
@@ -337,6 +337,14 @@ class Session:
             Parquet of query_id + label: :attr:`last_summary` gets the answers' accuracy.
         allow_private_overlap : bool
             Accept queries that overlap a registered private dataset (see docs/privacy.md).
+        after_halt : {'refuse', 'student'}
+            As ``pcqr answer --after-halt``: after the T-th instance, refuse every query, or answer
+            it with a student fitted on the answers the session released (post-processing of the
+            public log, no budget; ``source`` is ``student``).
+        student_learner : str, optional
+            The student's learner (default: the guess gate's student learner, else the session's).
+        student_learner_params : mapping, optional
+            Its parameters.
 
         Returns
         -------
@@ -357,7 +365,9 @@ class Session:
             training = TrainingOptions(state=self.state, ledger=self.ledger, cluster=self.cluster)
             answering = AnswerOptions(queries=os.fspath(path), log_dir=log, id_column=id_column, batch_size=batch_size,
                                       fallback_label=fallback_label, truth=truth,
-                                      allow_private_overlap=allow_private_overlap)
+                                      allow_private_overlap=allow_private_overlap, after_halt=after_halt,
+                                      student_learner=student_learner,
+                                      student_learner_param=_param_items(student_learner_params))
             try:
                 self.last_summary = answer_stream(training, answering, self._connect, self.reporter)
             except PcqrError as refused:
@@ -470,6 +480,12 @@ def _claim(state: str) -> Iterator[None]:
     finally:
         with _OPEN_GUARD:
             _OPEN.discard(key)
+
+
+def _param_items(params: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Learner parameters as the command line's ``key=value`` items (parsed back the same way)."""
+    return tuple(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                 for key, value in (params or {}).items())
 
 
 def _as_table(queries: QueryInput, features: list[str]) -> pa.Table:

@@ -6,6 +6,7 @@ The Python API (docs/api.md):
   through the sparse-vector coordinator into a public log, look at the budget (``status()``).
 - :class:`SessionStatus` -- what ``Session.status()`` returns.
 - :class:`PrivateClassifier` -- the scikit-learn estimator over a session.
+- :func:`distill` -- a student of a session's public log, written as a model file (no budget).
 - :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
@@ -25,6 +26,7 @@ from pcqr.pipeline import __version__
 
 if TYPE_CHECKING:  # what the names below resolve to, for type checkers and readers
     from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.session.distillation import distill
     from pcqr.pipeline.session.estimator import PrivateClassifier
     from pcqr.pipeline.session.reporting import Reporter
     from pcqr.pipeline.session.session import Session, SessionStatus
@@ -32,12 +34,13 @@ if TYPE_CHECKING:  # what the names below resolve to, for type checkers and read
 _HOMES = {
     "PcqrError": "pcqr.pipeline.errors",
     "PrivateClassifier": "pcqr.pipeline.session.estimator",
+    "distill": "pcqr.pipeline.session.distillation",
     "Reporter": "pcqr.pipeline.session.reporting",
     "Session": "pcqr.pipeline.session.session",
     "SessionStatus": "pcqr.pipeline.session.session",
 }
 
-__all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__"]
+__all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__", "distill"]
 
 
 def __getattr__(name: str) -> Any:

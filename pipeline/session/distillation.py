@@ -1,0 +1,175 @@
+"""The student distilled from a public log (ALGORITHMS.md section 10; BTT18 Theorem 4.3; PATE's student).
+
+A learner fitted on the queries a session answered and the labels it released is a function of
+the public log only: post-processing of the session's (eps, delta)-DP output, so it costs no
+privacy and may answer any number of further queries. pcqr uses it twice:
+
+* ``pcqr answer --after-halt student``: once the session has spent its T instances, the queries it
+  would refuse are answered by the student (log source ``student``). The student is fitted, when the
+  first such query comes, on every answer the teacher released before it (log sources
+  ``sparse_vector``, ``guess`` and ``flipped``: the k models' answers through a gate; not
+  ``duplicate`` -- a repeat -- nor ``released_model`` or ``student`` answers), in log order, the
+  first STUDENT_ROWS of them. After the halt the teacher releases nothing more, so every run of the
+  session -- interrupted, resumed, in any batch size -- fits the same student on the same rows
+  (deterministically: pcqr.pipeline.session.public_guess.fit_student) and gives the same answers.
+* ``pcqr distill --log LOG``: the same student written as a public model file
+  (pcqr.pipeline.models.portable) that ``pcqr predict`` serves.
+
+Nothing here reads private data; the log is verified (its hash chain) before it is learnt from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pcqr.pipeline.data.datasets import feature_matrix
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session.log import FLIPPED, GUESS, SPARSE_VECTOR, batch_files
+from pcqr.pipeline.session.public_guess import STUDENT_ROWS, fit_student
+
+#: The log sources whose answers the teacher (the k models through a gate) released.
+TEACHER_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED)
+#: ``--after-halt``: what happens to the queries after the T-th instance (refused, or the student).
+AFTER_HALT = ("refuse", "student")
+
+
+@dataclass(frozen=True)
+class TeacherAnswers:
+    """The teacher's released answers of a log, in log order (at most STUDENT_ROWS)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    total: int  # all teacher answers in the log (more than len(y) past STUDENT_ROWS)
+
+
+def teacher_answers(log_dir: str, features: Sequence[str], batches: int | None = None) -> TeacherAnswers:
+    """The answered queries of the first ``batches`` batch files (all if None) whose source is the
+    teacher, and their released labels. The caller has verified the log."""
+    pieces_X: list[np.ndarray] = []
+    pieces_y: list[np.ndarray] = []
+    total = 0
+    for number, path in batch_files(log_dir):
+        if batches is not None and number >= batches:
+            break
+        table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
+        source = table.column("source").to_numpy(zero_copy_only=False)
+        status = table.column("status").to_numpy(zero_copy_only=False)
+        taught = (status == "answered") & np.isin(source, TEACHER_SOURCES)
+        count = int(np.count_nonzero(taught))
+        room = STUDENT_ROWS - sum(y.size for y in pieces_y)
+        if count and room > 0:
+            rows = np.flatnonzero(taught)[:room]
+            pieces_X.append(feature_matrix(table.take(rows), list(features), path))
+            pieces_y.append(table.column("answer").take(rows).to_numpy(zero_copy_only=False).astype(np.int8))
+        total += count
+    if not pieces_y:
+        return TeacherAnswers(np.zeros((0, len(features))), np.zeros(0, dtype=np.int8), total)
+    return TeacherAnswers(np.concatenate(pieces_X), np.concatenate(pieces_y), total)
+
+
+def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any], modules: tuple[str, ...] = ()) -> Any:
+    """The student: ``learner`` ({"name", "params"}) fitted on the teacher's answers (deterministic)."""
+    if answers.y.size == 0:
+        raise PcqrError("the log holds no answer released by the session's models: nothing to distil a student from")
+    return fit_student(learner, answers.X, answers.y, modules)
+
+
+def student_learner(session_learner: dict[str, Any], guess: dict[str, Any] | None,
+                    name: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """The learner of a session's after-halt student: ``name`` when given, else the guess gate's
+    student learner, else the session's own learner."""
+    if name is not None:
+        return {"name": name, "params": dict(params)}
+    if guess is not None and isinstance(guess.get("learner"), dict):
+        return dict(guess["learner"])
+    return {"name": session_learner["name"], "params": dict(session_learner.get("params") or {})}
+
+
+def distill_log(log_dir: str, out: str, learner: str | None = None, learner_params: dict[str, Any] | None = None,
+                modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``pcqr distill``: verify the public log, fit the student on its teacher answers, write it to
+    ``out`` as a released model file (pcqr.pipeline.models.portable). Returns the summary.
+
+    ``learner`` None: the session's after-halt default (the guess gate's student learner, else the
+    session's learner, both from the log's provenance). The file's privacy is the session's: a
+    post-processing of its log, it is covered by the session's (eps, delta) certificate and by nothing
+    more, and a log of seeded noise gives a model marked NOT PRIVATE.
+    """
+    from pcqr.pipeline.data.atomic import check_writable_file
+    from pcqr.pipeline.models.learners import LearnerSpec
+    from pcqr.pipeline.models.portable import portable
+    from pcqr.pipeline.models.released import model_record, write_model
+    from pcqr.pipeline.session.replay import verify_log
+
+    check_writable_file(out, "--out")
+    report = verify_log(log_dir)
+    if not report.ok:
+        raise PcqrError(f"--log {log_dir}: {report.problem} (pcqr replay {log_dir} shows every problem)")
+    provenance = report.provenance or {}
+    features = provenance.get("features")
+    if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)):
+        raise PcqrError(f"--log {log_dir}: its provenance names no feature columns")
+    session_learner = provenance.get("learner")
+    if learner is None and not (isinstance(session_learner, dict) and isinstance(session_learner.get("name"), str)):
+        raise PcqrError(f"--log {log_dir}: its provenance names no learner; give --learner")
+    guess = provenance.get("guess") if isinstance(provenance.get("guess"), dict) else None
+    named = student_learner(session_learner if isinstance(session_learner, dict) else {},
+                            guess if learner is None else None, learner, learner_params or {})
+    portable(LearnerSpec(named["name"], dict(named.get("params") or {}), modules).check(len(features), 64),
+             named["name"])  # a learner with no portable form is refused before the log is read
+    answers = teacher_answers(log_dir, features)
+    hypothesis = portable(fit_on_teacher(answers, named, modules), named["name"])
+    private = provenance.get("seeded") is False
+    record = model_record(
+        hypothesis, features, private,
+        mechanism="student distilled from a public log (post-processing: BTT18 Theorem 4.3)",
+        learner=named, teacher_answers=int(answers.y.size), log_sha256=report.last_sha256,
+        session_id=provenance.get("session_id"), epsilon=provenance.get("epsilon"), delta=provenance.get("delta"),
+    )
+    write_model(out, record)
+    return {"out": out, "learner": named["name"], "form": hypothesis.to_dict()["class"],
+            "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
+            "log": log_dir, "log_sha256": report.last_sha256, "session_id": provenance.get("session_id"),
+            "epsilon": provenance.get("epsilon"), "delta": provenance.get("delta"), "privacy": record["privacy"]}
+
+
+def distill(log: str, out: str, learner: str | None = None, learner_params: dict[str, Any] | None = None,
+            cluster: str | None = None) -> dict[str, Any]:
+    """Fit a student on the answers a session released and write it as a model file (``pcqr distill``).
+
+    Post-processing of the public log: no private data is read and no budget is spent; the model
+    is covered by the session's (eps, delta) certificate. ``pcqr predict`` (or
+    :func:`pcqr.pipeline.models.released.load_model`) serves it.
+
+    Parameters
+    ----------
+    log : str
+        The session's public log directory (its hash chain is verified first).
+    out : str
+        The model file to write (JSON, ``pcqr.released-classifier/1``).
+    learner : str, optional
+        'stump', 'threshold' or a scikit-learn classifier's dotted path with a plain public form
+        (linear models, trees, forests, gradient boosting: pcqr.pipeline.models.portable). Default:
+        the session's student learner.
+    learner_params : dict, optional
+        The learner's parameters.
+    cluster : str, optional
+        A cluster.yaml whose allowed learner modules apply (the fit runs here).
+
+    Returns
+    -------
+    dict
+        The summary ``pcqr distill --json`` prints: out, learner, form, teacher_answers, log_sha256,
+        epsilon, delta, privacy.
+
+    Examples
+    --------
+    >>> import pcqr                                                        # doctest: +SKIP
+    >>> pcqr.distill("answers", "student.json", "sklearn.linear_model.LogisticRegression")  # doctest: +SKIP
+    """
+    from pcqr.pipeline.data.cluster import learner_modules
+
+    return distill_log(log, out, learner, learner_params, learner_modules(cluster))
