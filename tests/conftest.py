@@ -97,3 +97,32 @@ def write_session_data(root: Path, rows: int = 20_000, queries: int = 2000) -> P
     write_parquet(str(root / "queries" / "p.parquet"),
                   {"query_id": np.arange(queries), **{k: v for k, v in q.items() if k != "label"}})
     return root
+
+
+def answer_two_ways(root: Path, capsys: pytest.CaptureFixture[str], cluster: str, train: list[str],
+                    answer: list[str]) -> tuple[list[dict], pa.Table]:
+    """Two seeded sessions trained alike (``pcqr train`` + ``train``), asked the same 2,000 queries:
+    "one" in two calls (1,200 then 800, batch sizes 500 then 300: the second rebuilds whatever it
+    keeps from the log), "two" in one call (batch size 700). Asserts that the two logs agree row for
+    row (query_id, answer, status, source); returns the answer summaries and the second log."""
+    import json
+
+    from pcqr.jobs.cli import main
+
+    write_session_data(root, rows=20_000, queries=2000)
+    both = pq.read_table(root / "queries")
+    for name, rows in (("qa", both.slice(0, 1200)), ("qb", both.slice(1200))):
+        write_parquet(str(root / name / "p.parquet"), {c: rows.column(c).to_numpy() for c in rows.column_names})
+    for state in ("one", "two"):
+        assert main(["train", "--private", str(root / "private"), "--state", str(root / state), "--seed", "5",
+                     "--insecure-seed", "--cluster", cluster, *train]) == 0
+    capsys.readouterr()
+    for state, queries, log, size in (("one", "qa", "log1", 500), ("one", "qb", "log1", 300),
+                                      ("two", "queries", "log2", 700)):
+        assert main(["answer", "--state", str(root / state), "--queries", str(root / queries), "--log",
+                     str(root / log), "--cluster", cluster, "--json", "--batch-size", str(size), *answer]) == 0
+    summaries = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    logs = [pq.read_table(root / log).sort_by("query_id") for log in ("log1", "log2")]
+    for column in ("query_id", "answer", "status", "source"):
+        assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
+    return summaries, logs[1]

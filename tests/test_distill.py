@@ -27,7 +27,7 @@ from pcqr.pipeline.session.distillation import teacher_answers
 from pcqr.pipeline.session.log import SOURCE_NAMES, append_batch, batch_table, encode_batch, sha256
 from pcqr.pipeline.session.replay import verify_log
 from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED
-from tests.conftest import write_parquet, write_session_data
+from tests.conftest import answer_two_ways, write_session_data
 
 LEARNERS = [
     LogisticRegression(), LinearSVC(), RidgeClassifier(), SGDClassifier(random_state=0), StumpLearner(),
@@ -167,11 +167,6 @@ def test_the_student_learns_only_what_the_teacher_released(tmp_path) -> None:
     assert teacher_answers(str(tmp_path / "log"), ["x0"], batches=1).X[:, 0].tolist() == [0.0, 2.0]
 
 
-def _answer(root: Path, state: str, queries: str, log: str, cluster: str, *extra: str) -> None:
-    assert main(["answer", "--state", str(root / state), "--queries", str(root / queries), "--log",
-                 str(root / log), "--cluster", cluster, "--json", "--after-halt", "student", *extra]) == 0
-
-
 def test_after_halt_student_answers_the_rest_deterministically_and_distills(tmp_path, capsys,
                                                                                thread_cluster_yaml) -> None:
     """A guess-gate session with T = 5 halts early in the stream; the student answers every later
@@ -179,33 +174,19 @@ def test_after_halt_student_answers_the_rest_deterministically_and_distills(tmp_
     the second refits the student from the log) gives the same log, row for row, as in one call
     (batch size 700). ``pcqr distill`` of the log with the same learner predicts exactly the
     student's answers; ``pcqr predict`` serves the file."""
-    write_session_data(tmp_path, rows=20_000, queries=2000)
-    both = pq.read_table(tmp_path / "queries")
-    for name, rows in (("qa", both.slice(0, 1200)), ("qb", both.slice(1200))):
-        write_parquet(str(tmp_path / name / "p.parquet"), {c: rows.column(c).to_numpy() for c in rows.column_names})
-    for state in ("one", "two"):
-        assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / state), "--epsilon",
-                     "1", "--cutoff", "5", "--gate", "guess", "--seed", "5", "--insecure-seed",
-                     "--cluster", thread_cluster_yaml]) == 0
-    capsys.readouterr()
-    _answer(tmp_path, "one", "qa", "log1", thread_cluster_yaml, "--batch-size", "500")
-    _answer(tmp_path, "one", "qb", "log1", thread_cluster_yaml, "--batch-size", "300")
-    _answer(tmp_path, "two", "queries", "log2", thread_cluster_yaml, "--batch-size", "700")
-    summaries = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-    logs = [pq.read_table(tmp_path / log).sort_by("query_id") for log in ("log1", "log2")]
-    for column in ("query_id", "answer", "status", "source"):
-        assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
-    source = logs[1].column("source").to_numpy(zero_copy_only=False)
+    summaries, log = answer_two_ways(tmp_path, capsys, thread_cluster_yaml,
+                                     ["--epsilon", "1", "--cutoff", "5", "--gate", "guess"], ["--after-halt", "student"])
+    source = log.column("source").to_numpy(zero_copy_only=False)
     student = source == "student"
-    assert set(logs[1].column("status").to_pylist()) == {"answered"}
+    assert set(log.column("status").to_pylist()) == {"answered"}
     assert 1500 < student.sum() and set(source[~student]) <= {"guess", "flipped"}
     assert np.flatnonzero(~student).max() < np.flatnonzero(student).min()  # the student only after the halt
     last = summaries[-1]
     assert last["budget_used"] == 5 and last["budget_spent"] and last["student_answers"] == student.sum()
     assert last["student_taught"] == (~student).sum() and last["odometer"]["queries_tested"] == (~student).sum()
     assert summaries[1]["student_answers"] == 800 and summaries[1]["budget_used"] == 5
-    truth = (logs[1].column("x0").to_numpy() > 0.1).astype(int)
-    assert (logs[1].column("answer").to_numpy()[student] == truth[student]).mean() > 0.97
+    truth = (log.column("x0").to_numpy() > 0.1).astype(int)
+    assert (log.column("answer").to_numpy()[student] == truth[student]).mean() > 0.97
     assert verify_log(str(tmp_path / "log2")).ok
 
     assert main(["distill", "--log", str(tmp_path / "log2"), "--out", str(tmp_path / "s.json"), "--json"]) == 0
@@ -213,8 +194,8 @@ def test_after_halt_student_answers_the_rest_deterministically_and_distills(tmp_
     assert distilled["learner"] == "stump" and distilled["teacher_answers"] == (~student).sum()
     assert distilled["privacy"].startswith("NOT PRIVATE")  # the session's noise was seeded
     hypothesis, features, record = load_model(str(tmp_path / "s.json"))
-    X = np.column_stack([logs[1].column(f).to_numpy() for f in features])
-    np.testing.assert_array_equal(hypothesis.predict(X[student]), logs[1].column("answer").to_numpy()[student])
+    X = np.column_stack([log.column(f).to_numpy() for f in features])
+    np.testing.assert_array_equal(hypothesis.predict(X[student]), log.column("answer").to_numpy()[student])
     assert record["log_sha256"] == verify_log(str(tmp_path / "log2")).last_sha256
     assert main(["predict", str(tmp_path / "s.json"), str(tmp_path / "queries"), "--out", str(tmp_path / "pred"),
                  "--cluster", thread_cluster_yaml]) == 0

@@ -3,12 +3,9 @@ privacy at small k (exact), the student's determinism, and the command line end 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
@@ -19,7 +16,7 @@ from pcqr.pipeline.privacy.subsamp import GUESS_DISAGREEMENT, SubSampParameters
 from pcqr.pipeline.session.public_guess import YOUNG, GuessSpec, Student, refit_points
 from pcqr.pipeline.session.replay import verify_log
 from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
-from tests.conftest import P_FAIL, threshold_data, write_parquet, write_session_data
+from tests.conftest import P_FAIL, answer_two_ways, threshold_data, write_session_data
 
 
 def small_guess_params(cutoff: int = 1) -> SubSampParameters:
@@ -188,15 +185,7 @@ def test_prior_guesses_the_more_frequent_released_label() -> None:
     assert student.guess(X).tolist() == [0] * 5
 
 
-def _answer(root: Path, state: str, queries: str, log: str, cluster: str, *extra: str) -> None:
-    assert main(["answer", "--state", str(root / state), "--queries", str(root / queries), "--log",
-                 str(root / log), "--cluster", cluster, "--json", *extra]) == 0
-
-
-def _train(root: Path, state: str, cluster: str, *extra: str) -> None:
-    assert main(["train", "--private", str(root / "private"), "--state", str(root / state), "--epsilon", "1",
-                 "--cutoff", "20", "--queries-max", "10000", "--gate", "guess", "--seed", "5", "--insecure-seed",
-                 "--cluster", cluster, *extra]) == 0
+TRAIN = ["--epsilon", "1", "--cutoff", "20", "--queries-max", "10000", "--gate", "guess"]
 
 
 def test_guess_gate_end_to_end_is_deterministic_across_calls_and_batches(tmp_path, capsys, thread_cluster_yaml) -> None:
@@ -204,30 +193,16 @@ def test_guess_gate_end_to_end_is_deterministic_across_calls_and_batches(tmp_pat
     calls (the second with another batch size, so it rebuilds the student from the log), the other
     A and B in one call. The logs' answers and sources agree row for row; every answer is given,
     flips equal the instances spent and the log verifies."""
-    write_session_data(tmp_path, rows=20_000, queries=2000)
-    both = pq.read_table(tmp_path / "queries")
-    for name, rows in (("qa", both.slice(0, 1200)), ("qb", both.slice(1200))):
-        write_parquet(str(tmp_path / name / "p.parquet"), {c: rows.column(c).to_numpy() for c in rows.column_names})
-    write_parquet(str(tmp_path / "qab" / "p.parquet"), {c: both.column(c).to_numpy() for c in both.column_names})
-    for state in ("one", "two"):
-        _train(tmp_path, state, thread_cluster_yaml)
-    capsys.readouterr()
-    _answer(tmp_path, "one", "qa", "log1", thread_cluster_yaml, "--batch-size", "500")
-    _answer(tmp_path, "one", "qb", "log1", thread_cluster_yaml, "--batch-size", "300")
-    _answer(tmp_path, "two", "qab", "log2", thread_cluster_yaml, "--batch-size", "700")
-    summaries = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-    logs = [pq.read_table(tmp_path / log).sort_by("query_id") for log in ("log1", "log2")]
-    for column in ("query_id", "answer", "status", "source"):
-        assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
-    source = logs[1].column("source").to_numpy(zero_copy_only=False)
-    assert set(logs[1].column("status").to_pylist()) == {"answered"}
+    summaries, log = answer_two_ways(tmp_path, capsys, thread_cluster_yaml, TRAIN, [])
+    source = log.column("source").to_numpy(zero_copy_only=False)
+    assert set(log.column("status").to_pylist()) == {"answered"}
     assert set(source) <= {"guess", "flipped"}
     last = summaries[-1]
     assert last["gate"] == "guess" and last["guess"] == "student" and last["delta_stability"] == 0.0
     assert last["flipped"] == int(np.count_nonzero(source == "flipped")) == last["budget_used"] < 20
     assert summaries[0]["flipped"] + summaries[1]["flipped"] == last["flipped"]
-    truth = (logs[1].column("x0").to_numpy() > 0.1).astype(int)
-    assert (logs[1].column("answer").to_numpy() == truth).mean() > 0.99
+    truth = (log.column("x0").to_numpy() > 0.1).astype(int)
+    assert (log.column("answer").to_numpy() == truth).mean() > 0.99
     assert verify_log(str(tmp_path / "log2")).ok
 
 
