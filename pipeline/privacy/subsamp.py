@@ -147,6 +147,22 @@ class DeltaTerms:
         return total_delta(asdict(self))
 
 
+def _check_request(epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
+                   subsamples: int | None, threshold: float | None, enforce_limits: bool = True) -> None:
+    """Every constructor's checks of the requested values, before any calibration."""
+    check_epsilon_delta(epsilon, delta)
+    check_queries_max(queries_max)
+    check_fraction(beta, "--beta")
+    check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold, enforce_limits)
+
+
+def _check_exact_cutoff(cutoff: int) -> None:
+    """The tight profile certifies the T-fold composition exactly only up to EXACT_MAX_COUNT."""
+    if cutoff > EXACT_MAX_COUNT:
+        raise PcqrError(f"--cutoff {cutoff}: --profile tight certifies at most T = {EXACT_MAX_COUNT:,} instances "
+                        "exactly; use a smaller --cutoff or --profile paper")
+
+
 @dataclass(frozen=True)
 class SubSampParameters:
     """Every parameter of one A_SubSamp session (all public)."""
@@ -180,10 +196,7 @@ class SubSampParameters:
         k and w; refused (one line) unless the whole (eps, delta) is certified and, with
         ``enforce_limits`` (always, but for ``pcqr plan``'s report of the paper's values), unless the
         session fits pcqr.pipeline.privacy.limits."""
-        check_epsilon_delta(epsilon, delta)
-        check_queries_max(queries_max)
-        check_fraction(beta, "--beta")
-        check_subsamp_options(epsilon, delta, cutoff, subsamples, threshold, enforce_limits)
+        _check_request(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, enforce_limits)
         lam = paper_lambda(epsilon, delta, cutoff)
         k = _paper_subsamples(lam, queries_max, cutoff, delta, beta)
         params = cls(
@@ -235,9 +248,7 @@ class SubSampParameters:
         optimal composition at the best share of delta, the paper's k at that lambda, the smallest
         certifiable w (or the given k and w, refused unless certified)."""
         paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)  # every check
-        if cutoff > EXACT_MAX_COUNT:
-            raise PcqrError(f"--cutoff {cutoff}: --profile tight certifies at most T = {EXACT_MAX_COUNT:,} instances "
-                            "exactly; use a smaller --cutoff or --profile paper")
+        _check_exact_cutoff(cutoff)
         best: SubSampParameters | None = None
         best_models = math.inf
         for share in TIGHT_SHARES:
@@ -277,17 +288,12 @@ class SubSampParameters:
         between g and 1 - g)."""
         if profile not in PROFILES:
             raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-        check_epsilon_delta(epsilon, delta)
-        check_queries_max(queries_max)
-        check_fraction(beta, "--beta")
-        check_subsamp_options(epsilon, delta, cutoff, subsamples, None)
+        _check_request(epsilon, delta, cutoff, queries_max, beta, subsamples, None)
         if threshold is not None and subsamp_limit_problem(1.0, 1, threshold, signed=True) is not None:
             raise PcqrError(f"--threshold must be a number in [-{MAX_THRESHOLD:g}, {MAX_THRESHOLD:g}] under the guess "
                             f"gate, got {threshold}")
         if profile == "tight":
-            if cutoff > EXACT_MAX_COUNT:
-                raise PcqrError(f"--cutoff {cutoff}: --profile tight certifies at most T = {EXACT_MAX_COUNT:,} "
-                                "instances exactly; use a smaller --cutoff or --profile paper")
+            _check_exact_cutoff(cutoff)
             lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, cutoff)
         else:
             lam = paper_lambda(epsilon, delta, cutoff)

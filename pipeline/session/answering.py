@@ -169,10 +169,13 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     if session is not None:  # verified before served: the log's whole hash chain, before anything else
         answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
-    student = after_halt_learner(answering, plan.guess.to_dict() if plan and plan.guess else
-                                 None if plan else session.guess,  # type: ignore[union-attr]
-                                 {"name": plan.learner.name, "params": plan.learner.params} if plan else
-                                 session.learner, features, learner_modules(training.cluster))  # type: ignore[union-attr]
+    if plan is not None:  # the new session's guess and learner, as session.json will hold them
+        guess = plan.guess.to_dict() if plan.guess is not None else None
+        learner: dict[str, Any] = {"name": plan.learner.name, "params": plan.learner.params}
+    else:
+        assert session is not None
+        guess, learner = session.guess, session.learner
+    student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
     queries = open_matching(answering.queries, "queries", features, "the private features", answering.id_column)
     skip = resume_point(session, queries, reporter)
     truth = load_truth(answering.truth) if answering.truth else None

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from pcqr.pipeline.data.datasets import feature_matrix
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GUESS, SPARSE_VECTOR, batch_files
+from pcqr.pipeline.session.log import FLIPPED, GUESS, SPARSE_VECTOR, released_rows
 from pcqr.pipeline.session.public_guess import STUDENT_ROWS, fit_student
 
 #: The log sources whose answers the teacher (the k models through a gate) released.
@@ -50,21 +48,14 @@ def teacher_answers(log_dir: str, features: Sequence[str], batches: int | None =
     teacher, and their released labels. The caller has verified the log."""
     pieces_X: list[np.ndarray] = []
     pieces_y: list[np.ndarray] = []
-    total = 0
-    for number, path in batch_files(log_dir):
-        if batches is not None and number >= batches:
-            break
-        table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
-        source = table.column("source").to_numpy(zero_copy_only=False)
-        status = table.column("status").to_numpy(zero_copy_only=False)
-        taught = (status == "answered") & np.isin(source, TEACHER_SOURCES)
-        count = int(np.count_nonzero(taught))
-        room = STUDENT_ROWS - sum(y.size for y in pieces_y)
-        if count and room > 0:
-            rows = np.flatnonzero(taught)[:room]
-            pieces_X.append(feature_matrix(table.take(rows), list(features), path))
-            pieces_y.append(table.column("answer").take(rows).to_numpy(zero_copy_only=False).astype(np.int8))
-        total += count
+    kept = total = 0
+    for X, y, _ in released_rows(log_dir, list(features), TEACHER_SOURCES, batches):
+        room = STUDENT_ROWS - kept
+        if room > 0:
+            pieces_X.append(X[:room])
+            pieces_y.append(y[:room])
+            kept += min(room, y.size)
+        total += y.size
     if not pieces_y:
         return TeacherAnswers(np.zeros((0, len(features))), np.zeros(0, dtype=np.int8), total)
     return TeacherAnswers(np.concatenate(pieces_X), np.concatenate(pieces_y), total)

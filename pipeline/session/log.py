@@ -158,3 +158,21 @@ def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
             "as its public sample (is a batch file missing?)"
         )
     return np.concatenate(pieces)
+
+
+def released_rows(log_dir: str, features: list[str], sources: tuple[str, ...],
+                  batches: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For each batch file (the first ``batches``; all if None), in order, its answered rows whose
+    ``source`` is one of ``sources``: (features, released labels as int8, source names). Batches
+    with no such row are skipped. Public data only; verify the log first."""
+    for number, path in batch_files(log_dir):
+        if batches is not None and number >= batches:
+            break
+        table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
+        source = table.column("source").to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero((table.column("status").to_numpy(zero_copy_only=False) == "answered")
+                              & np.isin(source, sources))
+        if rows.size:
+            picked = table.take(rows)
+            yield (feature_matrix(picked, features, path),
+                   picked.column("answer").to_numpy(zero_copy_only=False).astype(np.int8), source[rows])

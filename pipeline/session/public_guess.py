@@ -31,11 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from pcqr.pipeline.data.datasets import feature_matrix
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GUESS, batch_path
+from pcqr.pipeline.session.log import FLIPPED, GUESS, released_rows
 
 #: The guess kinds of ``--guess`` (or a path to a released model file).
 GUESS_KINDS = ("prior", "student")
@@ -173,17 +171,8 @@ class Student:
         student = cls(spec, modules)
         if spec.kind == "model":
             return student
-        for batch in range(batches):
-            path = batch_path(log_dir, batch)
-            table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
-            source = table.column("source").to_numpy(zero_copy_only=False)
-            status = table.column("status").to_numpy(zero_copy_only=False)
-            released = (status == "answered") & ((source == GUESS) | (source == FLIPPED))
-            if not released.any():
-                continue
-            X = feature_matrix(table, list(features), path)[released]
-            labels = table.column("answer").to_numpy(zero_copy_only=False)[released].astype(np.int8)
-            flips = source[released] == FLIPPED
+        for X, labels, source in released_rows(log_dir, list(features), (GUESS, FLIPPED), batches):
+            flips = source == FLIPPED
             start = 0  # replay the live loop's chunks: each ends at a refit point or a young flip
             while start < labels.size:
                 room = student.room()

@@ -307,19 +307,20 @@ def release_answers(
         label = logged.copy()
         source = np.where(found, _DUPLICATE, _SPARSE if student is None else _GUESS).astype(np.int8)
         fresh = ~found
+        X = None  # the batch's features, converted once if the guess gate or the student needs them
         if fresh.any() and student is None:
             status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
         elif fresh.any():
-            guess_gate(feature_matrix(table, features, "query batch"), values, np.flatnonzero(fresh), status, label, source)
+            X = feature_matrix(table, features, "query batch")
+            guess_gate(X, values, np.flatnonzero(fresh), status, label, source)
         if late is not None and np.any(status == REFUSED):
-            student_answers(table, status, label, source)
+            student_answers(feature_matrix(table, features, "query batch") if X is None else X, status, label, source)
         return status, label, source
 
-    def student_answers(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
+    def student_answers(X: np.ndarray, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
         """After the halt: the student answers what the session refuses (fitted at the first refusal)."""
         assert late is not None
         refused = np.flatnonzero(status == REFUSED)
-        X = feature_matrix(table, features, "query batch")
         if not late.provenance:  # not fitted yet (fitted once; on no teacher answers it stays None)
             before = np.arange(refused[0])
             taught = before[(status[before] == ANSWERED) & np.isin(source[before], (_SPARSE, _GUESS, _FLIPPED))]
