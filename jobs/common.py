@@ -104,7 +104,7 @@ def privacy_options(func: F) -> F:
                      help="Agnostic and universal modes: target excess error alpha."),
         click.option("--epsilon", type=float, default=TrainingOptions.epsilon, show_default=True, help="Privacy parameter eps of the whole session."),
         click.option("--delta", type=float, default=TrainingOptions.delta, show_default=True, help="Privacy parameter delta, in (0, 1)."),
-        click.option("--cutoff", "cutoff", type=int, default=TrainingOptions.cutoff, show_default=True, help="T: abstentions allowed before the session halts."),
+        click.option("--cutoff", "cutoff", type=int, default=TrainingOptions.cutoff, show_default=True, help="T: abstentions (--gate guess: flipped answers) allowed before the session halts; --gate gnmax halts after --queries-max answers instead."),
         click.option("--queries-max", type=int, default=TrainingOptions.queries_max, show_default=True, help="m: the most queries the session will answer "
                      "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),
         click.option("--beta", type=float, default=TrainingOptions.beta, show_default=True, help="Failure probability beta (enters k)."),
@@ -113,12 +113,14 @@ def privacy_options(func: F) -> F:
                      "realizable mode) = the exact optimal composition of the T sparse-vector instances "
                      "(Kairouz-Oh-Viswanath), about 2.5x less noise for the same (eps, delta); 'paper' = Algorithm 5 "
                      "exactly (the default, and the only profile, in agnostic and universal modes)."),
-        click.option("--gate", type=click.Choice(["stability", "guess"]), default=None,
-                     help="What the sparse vector tests (realizable mode). 'stability' (the default): Algorithm 5's "
-                     "distance to instability, releasing the majority label (w pays for it: delta_stab). 'guess': "
-                     "the votes' margin toward a PUBLIC guess g(x) (--guess); g(x) is released free, and when the "
+        click.option("--gate", type=click.Choice(["stability", "guess", "gnmax"]), default=None,
+                     help="How the k votes are released (realizable mode). 'stability' (the default): Algorithm 5's "
+                     "sparse vector on the distance to instability, releasing the majority label (w pays for it: delta_stab). 'guess': "
+                     "the sparse vector on the votes' margin toward a PUBLIC guess g(x) (--guess); g(x) is released free, and when the "
                      "models disagree one of the T instances is spent and 1 - g(x) released: no stability term, "
-                     "every query answered until T disagreements."),
+                     "every query answered until T disagreements. 'gnmax': PATE's Gaussian noisy argmax: every one of "
+                     "the first --queries-max queries gets the noisy majority (Renyi DP, no --cutoff, no --threshold), "
+                     "then the session halts; best with many models and a bounded stream."),
         click.option("--guess", default=None, metavar="prior|student|MODEL.json",
                      help="The guess gate's g(x): 'student' (the default) = the --learner refitted on the answers "
                      "already released (post-processing of the public log); 'prior' = the more frequent released "

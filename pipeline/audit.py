@@ -12,6 +12,8 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
   (:meth:`pcqr.pipeline.session.sparse_vector.SparseVector.create` and ``.process``).
 * :func:`run_guess_gate` -- the public-guess gate (``--gate guess``) on given vote counts and
   fixed public guesses, likewise (``.process_guess``): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
+* :func:`run_gnmax` -- the Gaussian noisy argmax (``--gate gnmax``) on given vote counts, likewise
+  (:class:`pcqr.pipeline.session.noisy_argmax.NoisyArgmax`): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
 * :func:`exponential_selection` -- independent draws of the exponential mechanism
   (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
@@ -78,7 +80,9 @@ def subsamp_parameters(
     profile : 'paper' (Algorithm 5 as written; the default here, as before the profiles) or
         'tight' (the CLI's default in realizable mode: the exact optimal composition).
     gate : 'stability' (Algorithm 5's test; the default) or 'guess' (the public-guess gate: run it
-        with :func:`run_guess_gate`; w may then be negative, default 0).
+        with :func:`run_guess_gate`; w may then be negative, default 0) or 'gnmax' (the Gaussian noisy
+        argmax: run it with :func:`run_gnmax`; needs profile='tight' and threshold None; ``cutoff`` is
+        not used: the session halts after ``queries_max`` answers).
 
     Returns
     -------
@@ -136,6 +140,47 @@ def run_guess_gate(
     return codes
 
 
+def run_gnmax(
+    ones: np.ndarray,
+    subsamples: int,
+    params: SubSampParameters,
+    sessions: int,
+    noise: NoiseSource | None = None,
+) -> np.ndarray:
+    """The Gaussian noisy argmax (``--gate gnmax``) on the same queries in ``sessions`` independent
+    fresh sessions (each with its own secret key: fresh per-query noise).
+
+    Parameters
+    ----------
+    ones : array of int, shape (q,)
+        ct(1) of each query, in [0, subsamples].
+    subsamples : int
+        k.
+    params : SubSampParameters
+        From :func:`subsamp_parameters` with ``gate='gnmax'``.
+    sessions, noise
+        As :func:`run_sparse_vector`.
+
+    Returns
+    -------
+    np.ndarray of int8, shape (sessions, q)
+        ANSWERED_0 / ANSWERED_1 (the noisy majority) or REFUSED (after m answers). Never abstains.
+    """
+    from pcqr.pipeline.session.noisy_argmax import NoisyArgmax
+
+    votes = _vote_counts(ones, subsamples)
+    if params.gate != "gnmax":
+        raise PcqrError("params: run_gnmax needs parameters made with gate='gnmax'")
+    if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
+        raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
+    source = noise if noise is not None else SecureNoise()
+    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
+    for row in range(int(sessions)):
+        status, label = NoisyArgmax.create(params, source).process(votes, subsamples)
+        codes[row] = np.where(status == _ANSWERED, label, REFUSED)
+    return codes
+
+
 def run_sparse_vector(
     ones: np.ndarray,
     subsamples: int,
@@ -165,6 +210,9 @@ def run_sparse_vector(
         The codes of the module docstring.
     """
     votes = _vote_counts(ones, subsamples)
+    if params.gate != "stability":
+        raise PcqrError(f"params: run_sparse_vector runs the stability gate; use run_{params.gate.replace('guess', 'guess_gate')} "
+                        f"for gate={params.gate!r}")
     if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
         raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
     source = noise if noise is not None else SecureNoise()

@@ -232,3 +232,21 @@ def check_training_size(subsamples: int, parts: int, source: str) -> None:
                         f"counts table ({parts:,} x {subsamples:,} int64s) is above the limit of {MAX_SPLIT_CELLS:,} "
                         f"cells (1 GiB; pcqr.pipeline.privacy.limits.MAX_SPLIT_CELLS); the largest --subsamples that fits is "
                         f"{MAX_SPLIT_CELLS // parts:,}")
+
+
+def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: float) -> str | None:
+    """Why a gnmax session cannot run (one clause naming the limit), or None: its Gaussian table
+    (scale sigma / sqrt(2), pcqr.pipeline.privacy.noise.DiscreteGaussianTail) within MAX_TAIL_ENTRIES, and
+    the fields it does not use as the gate sets them (T = m, w = 0; an edited state otherwise)."""
+    from pcqr.pipeline.privacy.gnmax import count_sigma
+    from pcqr.pipeline.privacy.noise import gaussian_tail_span
+
+    if cutoff != queries_max or threshold != 0:
+        return f"gnmax gate has T = {cutoff:,} and w = {threshold:g}; it needs T = m = {queries_max:,} and w = 0"
+    if not (math.isfinite(sigma) and sigma > 0):
+        return f"sigma = {sigma:.4g} is not a positive number"
+    entries = gaussian_tail_span(count_sigma(sigma)) + 2 if sigma < 1e12 else math.inf
+    if entries > MAX_TAIL_ENTRIES:
+        return (f"sigma = {sigma:.4g} needs a noise table of {entries:,} entries, above the limit of "
+                f"{MAX_TAIL_ENTRIES:,} (pcqr.pipeline.privacy.limits.MAX_TAIL_ENTRIES)")
+    return None

@@ -46,6 +46,17 @@ to charge only clear disagreements with g; default 0, GUESS_DISAGREEMENT: the no
 default k is the smallest at which a unanimous query that agrees with g is charged with
 probability at most min(1/2, T / 4m) at w = 0 (:meth:`SubSampParameters.useful_subsamples`).
 
+A third gate, ``gnmax`` (ALGORITHMS.md section 10; :mod:`pcqr.pipeline.privacy.gnmax`), is not a sparse
+vector: every one of at most m queries gets the noisy majority, ct(1) + Z > k/2 with Z a discrete
+Gaussian of scale sigma / sqrt(2) (PATE's Gaussian noisy argmax over two labels, per-label scale
+sigma), and the session halts after m answers. Each answer is 1/sigma^2 -zCDP, m compose to
+m/sigma^2 -zCDP, converted to (eps, delta) by the tight conversion. Its parameters reuse the fields:
+``lam`` holds sigma, ``cutoff`` = ``queries_max`` = m (each answer is one "instance": the odometer
+counts answers), ``threshold`` is 0 and unused; ``delta_stability`` is 0 (the released label is the
+mechanism's own output) and ``delta_composition`` is the conversion's delta. Its default k is the
+smallest at which a query that GNMAX_AGREEMENT of the models agree on gets their label with
+probability at least GNMAX_CORRECT. Only ``--profile tight``: Algorithm 5 has no such gate.
+
 A run whose eps or summed delta exceeds the request, by any amount, is refused before
 anything is read; a --threshold that does not fit is refused with the smallest one that does.
 So is a run the machine cannot hold (:meth:`SubSampParameters.check_limits`, the bounds of
@@ -60,9 +71,11 @@ from typing import Any, Mapping
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import (
-    MAX_COUNT, MAX_THRESHOLD, MAX_EPSILON, MIN_PROBABILITY, check_subsamp_options, count_range, paper_lambda, subsamp_limit_problem,
+    MAX_COUNT, MAX_THRESHOLD, MAX_EPSILON, MIN_PROBABILITY, check_overrides, check_subsamp_options, count_range,
+    gnmax_limit_problem, paper_lambda, subsamp_limit_problem,
 )
 from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
+from pcqr.pipeline.privacy.gnmax import calibrate_sigma, gnmax_guarantee
 from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pcqr.pipeline.privacy.noise): its bits differ
@@ -72,7 +85,11 @@ _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53
 #: The profiles: how lambda, k and w are computed and the composition is certified.
 PROFILES = ("tight", "paper")
 #: The gates: what the sparse vector tests (module docstring).
-GATES = ("stability", "guess")
+GATES = ("stability", "guess", "gnmax")
+#: The gnmax gate's default k: a query on which this share of the k models agree ...
+GNMAX_AGREEMENT = 0.75
+#: ... gets their label with at least this probability (the smallest such k).
+GNMAX_CORRECT = 0.95
 #: The guess gate's default k: a unanimous query that agrees with the guess is charged with
 #: probability at most min(1/2, T / (GUESS_SPARE m)): a 1/GUESS_SPARE share of T for such noise.
 GUESS_SPARE = 4
@@ -225,6 +242,8 @@ class SubSampParameters:
         (``--gate``: ``stability`` or ``guess``)."""
         if gate == "guess":
             return cls.guess(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        if gate == "gnmax":
+            return cls.gnmax(profile, epsilon, delta, queries_max, beta, subsamples, threshold)
         if gate != "stability":
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {gate!r}")
         if profile == "paper":
@@ -312,6 +331,50 @@ class SubSampParameters:
         params.certify()
         return params
 
+    @classmethod
+    def gnmax(
+        cls,
+        profile: str,
+        epsilon: float,
+        delta: float,
+        queries_max: int,
+        beta: float,
+        subsamples: int | None = None,
+        threshold: float | None = None,
+    ) -> SubSampParameters:
+        """The Gaussian noisy argmax's parameters (module docstring): sigma the smallest that the tight
+        RDP conversion certifies for m answers at GUESS_COMPOSITION_SHARE of delta (the rest covers the
+        sampler), k the smallest useful one unless given. No threshold: refused if given."""
+        if profile != "tight":
+            raise PcqrError(f"--profile {profile}: --gate gnmax is certified by Renyi DP only (--profile tight); "
+                            "--profile paper reproduces Algorithm 5's stability gate")
+        if threshold is not None:
+            raise PcqrError(f"--threshold {threshold:g}: --gate gnmax has no threshold (each answer is the noisy "
+                            "majority); leave --threshold out")
+        check_epsilon_delta(epsilon, delta)
+        check_queries_max(queries_max)
+        check_fraction(beta, "--beta")
+        check_overrides(subsamples, None)
+        sigma = calibrate_sigma(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta,
+                                queries_max)
+        params = cls(
+            epsilon=epsilon, delta=delta, beta=beta, cutoff=queries_max, queries_max=queries_max, lam=sigma,
+            subsamples=subsamples if subsamples is not None else 1, threshold=0.0,
+            subsamples_source="gnmax_useful" if subsamples is None else "override", threshold_source="not_used",
+            profile="tight", gate="gnmax",
+        )
+        if subsamples is None:
+            params = replace(params, subsamples=params.useful_subsamples())
+        params.certify()
+        return params
+
+    @property
+    def sigma(self) -> float:
+        """The gnmax gate's per-label Gaussian scale (held in ``lam``)."""
+        if self.gate != "gnmax":
+            raise AttributeError("sigma: only the gnmax gate has a Gaussian scale (the sparse vector's is lam)")
+        return self.lam
+
     @property
     def threshold_noise_scale(self) -> float:
         """Scale of the threshold noise in gap units (2 x Lap(lambda) on dist = gap/2)."""
@@ -325,7 +388,10 @@ class SubSampParameters:
     def _composition(self) -> tuple[float, float, float]:
         """(eps, delta_composition, delta_sampler); the sampler term is inf when e^eps is not a float
         (such an eps is above every request, MAX_EPSILON, and is refused)."""
-        if self.profile == "tight":
+        if self.gate == "gnmax":
+            delta = GUESS_COMPOSITION_SHARE * self.delta
+            eps = gnmax_guarantee(self.lam, self.queries_max, delta)[0]
+        elif self.profile == "tight":
             eps0 = math.nextafter(2.0 / self.lam, math.inf)  # each instance is 2/lambda -DP, never understated
             eps = tight_epsilon(self.epsilon, self.delta, self.queries_max)
             delta = optimal_delta(eps0, self.cutoff, eps)
@@ -339,7 +405,7 @@ class SubSampParameters:
     def delta_terms(self) -> DeltaTerms:
         """Each term of the run's delta; see the module docstring."""
         _, composition, sampler = self._composition()
-        if self.gate == "guess":  # the released label is a function of the sparse vector's output and public g
+        if self.gate in ("guess", "gnmax"):  # the released label is the mechanism's output (and public g)
             return DeltaTerms(composition, 0.0, sampler)
         stab = stability_delta(self.threshold, self.cutoff, self.query_noise_scale, self.threshold_noise_scale)
         return DeltaTerms(composition, stab, sampler)
@@ -388,6 +454,11 @@ class SubSampParameters:
         check_epsilon_delta(self.epsilon, self.delta)
         check_queries_max(self.queries_max)
         check_fraction(self.beta, "--beta")
+        if self.gate == "gnmax":
+            problem = gnmax_limit_problem(self.lam, self.cutoff, self.queries_max, self.threshold)
+            if problem is not None:
+                raise PcqrError(f"the session's {problem}")
+            return
         problem = subsamp_limit_problem(self.lam, self.cutoff, self.threshold, signed=self.gate == "guess")
         if problem is not None:
             raise PcqrError(f"the session's {problem}")
@@ -402,10 +473,12 @@ class SubSampParameters:
         if enforce_limits:
             self.check_limits()
         self.check_composition()
-        if self.gate == "guess":
+        if self.gate == "gnmax" and self.profile != "tight":
+            raise PcqrError(f"--profile {self.profile}: --gate gnmax is certified by Renyi DP only (--profile tight)")
+        if self.gate in ("guess", "gnmax"):
             if self.guarantee()[1] > self.delta:  # composition and sampler alone: check_composition's margin
                 raise PcqrError(f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
-                                f"the guess gate's delta {self.guarantee()[1]:.4g} exceeds the request")
+                                f"the {self.gate} gate's delta {self.guarantee()[1]:.4g} exceeds the request")
             return
         if self.guarantee()[1] > self.delta:
             smallest = self.smallest_threshold()
@@ -416,7 +489,10 @@ class SubSampParameters:
             )
 
     def unanimous_abstention(self) -> float:
-        """P(a unanimous query, gap = k, is answered bottom) by a fresh instance (about)."""
+        """P(a unanimous query, gap = k, is answered bottom) by a fresh instance (about); 0 under gnmax,
+        which never abstains."""
+        if self.gate == "gnmax":
+            return 0.0
         answered = answer_probability(self.subsamples, self.threshold, self.query_noise_scale,
                                       self.threshold_noise_scale)
         return max(0.0, 1.0 - answered)
@@ -426,6 +502,10 @@ class SubSampParameters:
         min(1/2, T/m): then m unanimous queries fit in the T abstentions, in expectation. (Guess
         gate: a unanimous query that agrees with the guess is charged with probability at most
         min(1/2, T/(GUESS_SPARE m)), leaving most of T for the guess's mistakes.)"""
+        if self.gate == "gnmax":  # a GNMAX_AGREEMENT majority gets its label w.p. >= GNMAX_CORRECT
+            return max(1, smallest_integer(
+                lambda k: replace(self, subsamples=k).majority_kept(math.ceil(GNMAX_AGREEMENT * k)) >= GNMAX_CORRECT,
+                start=16))
         spare = GUESS_SPARE if self.gate == "guess" else 1
         target = min(0.5, self.cutoff / (spare * self.queries_max))
 
@@ -434,8 +514,28 @@ class SubSampParameters:
             start=2 * math.ceil(self.threshold),
         ))
 
+    def majority_kept(self, agreeing: int) -> float:
+        """gnmax: the probability that a query on which ``agreeing`` of the k models agree gets their
+        label (the smaller of the two labels' cases: ties go to 0), from the sampler's own table."""
+        from pcqr.pipeline.privacy.gnmax import count_sigma
+        from pcqr.pipeline.privacy.noise import DiscreteGaussianTail
+
+        tail = DiscreteGaussianTail(count_sigma(self.lam))
+        k = self.subsamples
+        ones = tail.probability(k // 2 + 1 - agreeing)  # label 1, ct(1) = agreeing: Z >= k//2 + 1 - ct(1)
+        zeros = 1.0 - tail.probability(k // 2 + 1 - (k - agreeing))  # label 0, ct(1) = k - agreeing
+        return min(ones, zeros)
+
     def usefulness_warning(self) -> str | None:
         """One line when k / 2 is not comfortably above w plus the noise, else None."""
+        if self.gate == "gnmax":
+            kept = self.majority_kept(self.subsamples)
+            if kept >= GNMAX_CORRECT:
+                return None
+            return (f"k = {self.subsamples} models is too few for sigma = {self.lam:.4g}: even a unanimous query gets "
+                    f"the models' label with probability only {kept:.2f}; k >= {self.useful_subsamples()} would give "
+                    f"a {GNMAX_AGREEMENT:g} majority its label {GNMAX_CORRECT:.0%} of the time "
+                    f"(for eps {self.epsilon:g}, delta {self.delta:g}, m {self.queries_max})")
         abstain = self.unanimous_abstention()
         if abstain <= 0.5:
             return None

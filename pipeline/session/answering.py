@@ -216,13 +216,15 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 skip=skip, book=book, index=answered, modules=learner_modules(training.cluster),
                 after_halt=student,
             )
+    spent = (f"m = {session.params.cutoff} noisy-majority answers" if session.params.gate == "gnmax" else
+             f"{session.params.cutoff} abstentions reached the cutoff T")
     if counts.halted and student is None:
         note(
-            f"privacy budget spent: {session.params.cutoff} abstentions reached the cutoff T; "
+            f"privacy budget spent: {spent}; "
             "every later query of this session is refused (or answered by a student: --after-halt student)"
         )
     elif counts.halted:
-        note(f"privacy budget spent: {session.params.cutoff} instances; later queries are answered by the student "
+        note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     summary: dict[str, Any] = {
         "answered": counts.answered,

@@ -25,11 +25,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GUESS, SPARSE_VECTOR, released_rows
+from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SPARSE_VECTOR, released_rows
 from pcqr.pipeline.session.public_guess import STUDENT_ROWS, fit_student
 
 #: The log sources whose answers the teacher (the k models through a gate) released.
-TEACHER_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED)
+TEACHER_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)
 #: ``--after-halt``: what happens to the queries after the T-th instance (refused, or the student).
 AFTER_HALT = ("refuse", "student")
 

@@ -50,9 +50,10 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         k, the number of subsample models (default: Algorithm 5's k at the profile's lambda).
     profile : {'tight', 'paper'}, optional
         As ``pcqr train --profile`` (default: tight).
-    gate : {'stability', 'guess'}, optional
+    gate : {'stability', 'guess', 'gnmax'}, optional
         As ``pcqr train --gate`` (default: stability). Under 'guess' every query gets an answer
-        until T disagreements with the public guess.
+        until T disagreements with the public guess; under 'gnmax' each of the first
+        ``queries_max`` queries gets the Gaussian noisy majority.
     guess : str, optional
         As ``pcqr train --guess``: 'student' (the default for the guess gate), 'prior' or a released
         model file.

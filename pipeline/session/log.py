@@ -11,7 +11,8 @@ earlier identical query, see :mod:`pcqr.pipeline.session.answered` -- or, under 
 ``guess`` -- the public guess g(x), released at no cost -- or ``flipped`` -- 1 - g(x), released
 after the gate spent one of the T instances, see :mod:`pcqr.pipeline.session.public_guess` -- or
 ``student`` -- after the halt, the student distilled from the log's earlier answers, see
-:mod:`pcqr.pipeline.session.distillation`) and ``batch``. Its schema metadata carries
+:mod:`pcqr.pipeline.session.distillation` -- or, under ``--gate gnmax``, ``gnmax`` -- the Gaussian
+noisy majority, one of the m answers, see :mod:`pcqr.pipeline.session.noisy_argmax`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -47,7 +48,8 @@ DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr
 GUESS = "guess"  # the guess gate released the public guess g(x) (free)
 FLIPPED = "flipped"  # the guess gate spent an instance and released 1 - g(x)
 STUDENT = "student"  # after the halt: the student distilled from the log (post-processing, free)
-SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT)  # source codes 0 .. 5
+GNMAX = "gnmax"  # the Gaussian noisy argmax released the noisy majority (one of the m answers)
+SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT, GNMAX)  # source codes 0 .. 6
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 

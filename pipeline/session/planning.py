@@ -28,7 +28,7 @@ from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.options import TrainingOptions
 from pcqr.pipeline.session.public_guess import GuessSpec
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
-from pcqr.pipeline.session.sparse_vector import SparseVector
+from pcqr.pipeline.session.noisy_argmax import new_coordinator
 from pcqr.pipeline.session.state import SessionState, has_session
 
 if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
@@ -74,6 +74,9 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
         options.beta, options.subsamples, options.threshold, options.gate or "stability",
     )
+    if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
+        raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
+                        f"--queries-max answers ({options.queries_max}); leave --cutoff out")
     check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
     from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
@@ -171,7 +174,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
             ensemble = train_models_on(
                 client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
             )
-    coordinator = SparseVector.create(plan.params, plan.noise)  # draws the key and all T thresholds
+    coordinator = new_coordinator(plan.params, plan.noise)  # draws the key (and the sparse vector's T thresholds)
     session = SessionState(
         params=plan.params,
         learner={
@@ -213,7 +216,7 @@ def odometer(session: SessionState) -> dict[str, Any]:
     sparse-vector instances used (c of T), the queries the coordinator tested per instance spent so
     far, and at that rate how many more the rest of the budget should test (None before the first
     abstention: no rate yet). Repeats, h_priv's and the after-halt student's answers spend nothing
-    and are not counted."""
+    and are not counted. Under ``--gate gnmax`` every answer is an instance and T = m."""
     totals = session.totals
     used, cutoff = session.sparse_vector.bottoms, session.params.cutoff
     tested = (totals["answered"] - totals.get("duplicates", 0) - totals.get("released_model", 0)
@@ -240,7 +243,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "beta": p.beta,
         "profile": p.profile,
         "gate": p.gate,
-        "lambda": p.lam,
+        **({"sigma": p.lam} if p.gate == "gnmax" else {"lambda": p.lam}),
         "subsamples": p.subsamples,
         "subsamples_source": p.subsamples_source,
         "threshold": p.threshold,

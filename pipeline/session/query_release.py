@@ -28,6 +28,7 @@ from pcqr.pipeline.session.evaluation import score
 from pcqr.pipeline.session.log import (
     DUPLICATE,
     FLIPPED,
+    GNMAX,
     GUESS,
     RELEASED_MODEL,
     SOURCE_NAMES,
@@ -43,14 +44,15 @@ from pcqr.pipeline.session.query_batches import (
     LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
+from pcqr.pipeline.session.noisy_argmax import coordinator as session_coordinator
 from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pcqr.pipeline.session.state import SessionState, save_session
 from pcqr.pipeline.models.votes import Ensemble
 
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
-_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED, _STUDENT = (
-    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT))
+_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED, _STUDENT, _GNMAX = (
+    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT, GNMAX))
 
 
 @dataclass
@@ -221,7 +223,7 @@ def release_answers(
     assert session.log_dir is not None
     log_dir: str = session.log_dir
     parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
-    coordinator = SparseVector(session.params, session.sparse_vector)
+    coordinator = session_coordinator(session.params, session.sparse_vector)
     student = None
     if session.params.gate == "guess":
         from pcqr.pipeline.session.public_guess import GuessSpec, Student
@@ -305,7 +307,8 @@ def release_answers(
         found, logged = index.lookup(keys)
         status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
         label = logged.copy()
-        source = np.where(found, _DUPLICATE, _SPARSE if student is None else _GUESS).astype(np.int8)
+        source = np.where(found, _DUPLICATE, _GNMAX if session.params.gate == "gnmax" else
+                          _SPARSE if student is None else _GUESS).astype(np.int8)
         fresh = ~found
         X = None  # the batch's features, converted once if the guess gate or the student needs them
         if fresh.any() and student is None:
@@ -323,7 +326,7 @@ def release_answers(
         refused = np.flatnonzero(status == REFUSED)
         if not late.provenance:  # not fitted yet (fitted once; on no teacher answers it stays None)
             before = np.arange(refused[0])
-            taught = before[(status[before] == ANSWERED) & np.isin(source[before], (_SPARSE, _GUESS, _FLIPPED))]
+            taught = before[(status[before] == ANSWERED) & np.isin(source[before], (_SPARSE, _GUESS, _FLIPPED, _GNMAX))]
             late.fit(session.next_batch, X[taught], label[taught])
         if late.model is not None:
             status[refused], label[refused], source[refused] = ANSWERED, late.predict(X[refused]), _STUDENT
@@ -341,6 +344,7 @@ def release_answers(
             room = student.room()
             take = fresh[pos:] if room is None else fresh[pos : pos + room]
             guess = student.guess(X[take])
+            assert isinstance(coordinator, SparseVector)  # the guess gate runs the sparse vector
             got, released, used = coordinator.process_guess(values[take], guess, ensemble.size, student.young)
             rows = take[:used]
             status[rows], label[rows] = got, released

@@ -18,7 +18,8 @@ fault at a time, on
 * file ``N - 1`` otherwise: its bytes differ from those file ``N`` vouched for.
 
 A log whose chain is intact can still break its session's budget: the abstentions it holds may not
-exceed the cutoff T its provenance states (A_SubSamp halts at T), which is checked from the log alone.
+exceed the cutoff T its provenance states (A_SubSamp halts at T; the gnmax gate's T is m, one per
+answer), which is checked from the log alone.
 
 The last file has no successor to vouch for it: an alteration of it, or the
 loss of any number of batches after it, cannot be seen from the log alone. The
@@ -39,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
+from pcqr.pipeline.session.log import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
 ANSWER_TYPES: dict[str, pa.DataType] = {
@@ -97,7 +98,7 @@ class _Batch:
     prev: bytes | None = None
     provenance: dict[str, Any] | None = None
     held: int | None = None  # the value of its batch column, when it has a single one
-    abstained: int = 0  # instances spent: rows with status "abstained" or source "flipped"
+    abstained: int = 0  # instances spent: rows with status "abstained" or source "flipped" or "gnmax"
     fault: str | None = None  # the first problem found in the file alone
 
 
@@ -292,9 +293,9 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
     bad = sorted({str(s) for s in status} - set(STATUSES))
     if bad:
         return f"{altered}: its status column holds {bad[0]!r}"
-    # instances spent: abstentions, and the guess gate's flipped answers
+    # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers
     batch.abstained = int(np.count_nonzero(status == "abstained")) + int(
-        np.count_nonzero(table.column("source").to_numpy(zero_copy_only=False) == FLIPPED))
+        np.count_nonzero(np.isin(table.column("source").to_numpy(zero_copy_only=False), (FLIPPED, GNMAX))))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
     if np.any((known != 0) & (known != 1)):
@@ -425,7 +426,7 @@ def _cutoff_problems(reference: dict[str, Any] | None, batches: dict[int, _Batch
     for n, b in sorted(batches.items()):
         total += b.abstained
         if total > cutoff:
-            return [(n, f"batch {n} exceeds the session's budget: the log holds {total} abstentions (or flipped answers) by its end, "
+            return [(n, f"batch {n} exceeds the session's budget: the log holds {total} abstentions (or flipped or gnmax answers) by its end, "
                         f"more than the cutoff T = {cutoff} of its provenance (a halted session re-opened?)")]
     return []
 

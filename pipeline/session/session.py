@@ -193,18 +193,21 @@ class Session:
             How lambda, k and w are computed and the composition certified (``--profile``): 'tight'
             (the default in realizable mode) by the exact optimal composition of the T instances,
             'paper' by Algorithm 5 as written (the only one in agnostic and universal modes).
-        gate : {'stability', 'guess'}, optional
-            What the sparse vector tests (``--gate``, realizable mode): 'stability' (the default),
+        gate : {'stability', 'guess', 'gnmax'}, optional
+            How the votes are released (``--gate``, realizable mode): 'stability' (the default),
             Algorithm 5's distance to instability, releasing the majority label; 'guess', the votes'
             margin toward a public guess g(x), releasing g(x) free or, spending one of the T
-            instances, 1 - g(x): no stability term, every query answered until T disagreements.
+            instances, 1 - g(x): no stability term, every query answered until T disagreements;
+            'gnmax', PATE's Gaussian noisy argmax: each of the first ``queries_max`` queries gets the
+            noisy majority (Renyi DP; ``cutoff`` and ``threshold`` do not apply), then it halts.
         guess : str, optional
             The guess gate's g (``--guess``): 'student' (the default: the learner refitted on the
             answers already released), 'prior' (the more frequent released label) or the path of a
             released model file.
         subsamples : int, optional
             k, the number of subsample models (default: Algorithm 5's k; the guess gate's: the
-            smallest k at which a unanimous query agreeing with g is rarely charged).
+            smallest k at which a unanimous query agreeing with g is rarely charged; gnmax's: the
+            smallest at which a 3/4 majority gets its label 95% of the time).
         threshold : float, optional
             w, the stability threshold: a privacy parameter (default: the smallest certifiable).
             Under the guess gate any w in [0, MAX_THRESHOLD] is certifiable (default 0).

@@ -182,7 +182,7 @@ class SparseVector:
         status : int8 array (ANSWERED, ABSTAINED, REFUSED)
         label : int8 array, the majority label where answered (else 0)
         """
-        ones = _checked_votes(ones, subsamples)
+        ones = checked_votes(ones, subsamples)
         label = (2 * ones > subsamples).astype(np.int8)
         gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
         status, _ = self._run(gap, 0, subsamples, stop_at_bottom=False)
@@ -214,7 +214,7 @@ class SparseVector:
 
         The charged queries are those with ``status == ANSWERED`` and ``label != guess``.
         """
-        ones = _checked_votes(ones, subsamples)
+        ones = checked_votes(ones, subsamples)
         guess = np.asarray(guess)
         if guess.shape != ones.shape or (guess.size and not np.isin(guess, (0, 1)).all()):
             raise ValueError("guess must hold one 0/1 label per query")
@@ -325,7 +325,7 @@ class SparseVector:
         return i, True
 
 
-def _checked_votes(ones: np.ndarray, subsamples: int) -> np.ndarray:
+def checked_votes(ones: np.ndarray, subsamples: int) -> np.ndarray:
     """ct(1) per query as int64, refused unless every count lies in [0, k]."""
     ones = np.asarray(ones, dtype=np.int64)
     if ones.size and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):

@@ -189,7 +189,7 @@ def save_session(state_dir: str, session: SessionState) -> None:
 
 
 def load_thresholds(state_dir: str, cutoff: int) -> np.ndarray:
-    """The session's T fixed thresholds (a plain int64 .npy, never unpickled)."""
+    """The session's T fixed thresholds (a plain int64 .npy, never unpickled; none for the gnmax gate)."""
     path = os.path.join(state_dir, THRESHOLDS_FILE)
     try:
         thresholds = np.load(path, allow_pickle=False)
@@ -208,7 +208,8 @@ def load_session(state_dir: str) -> SessionState:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         fixed = "key" in data["sparse_vector"]  # else from_dict refuses: the state predates the key
-        thresholds = load_thresholds(state_dir, int(data["params"]["cutoff"])) if fixed else np.zeros(0, np.int64)
+        drawn = 0 if data["params"].get("gate") == "gnmax" else int(data["params"]["cutoff"])  # gnmax: no thresholds
+        thresholds = load_thresholds(state_dir, drawn) if fixed else np.zeros(0, np.int64)
         session = SessionState.from_dict(data, thresholds)
     except FileNotFoundError:
         raise PcqrError(f"--state {state_dir}: no session here (run 'pcqr train' first, or pass --private)") from None
