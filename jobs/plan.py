@@ -14,7 +14,7 @@ import click
 from pcqr.jobs.common import emit_summary, json_option
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import check_overrides
-from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, plan, rows_needed, stump_vc
+from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 # VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
@@ -114,6 +114,26 @@ def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float,
         print_rows_table(table, inputs)
 
 
+def print_gate_table(summary: dict[str, Any]) -> None:
+    """Each gate's noise, k and the margin a query needs, and the recommended gate."""
+    i = summary["inputs"]
+    click.echo(f"gates for n={i['private_rows']:,} private rows, m={i['queries_max']:,} queries, "
+               f"epsilon={_show(i['epsilon'])} delta={_show(i['delta'])} T={i['cutoff']}"
+               + (f" k={i['subsamples']:,}" if i["subsamples"] is not None else " (k: each gate's default)"))
+    click.echo(f"  {'gate':<10} {'noise':>16} {'k':>8} {'rows/model':>11} {'margin 95%':>11} {'of k':>6}  answers")
+    for g in summary["gates"]:
+        if "refused" in g:
+            click.echo(f"  {g['gate']:<10} refused: {g['refused']}")
+            continue
+        margin = "> k" if g["margin_for_95"] is None else f"{g['margin_for_95']:,}"
+        share = "" if g["margin_share"] is None else f"{g['margin_share']:.0%}"
+        click.echo(f"  {g['gate']:<10} {g['noise'] + ' ' + _show(g['scale']):>16} {g['subsamples']:>8,} "
+                   f"{g['rows_per_model']:>11,} {margin:>11} {share:>6}  {g['answers']}")
+    click.echo("margin 95%: the lead ct(majority) - ct(minority) of the k votes at which a query gets the "
+               "majority's label 95% of the time")
+    click.echo(f"recommended: --gate {summary['recommended_gate']} ({summary['why']})")
+
+
 @click.command("plan")
 @click.option("--vc", type=int, default=None, help="VC dimension d of the hypothesis class, in [1, 2^53].")
 @click.option("--hypothesis", default=None, metavar="CLASS",
@@ -130,18 +150,25 @@ def rows_table_command(rows_per_model: int, epsilon: float | None, delta: float,
 @click.option("--rows-per-model", type=int, default=None,
               help="Rows your learner needs per model: print instead a table of the private rows A_SubSamp "
                    "needs per eps (k x rows, k the smallest useful at the smallest certifiable w).")
-@click.option("--cutoff", type=int, default=50, show_default=True, help="T, for --rows-per-model, in [1, 10^6].")
+@click.option("--cutoff", type=int, default=50, show_default=True, help="T, for --rows-per-model and --private-rows, in [1, 10^6].")
 @click.option("--subsamples", type=int, default=None,
-              help="With --rows-per-model and --epsilon: say whether this k is enough (k in [1, 10^6]).")
+              help="With --rows-per-model and --epsilon: say whether this k is enough (k in [1, 10^6]); "
+                   "with --private-rows: the k every gate is shown at (default: each gate's own).")
+@click.option("--private-rows", type=int, default=None,
+              help="n, the private rows: print instead each gate's noise, k and the vote margin a query needs "
+                   "to be answered correctly 95% of the time, and the gate pcqr train picks when --gate is not "
+                   "given (needs --epsilon and --queries-max; uses --delta, --cutoff, --beta, --subsamples).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
             queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
-            subsamples: int | None, as_json: bool) -> None:
+            subsamples: int | None, private_rows: int | None, as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
 
     \b
     With --rows-per-model R: a table of the private rows A_SubSamp needs per eps instead.
+    With --private-rows N: each gate (stability, guess, gnmax) at (N, k, m, eps, delta, T): its noise,
+    k, rows per model, the vote margin for 95% correct answers, and the recommended gate.
 
     \b
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
@@ -149,6 +176,20 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     Every figure is marked exact (an explicit formula), O() (constant 1 assumed) or
     O~() (constant 1, log factors dropped), with the paper and line it comes from.
     """
+    if private_rows is not None:
+        if rows_per_model is not None:
+            raise PcqrError("give at most one of --private-rows and --rows-per-model")
+        for option, value in (("--epsilon", epsilon), ("--queries-max", queries_max)):
+            if value is None:
+                raise PcqrError(f"{option} is required with --private-rows")
+        assert epsilon is not None and queries_max is not None and beta is not None and delta is not None
+        check_overrides(subsamples, None)
+        gates = gate_table(private_rows, epsilon, delta, cutoff, queries_max, beta, subsamples)
+        if as_json:
+            emit_summary(gates, as_json=True)
+        else:
+            print_gate_table(gates)
+        return
     if rows_per_model is not None:
         assert beta is not None and delta is not None
         rows_table_command(rows_per_model, epsilon, delta, cutoff, queries_max, beta, subsamples, as_json)

@@ -383,3 +383,102 @@ def plan(d: int, alpha: float, beta: float, epsilon: float, delta: float, m: int
     return {"algorithms": algorithms, "ratio_btt_agnostic_to_agprivcl": btt_to_agprivcl_ratio(m, alpha),
             "ratio_related_work": related_work_factor(m, alpha)}
 
+
+
+# --- Which gate (issue 13): each gate's noise and the vote margin a query needs -------------------
+
+#: The share of correct answers the margin column asks for.
+CORRECT = 0.95
+#: The gnmax gate is recommended when its k leaves at least this many private rows per model (and
+#: that k keeps a 3/4 majority's label CORRECT of the time); otherwise the guess gate, whose k is
+#: smaller, with the student after the halt. Public: n, k, m, eps, delta, T only.
+MIN_ROWS_PER_MODEL = 100
+
+
+def _smallest_margin(correct: Any, highest: int) -> int | None:
+    """The smallest vote margin g in [0, highest] with correct(g) >= CORRECT (correct rises with g),
+    or None when even ``highest`` is not enough."""
+    if correct(highest) < CORRECT:
+        return None
+    lo, hi = -1, highest
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if correct(mid) >= CORRECT else (mid, hi)
+    return hi
+
+
+def correct_margin(p: SubSampParameters) -> int | None:
+    """The margin ct(majority) - ct(minority) at which a query gets the majority's label with
+    probability >= CORRECT by a fresh instance (stability: answered; guess: g released when g agrees,
+    1 - g when it disagrees, the worse of the two; gnmax: the noisy majority); None if above k."""
+    from pcqr.pipeline.privacy.stability import answer_probability
+
+    k = p.subsamples
+    if p.gate == "gnmax":
+        return _smallest_margin(lambda g: p.majority_kept(min(k, (k + g + 1) // 2)), k)
+    scales = (p.query_noise_scale, p.threshold_noise_scale)
+    if p.gate == "guess":
+        return _smallest_margin(lambda g: min(answer_probability(g, p.threshold, *scales),
+                                              1.0 - answer_probability(-g, p.threshold, *scales)), k)
+    return _smallest_margin(lambda g: answer_probability(g, p.threshold, *scales), k)
+
+
+def gate_parameters(gate: str, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
+                    subsamples: int | None) -> SubSampParameters:
+    """A gate's certified parameters at the CLI's default profile (tight)."""
+    return SubSampParameters.create("tight", epsilon, delta, cutoff, m, beta, subsamples, None, gate)
+
+
+def recommend_gate(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
+                   subsamples: int | None = None) -> tuple[str, str]:
+    """The gate for a new realizable session, from public parameters only, and why (one clause).
+
+    gnmax answers every one of the m queries with no halt before m, but its noise grows with sqrt(m)
+    and it needs many models; so it is chosen when its k (the given one, or its default) leaves at
+    least MIN_ROWS_PER_MODEL private rows per model and keeps a 3/4 majority's label CORRECT of the
+    time. Otherwise the guess gate (fewer models; the student answers after its T flips). The
+    stability gate is never chosen: at the same (eps, delta, T) the guess gate certifies without a
+    stability term and answers every query until T disagreements.
+    """
+    gnmax = gate_parameters("gnmax", epsilon, delta, cutoff, m, beta, subsamples)
+    k = gnmax.subsamples
+    kept = gnmax.majority_kept(math.ceil(0.75 * k))
+    if rows // k >= MIN_ROWS_PER_MODEL and kept >= CORRECT:
+        return "gnmax", (f"k = {k:,} models leave {rows // k:,} rows each and keep a 3/4 majority's label "
+                         f"{kept:.0%} of the time at sigma = {gnmax.lam:.4g}: every one of m = {m:,} queries answered")
+    why = (f"only {rows // k:,} rows per model" if rows // k < MIN_ROWS_PER_MODEL
+           else f"a 3/4 majority keeps its label only {kept:.0%} of the time")
+    return "guess", (f"gnmax would need k = {k:,} models ({why}; it asks >= {MIN_ROWS_PER_MODEL} and "
+                     f"{CORRECT:.0%}): the guess gate needs fewer, and its student answers after T flips")
+
+
+def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
+               subsamples: int | None = None) -> dict[str, Any]:
+    """``pcqr plan --private-rows N``: per gate, its noise, k, rows per model, the margin a query needs
+    to be answered correctly CORRECT of the time, what bounds the answers, and the certificate; and the
+    recommended gate (:func:`recommend_gate`, the rule ``pcqr train`` uses when --gate is not given)."""
+    count_range("--private-rows (n)", rows, 1, MAX_COUNT, "an exact float")
+    check_epsilon_delta(epsilon, delta)
+    check_queries_max(m)
+    check_fraction(beta, "--beta")
+    count_range("--cutoff (T)", cutoff, 1, MAX_CUTOFF, "pcqr.pipeline.privacy.limits.MAX_CUTOFF")
+    gates: list[dict[str, Any]] = []
+    for gate in ("stability", "guess", "gnmax"):
+        try:
+            p = gate_parameters(gate, epsilon, delta, cutoff, m, beta, subsamples)
+        except PcqrError as exc:
+            gates.append({"gate": gate, "refused": str(exc)})
+            continue
+        margin = correct_margin(p)
+        gates.append({
+            "gate": gate, "noise": "sigma" if gate == "gnmax" else "lambda", "scale": p.lam,
+            "subsamples": p.subsamples, "rows_per_model": rows // p.subsamples,
+            "margin_for_95": margin, "margin_share": None if margin is None else margin / p.subsamples,
+            "answers": (f"the first m = {m:,}" if gate == "gnmax" else
+                        f"until T = {cutoff} flips" if gate == "guess" else f"until T = {cutoff} abstentions"),
+            **p.certificate(),
+        })
+    gate, why = recommend_gate(rows, epsilon, delta, cutoff, m, beta, subsamples)
+    return {"inputs": {"private_rows": rows, "subsamples": subsamples, "queries_max": m, "epsilon": epsilon,
+                       "delta": delta, "cutoff": cutoff, "beta": beta},
+            "gates": gates, "recommended_gate": gate, "why": why}
