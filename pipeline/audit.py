@@ -40,6 +40,7 @@ Example
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -130,14 +131,11 @@ def run_guess_gate(
         raise PcqrError("guesses must hold one 0/1 label per query")
     if params.gate != "guess":
         raise PcqrError("params: run_guess_gate needs parameters made with gate='guess'")
-    if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
-        raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
-    source = noise if noise is not None else SecureNoise()
-    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
-    for row in range(int(sessions)):
+    def one(source: NoiseSource) -> np.ndarray:
         status, label, _ = SparseVector.create(params, source).process_guess(votes, guess, subsamples)
-        codes[row] = np.where(status == _ANSWERED, label, REFUSED)
-    return codes
+        return np.where(status == _ANSWERED, label, REFUSED)
+
+    return _independent_sessions(sessions, votes.shape[0], noise, one)
 
 
 def run_gnmax(
@@ -171,14 +169,11 @@ def run_gnmax(
     votes = _vote_counts(ones, subsamples)
     if params.gate != "gnmax":
         raise PcqrError("params: run_gnmax needs parameters made with gate='gnmax'")
-    if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
-        raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
-    source = noise if noise is not None else SecureNoise()
-    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
-    for row in range(int(sessions)):
+    def one(source: NoiseSource) -> np.ndarray:
         status, label = NoisyArgmax.create(params, source).process(votes, subsamples)
-        codes[row] = np.where(status == _ANSWERED, label, REFUSED)
-    return codes
+        return np.where(status == _ANSWERED, label, REFUSED)
+
+    return _independent_sessions(sessions, votes.shape[0], noise, one)
 
 
 def run_sparse_vector(
@@ -213,13 +208,22 @@ def run_sparse_vector(
     if params.gate != "stability":
         raise PcqrError(f"params: run_sparse_vector runs the stability gate; use run_{params.gate.replace('guess', 'guess_gate')} "
                         f"for gate={params.gate!r}")
+    def one(source: NoiseSource) -> np.ndarray:
+        status, label = SparseVector.create(params, source).process(votes, subsamples)
+        return np.where(status == _ANSWERED, label, np.where(status == _ABSTAINED, ABSTAINED, REFUSED))
+
+    return _independent_sessions(sessions, votes.shape[0], noise, one)
+
+
+def _independent_sessions(sessions: int, queries: int, noise: NoiseSource | None,
+                          one: Callable[[NoiseSource], np.ndarray]) -> np.ndarray:
+    """``sessions`` rows of codes, each from ``one`` run on a fresh session (default: SecureNoise)."""
     if not (isinstance(sessions, (int, np.integer)) and sessions >= 0):
         raise PcqrError(f"sessions must be a non-negative integer, got {sessions!r}")
     source = noise if noise is not None else SecureNoise()
-    codes = np.empty((int(sessions), votes.shape[0]), dtype=np.int8)
+    codes = np.empty((int(sessions), queries), dtype=np.int8)
     for row in range(int(sessions)):
-        status, label = SparseVector.create(params, source).process(votes, subsamples)
-        codes[row] = np.where(status == _ANSWERED, label, np.where(status == _ABSTAINED, ABSTAINED, REFUSED))
+        codes[row] = one(source)
     return codes
 
 
