@@ -114,7 +114,7 @@ def privacy_options(func: F) -> F:
                      "(Kairouz-Oh-Viswanath), about 2.5x less noise for the same (eps, delta); 'paper' = Algorithm 5 "
                      "exactly (the default, and the only profile, in agnostic and universal modes)."),
         click.option("--gate", type=click.Choice(["stability", "guess", "gnmax"]), default=None,
-                     help="How the k votes are released (realizable mode). 'stability' (the default): Algorithm 5's "
+                     help="How the k votes are released (realizable mode). Not given: chosen from public parameters by the rule 'pcqr plan --private-rows N' prints (gnmax when its k leaves >= 100 rows per model and a 3/4 majority survives its noise, else guess; stability under --profile paper), and said on stderr. 'stability': Algorithm 5's "
                      "sparse vector on the distance to instability, releasing the majority label (w pays for it: delta_stab). 'guess': "
                      "the sparse vector on the votes' margin toward a PUBLIC guess g(x) (--guess); g(x) is released free, and when the "
                      "models disagree one of the T instances is spent and 1 - g(x) released: no stability term, "

@@ -33,8 +33,11 @@ def privacy_options(setting: dict[str, float]) -> list[str]:
     return [arg for key, value in setting.items() for arg in (f"--{key}", f"{value:g}")]
 
 
-MECHANICS_PRIVACY = privacy_options(MECHANICS)
-DENSE_BOTTOMS_PRIVACY = privacy_options(DENSE_BOTTOMS)
+# Both settings are the stability gate's (Algorithm 5: abstentions are what T counts); named, since
+# without --gate pcqr chooses a gate from public parameters.
+STABILITY = ["--gate", "stability"]
+MECHANICS_PRIVACY = [*privacy_options(MECHANICS), *STABILITY]
+DENSE_BOTTOMS_PRIVACY = [*privacy_options(DENSE_BOTTOMS), *STABILITY]
 
 
 @pytest.fixture(scope="session", autouse=True)

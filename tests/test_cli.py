@@ -219,7 +219,7 @@ def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys,
 
 
 def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_yaml) -> None:
-    few = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "20", "--subsamples", "50"]
+    few = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "20", "--subsamples", "50", "--gate", "stability"]
     code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st"),
                          "--cluster", thread_cluster_yaml, "--json", *few)
     assert code == 0, err

@@ -217,3 +217,44 @@ def test_plan_compares_the_gates_and_recommends_one(capsys) -> None:
     assert json.loads(capsys.readouterr().out)["recommended_gate"] == "guess"
     assert main(["plan", "--private-rows", "30162", "--queries-max", "2000"]) != 0
     assert "--epsilon is required with --private-rows" in capsys.readouterr().err
+
+
+def test_the_gate_is_chosen_from_public_parameters_when_not_given() -> None:
+    """choose_gate sees the options and n only (no row): Algorithm 5 under --profile paper, the
+    guess gate for --guess, --threshold or a non-default --cutoff (gnmax has neither), else the rule
+    pcqr plan prints (recommend_gate): gnmax when k leaves >= 100 rows per model, else guess."""
+    from pcqr.pipeline.privacy.planner import recommend_gate
+    from pcqr.pipeline.session.options import TrainingOptions
+    from pcqr.pipeline.session.planning import choose_gate
+
+    def chosen(rows: int, **given) -> str:
+        return choose_gate(TrainingOptions(state="s", **given), rows)[0]
+
+    many = {"epsilon": 30.0, "queries_max": 1500, "subsamples": 100}
+    assert chosen(20_000, **many) == "gnmax" == recommend_gate(20_000, 30.0, 1e-6, 50, 1500, 0.05, 100)[0]
+    assert chosen(9_000, **many) == "guess"  # 90 rows per model
+    assert chosen(20_000, **{**many, "subsamples": 60}) == "guess"  # 60 models: a 3/4 majority kept 94% < 95%
+    assert chosen(20_000, **many, profile="paper") == "stability"
+    assert chosen(20_000, **many, guess="prior") == "guess"
+    assert chosen(20_000, **many, threshold=3.0) == "guess"
+    assert chosen(20_000, **many, cutoff=7) == "guess"
+    assert chosen(20_000, epsilon=1e-300) == "guess"  # gnmax refused: the guess gate's own refusal follows
+
+
+def test_train_without_gate_says_which_it_chose(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """pcqr train with no --gate: 20,000 rows and k = 100 give gnmax; the summary's gate and
+    gate_chosen say so, and one note on stderr; with --gate given there is neither."""
+    import json
+
+    write_session_data(tmp_path, rows=20_000, queries=10)
+    base = ["train", "--private", str(tmp_path / "private"), "--cluster", thread_cluster_yaml, "--json",
+            "--epsilon", "30", "--queries-max", "1500", "--subsamples", "100"]
+    assert main([*base, "--state", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["gate"] == "gnmax" and "rows each" in summary["gate_chosen"]
+    assert [line for line in err.splitlines() if line.startswith("gate: gnmax, chosen")], err
+    assert main([*base, "--state", str(tmp_path / "b"), "--gate", "guess"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["gate"] == "guess" and "gate_chosen" not in summary and "chosen" not in err

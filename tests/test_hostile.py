@@ -116,7 +116,7 @@ CASES = [
     case("train-beta-zero", TRAIN + " --beta 0", "--beta"),
     case("train-beta-one", TRAIN + " --beta 1", "--beta"),
     case("train-gate-unknown", TRAIN + " --gate vote", "'--gate'"),
-    case("train-guess-without-gate", TRAIN + " --guess prior", "--guess", "--gate guess"),
+    case("train-guess-other-gate", TRAIN + " --gate stability --guess prior", "--guess", "--gate guess"),
     case("train-gate-guess-agnostic", TRAIN + " --gate guess --mode agnostic --hypothesis threshold", "--gate guess"),
     case("train-guess-file-missing", TRAIN + " --gate guess --guess {root}/nothing.json", "nothing.json"),
     case("train-guess-model-garbage", TRAIN + " --gate guess --guess {bad}", "guess.json",

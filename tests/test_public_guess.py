@@ -211,7 +211,7 @@ def test_guess_options_are_checked_before_anything_is_read(tmp_path, capsys, thr
     base = ["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"),
             "--cluster", thread_cluster_yaml]
     cases = [
-        (["--guess", "prior"], "only the guess gate uses a guess"),
+        (["--gate", "gnmax", "--guess", "prior"], "only the guess gate uses a guess"),
         (["--gate", "guess", "--mode", "agnostic", "--hypothesis", "threshold"], "--gate guess: --mode agnostic"),
         (["--gate", "guess", "--guess", str(tmp_path / "missing.json")], "not found"),
     ]

@@ -37,8 +37,8 @@ def trained(tmp_path_factory):
     cluster.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
                        "    threads-per-worker: 2\n    processes: false\n")
     ledger = root / "ledger.sqlite"
-    with pcqr.Session.create(str(root / "state"), str(root / "private"), **MECHANICS, queries_max=100_000,
-                             cluster=str(cluster), ledger=str(ledger), **SEED) as session:
+    with pcqr.Session.create(str(root / "state"), str(root / "private"), **MECHANICS, gate="stability",
+                             queries_max=100_000, cluster=str(cluster), ledger=str(ledger), **SEED) as session:
         summary = session.last_summary
         assert session.features == ["x0", "x1", "x2"]
     return root, cluster, ledger, summary
@@ -118,7 +118,7 @@ def test_an_uncertifiable_parameter_is_refused_before_anything_is_charged(tmp_pa
     ledger = tmp_path / "ledger.sqlite"
     with pytest.raises(pcqr.PcqrError, match="--threshold") as refused:
         pcqr.Session.create(str(tmp_path / "state"), str(root / "private"), **MECHANICS, threshold=1.0,
-                            ledger=str(ledger), **SEED)
+                            gate="stability", ledger=str(ledger), **SEED)
     assert "\n" not in str(refused.value) and _charges(ledger) == 0
     assert not (tmp_path / "state" / "session.json").exists()
 

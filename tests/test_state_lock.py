@@ -58,7 +58,7 @@ sys.exit(main(sys.argv[2:]))
 """
 # T = 5 with k = 1100 and w the smallest certifiable: the boundary queries among 2000 abstain,
 # so one run alone spends all T abstentions; two runs each spending T would release up to 2T.
-HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "5", "--subsamples", "1100"]
+HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "5", "--subsamples", "1100", "--gate", "stability"]
 
 
 def _refusal(state: Path, pid: int, command: str = "pcqr answer", option: str = "--state") -> str:

@@ -363,6 +363,7 @@ class SubSampParameters:
             subsamples_source="gnmax_useful" if subsamples is None else "override", threshold_source="not_used",
             profile="tight", gate="gnmax",
         )
+        params.check_limits()  # before useful_subsamples builds the Gaussian table at sigma
         if subsamples is None:
             params = replace(params, subsamples=params.useful_subsamples())
         params.certify()

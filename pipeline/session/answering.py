@@ -28,7 +28,8 @@ from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.session.evaluation import load_truth
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
-from pcqr.pipeline.session.planning import odometer, plan_training, session_charge, session_summary, train_session
+from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
+                                            session_summary, train_session)
 from pcqr.pipeline.session.query_release import release_answers, validate_queries
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
@@ -226,6 +227,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     elif counts.halted:
         note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
+    say_gate_chosen(plan, reporter)
     summary: dict[str, Any] = {
         "answered": counts.answered,
         "abstained": counts.abstained,
@@ -242,6 +244,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         "state": state,
         "session_totals": session.totals,
         **session_summary(session),
+        **gate_chosen(plan),
         "odometer": odometer(session),
     }
     if charged is not None:

@@ -51,7 +51,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     profile : {'tight', 'paper'}, optional
         As ``pcqr train --profile`` (default: tight).
     gate : {'stability', 'guess', 'gnmax'}, optional
-        As ``pcqr train --gate`` (default: stability). Under 'guess' every query gets an answer
+        As ``pcqr train --gate`` (default: chosen from public parameters, as there). Under 'guess' every query gets an answer
         until T disagreements with the public guess; under 'gnmax' each of the first
         ``queries_max`` queries gets the Gaussian noisy majority.
     guess : str, optional
@@ -237,10 +237,10 @@ EXPECTED_FAILED_CHECKS: dict[str, str] = {
     "check_classifiers_classes": "labels must be 0 or 1 (the check uses string and -1/1 labels)",
     "check_fit2d_1feature": "labels must be 0 or 1 (the check uses labels 1 and 2)",
     "check_fit2d_1sample": "k subsamples need at least k private rows; one row cannot be split",
-    "check_classifiers_train": "at the check's sizes (at most 200 rows) a certifiable session abstains on every "
-                               "query: a few rows per model cannot outvote the noise; abstentions are NaN",
-    "check_classifiers_one_label": "the same: with k = 3 models every query abstains (NaN), so the one label is "
-                                   "not predicted",
+    "check_classifiers_train": "at the check's sizes (at most 200 rows, k = 3 models) a certifiable session "
+                               "spends its T instances within the check's queries and refuses the rest (NaN; "
+                               "the stability gate abstains on every query): a few rows per model cannot "
+                               "outvote the noise",
 }
 """scikit-learn estimator checks that do not apply to a private classifier, and why (tests/test_estimator.py
 runs every other check)."""

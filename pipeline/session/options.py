@@ -28,7 +28,7 @@ class TrainingOptions:
     queries_max: int = 10_000
     beta: float = 0.05
     profile: str | None = None  # tight | paper; None: tight in realizable mode, paper in the others
-    gate: str | None = None  # stability | guess; None: stability
+    gate: str | None = None  # stability | guess | gnmax; None: chosen by planning.choose_gate
     guess: str | None = None  # guess gate: prior | student | a released model file; None: student
     subsamples: int | None = None
     threshold: float | None = None

@@ -48,6 +48,7 @@ class TrainingPlan:
     hypothesis_class: Any = None
     universal: UniversalParameters | None = None
     guess: GuessSpec | None = None  # the guess gate's public guess
+    gate_chosen: str | None = None  # why choose_gate chose the gate, when --gate was not given
 
 
 def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> TrainingPlan:
@@ -60,7 +61,7 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     private = open_dataset(
         options.private, "private", label=options.label, features=split_features(options.features)
     )
-    if options.guess is not None and options.gate != "guess":
+    if options.guess is not None and options.gate not in (None, "guess"):
         raise PcqrError(f"--guess {options.guess}: only the guess gate uses a guess; add --gate guess")
     if options.mode in ("agnostic", "universal"):
         if options.gate not in (None, "stability"):
@@ -70,9 +71,10 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
             raise PcqrError(f"--profile {options.profile}: --mode {options.mode} certifies Algorithm 3's chain with "
                             "Algorithm 5's parameters only; use --profile paper (or leave it out)")
         return _plan_agnostic(options, private, noise, reporter)
+    gate, why = (options.gate, None) if options.gate else choose_gate(options, private.rows)
     params = SubSampParameters.create(
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
-        options.beta, options.subsamples, options.threshold, options.gate or "stability",
+        options.beta, options.subsamples, options.threshold, gate,
     )
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
         raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
@@ -89,7 +91,34 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     trial = learner.check(len(private.features), private.rows // params.subsamples)  # not on a worker, uncharged
     check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
     warn_if_useless(params, reporter)
-    return TrainingPlan(params, learner, private, noise, options.seed, guess=guess)
+    return TrainingPlan(params, learner, private, noise, options.seed, guess=guess, gate_chosen=why)
+
+
+def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
+    """The gate of a realizable session when ``--gate`` is not given, from public parameters only
+    (n is public: replace-one neighbours), and why (one clause, for the note).
+
+    ``--profile paper`` is Algorithm 5 exactly: the stability gate. ``--guess`` names the guess gate.
+    A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
+    those leave the guess gate. Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
+    rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
+    3/4 majority's label survives its noise, else the guess gate."""
+    from pcqr.pipeline.privacy.planner import recommend_gate
+
+    if options.profile == "paper":
+        gate, why = "stability", "--profile paper is Algorithm 5 exactly"
+    elif options.guess is not None:
+        gate, why = "guess", f"--guess {options.guess} is the guess gate's"
+    elif options.threshold is not None or options.cutoff != TrainingOptions.cutoff:
+        given = "--threshold" if options.threshold is not None else "--cutoff"
+        gate, why = "guess", f"{given} is given and gnmax has none"
+    else:
+        try:
+            gate, why = recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
+                                       options.beta, options.subsamples)
+        except PcqrError as exc:  # gnmax cannot be certified here: the guess gate says why if it cannot either
+            gate, why = "guess", f"gnmax is refused here: {exc}"
+    return gate, why
 
 
 def warn_if_useless(params: SubSampParameters, reporter: Reporter) -> None:
@@ -153,7 +182,7 @@ def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, jo
     from pcqr.pipeline.budget.ledger import charge_private_use
 
     charged = charge_private_use(plan.private.files, plan.private.uri, job, options.epsilon, options.delta,
-                                 options.public_record(), options.ledger, client, features=plan.private.features)
+                                 {**options.public_record(), "gate": plan.params.gate}, options.ledger, client, features=plan.private.features)
     return new_session(charged, options.state, job)
 
 
@@ -286,5 +315,18 @@ def train_new_session(options: TrainingOptions, connect: Connect,
             charge.register(session)  # the ledger knows the session before its state exists
             save_models(options.state, ensemble)
             save_session(options.state, session)
+    say_gate_chosen(plan, reporter)
     return {"state": options.state, "models": ensemble.size, **session_summary(session),
-            "ledger": charge_note(charge.charged)}
+            **gate_chosen(plan), "ledger": charge_note(charge.charged)}
+
+
+def gate_chosen(plan: TrainingPlan | None) -> dict[str, str]:
+    """The summary's ``gate_chosen`` (why, when --gate was not given), else nothing."""
+    return {"gate_chosen": plan.gate_chosen} if plan is not None and plan.gate_chosen else {}
+
+
+def say_gate_chosen(plan: TrainingPlan | None, reporter: Reporter) -> None:
+    """The note of the chosen gate, once the command has succeeded (a refusal stays one line)."""
+    if plan is not None and plan.gate_chosen:
+        reporter.note(f"gate: {plan.params.gate}, chosen from public parameters ({plan.gate_chosen}); "
+                      "--gate stability|guess|gnmax to choose")

@@ -194,12 +194,15 @@ class Session:
             (the default in realizable mode) by the exact optimal composition of the T instances,
             'paper' by Algorithm 5 as written (the only one in agnostic and universal modes).
         gate : {'stability', 'guess', 'gnmax'}, optional
-            How the votes are released (``--gate``, realizable mode): 'stability' (the default),
+            How the votes are released (``--gate``, realizable mode): 'stability',
             Algorithm 5's distance to instability, releasing the majority label; 'guess', the votes'
             margin toward a public guess g(x), releasing g(x) free or, spending one of the T
             instances, 1 - g(x): no stability term, every query answered until T disagreements;
             'gnmax', PATE's Gaussian noisy argmax: each of the first ``queries_max`` queries gets the
             noisy majority (Renyi DP; ``cutoff`` and ``threshold`` do not apply), then it halts.
+            Default: chosen from public parameters by ``pcqr plan``'s rule (gnmax when its k
+            leaves >= 100 rows per model and a 3/4 majority survives its noise, else guess;
+            stability under ``profile='paper'``), and the choice noted in the log.
         guess : str, optional
             The guess gate's g (``--guess``): 'student' (the default: the learner refitted on the
             answers already released), 'prior' (the more frequent released label) or the path of a
