@@ -202,7 +202,7 @@ def test_zero_queries_write_one_empty_file(run: Callable[..., Result], tmp_path:
     ({"kind": "agnostic", "noise": 0.5}, "--noise"),
     ({"kind": "agnostic", "noise": -0.1}, "--noise"),
     ({"noise": 0.1}, "--noise"), ({"kind": "noisy"}, "--kind"), ({"concept": "tree"}, "--concept"),
-    ({"rows": "many"}, "--rows"),
+    ({"rows": "many"}, "--rows"), ({"concept": "xor", "features": 1}, "--features"),
 ])
 def test_bad_options_fail_in_one_line_before_any_work(run: Callable[..., Result], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch,

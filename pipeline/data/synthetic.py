@@ -2,7 +2,8 @@
 
 Features are i.i.d. standard normal (``x0..x{D-1}``, float64). The hidden concept
 comes from the seed: ``threshold`` labels 1 iff ``x0 > t``, ``halfspace`` 1 iff
-``<w, x> > b`` (``w`` a random unit vector). ``agnostic`` data (queries' true
+``<w, x> > b`` (``w`` a random unit vector); ``xor`` 1 iff exactly one of ``x0``, ``x1`` is
+positive (issue 13's nonlinear task: no linear model beats 1/2, a depth-2 tree is exact). ``agnostic`` data (queries' true
 labels too) flips each label independently with probability ``noise``.
 
 Rows are cut into fixed blocks (:func:`block_rows`); block ``k`` of stream ``s``
@@ -30,7 +31,7 @@ from distributed import Client, as_completed
 from pcqr.pipeline.errors import PcqrError
 
 KINDS = ("realizable", "agnostic")
-CONCEPTS = ("threshold", "halfspace")
+CONCEPTS = ("threshold", "halfspace", "xor")
 DATASETS = ("private", "queries", "truth")
 DEFAULT_NOISE = 0.1
 DEFAULT_ROWS_PER_FILE = 1_000_000
@@ -45,13 +46,16 @@ _OURS = re.compile(r"part-\d+\.parquet|\.part-\d+\.parquet\.tmp-[0-9a-f]+")  # o
 
 @dataclass(frozen=True)
 class Concept:
-    """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace)."""
+    """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace); xor: 1 iff
+    (x0 > 0) != (x1 > 0) (bias 0, no weights)."""
     kind: str
     bias: float
     weights: tuple[float, ...] = ()
 
     def labels(self, x: np.ndarray) -> np.ndarray:
         """Noise-free int8 labels of the rows of ``x`` (shape rows x features)."""
+        if self.kind == "xor":
+            return ((x[:, 0] > 0) != (x[:, 1] > 0)).astype(np.int8)
         score = x[:, 0] if self.kind == "threshold" else x @ np.asarray(self.weights)
         return (score > self.bias).astype(np.int8)
 
@@ -59,6 +63,8 @@ class Concept:
         """The public description stored under :data:`CONCEPT_KEY`."""
         if self.kind == "threshold":
             body: dict[str, object] = {"kind": "threshold", "feature": "x0", "threshold": self.bias}
+        elif self.kind == "xor":
+            body = {"kind": "xor", "features": ["x0", "x1"]}
         else:
             body = {"kind": "halfspace", "weights": list(self.weights), "bias": self.bias}
         return json.dumps(body, sort_keys=True)
@@ -69,6 +75,8 @@ class Concept:
         body = json.loads(text)
         if body["kind"] == "threshold":
             return cls("threshold", float(body["threshold"]))
+        if body["kind"] == "xor":
+            return cls("xor", 0.0)
         return cls("halfspace", float(body["bias"]), tuple(float(w) for w in body["weights"]))
 
 
@@ -107,6 +115,8 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
                                  ("--rows-per-file", rows_per_file, 1)):
         if value < least:
             raise PcqrError(f"{option}: must be at least {least}, got {value}")
+    if concept == "xor" and features < 2:
+        raise PcqrError(f"--features: the xor concept needs at least 2 (x0 and x1), got {features}")
     if noise is None:
         noise = DEFAULT_NOISE if kind == "agnostic" else 0.0
     if kind == "realizable" and noise != 0:
@@ -121,7 +131,9 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
 
 
 def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
-    """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere."""
+    """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere; xor has none."""
+    if concept == "xor":
+        return Concept("xor", 0.0)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"],)))
     if concept == "threshold":
         return Concept("threshold", float(rng.uniform(-1.0, 1.0)))
