@@ -160,7 +160,9 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
 
 def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
           threshold: float | None, cluster: str | None) -> dict[str, Any]:
-    """Generate, then one-shot answer (train + answer) against the demo's own ledger; the summary."""
+    """Generate, then one-shot answer (train + answer) against the demo's own ledger; the summary.
+    The demo walks through Algorithm 5's stability gate (its sentences speak of abstentions), so it
+    names it: without --gate, pcqr would choose another from the public parameters."""
     data = os.path.join(work, "data")
     kind = "agnostic" if noise > 0 else "realizable"
     common = ["--cluster", cluster] if cluster else []
@@ -172,7 +174,7 @@ def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subs
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),
         "--log", os.path.join(work, "log"), "--ledger", os.path.join(work, "ledger.sqlite"),
         "--epsilon", str(epsilon), "--delta", str(DELTA), "--cutoff", str(cutoff), "--queries-max", str(queries),
-        "--subsamples", str(subsamples), "--learner", "stump", "--json", *common,
+        "--subsamples", str(subsamples), "--learner", "stump", "--gate", "stability", "--json", *common,
         *(["--threshold", str(threshold)] if threshold is not None else []),
     ]
     printed = _run(answer.command, args, "pcqr answer")
