@@ -194,8 +194,9 @@ def test_audit_surface_runs_gnmax() -> None:
 
 def test_plan_compares_the_gates_and_recommends_one(capsys) -> None:
     """pcqr plan --private-rows: each gate's noise, k and 95% margin; gnmax recommended for 10^6 rows
-    (750 rows per model), the guess gate for Adult's size (22 per model); the margins are those at
-    which the gates' own probabilities cross 95%."""
+    (its floor k leaves 750 rows per model; the k shown is raised to 250 rows per model), the guess
+    gate for Adult's size (22 per model); the margins are those at which the gates' own
+    probabilities cross 95%."""
     import json
 
     from pcqr.pipeline.privacy.planner import CORRECT, correct_margin, gate_parameters
@@ -207,7 +208,10 @@ def test_plan_compares_the_gates_and_recommends_one(capsys) -> None:
     gates = {g["gate"]: g for g in big["gates"]}
     assert gates["gnmax"]["noise"] == "sigma" and 286 <= gates["gnmax"]["scale"] <= 288
     assert gates["guess"]["subsamples"] < gates["gnmax"]["subsamples"] < gates["stability"]["subsamples"]
-    p = gate_parameters("gnmax", 1.0, 1e-6, 20, 2000, 0.05, None)
+    floor = gate_parameters("gnmax", 1.0, 1e-6, 20, 2000, 0.05, None)
+    p = floor.for_rows(1_000_000)
+    assert (p.subsamples, p.subsamples_source) == (4000, "gnmax_rows") and floor.subsamples < 4000
+    assert f"k = {floor.subsamples:,} models leave" in big["why"] and "k = 4,000 used" in big["why"]
     margin = correct_margin(p)
     assert margin == gates["gnmax"]["margin_for_95"]
     k = p.subsamples
@@ -258,3 +262,20 @@ def test_train_without_gate_says_which_it_chose(tmp_path, capsys, thread_cluster
     out, err = capsys.readouterr()
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["gate"] == "guess" and "gate_chosen" not in summary and "chosen" not in err
+
+
+def test_the_default_k_grows_with_n_and_a_given_k_is_kept() -> None:
+    """for_rows: gnmax's default k leaves GNMAX_ROWS_PER_MODEL rows per model, never below the
+    useful floor, never above GNMAX_MAX_DEFAULT_SUBSAMPLES; a given k and the other gates unchanged;
+    the certificate does not move (k is not in it)."""
+    from pcqr.pipeline.privacy.subsamp import GNMAX_MAX_DEFAULT_SUBSAMPLES, GNMAX_ROWS_PER_MODEL
+
+    floor = gnmax_params()
+    assert floor.for_rows(1000) == floor  # fewer rows than the floor needs: the floor stays
+    assert floor.for_rows(10**6).subsamples == 10**6 // GNMAX_ROWS_PER_MODEL
+    assert floor.for_rows(10**9).subsamples == GNMAX_MAX_DEFAULT_SUBSAMPLES
+    assert floor.for_rows(10**6).guarantee() == floor.guarantee()
+    given = gnmax_params(subsamples=500)
+    assert given.for_rows(10**6) == given
+    guess = SubSampParameters.create("tight", 1.0, 1e-6, 20, 2000, 0.05, None, None, "guess")
+    assert guess.for_rows(10**6) == guess

@@ -441,11 +441,14 @@ def recommend_gate(rows: int, epsilon: float, delta: float, cutoff: int, m: int,
     stability term and answers every query until T disagreements.
     """
     gnmax = gate_parameters("gnmax", epsilon, delta, cutoff, m, beta, subsamples)
-    k = gnmax.subsamples
+    k = gnmax.subsamples  # the given k, or the smallest useful one: the rule's floor
     kept = gnmax.majority_kept(math.ceil(0.75 * k))
     if rows // k >= MIN_ROWS_PER_MODEL and kept >= CORRECT:
+        used = gnmax.for_rows(rows).subsamples
+        more = "" if used == k else f"; k = {used:,} used ({rows // used:,} rows each: more votes above the same noise)"
         return "gnmax", (f"k = {k:,} models leave {rows // k:,} rows each and keep a 3/4 majority's label "
-                         f"{kept:.0%} of the time at sigma = {gnmax.lam:.4g}: every one of m = {m:,} queries answered")
+                         f"{kept:.0%} of the time at sigma = {gnmax.lam:.4g}{more}: every one of m = {m:,} "
+                         "queries answered")
     why = (f"only {rows // k:,} rows per model" if rows // k < MIN_ROWS_PER_MODEL
            else f"a 3/4 majority keeps its label only {kept:.0%} of the time")
     return "guess", (f"gnmax would need k = {k:,} models ({why}; it asks >= {MIN_ROWS_PER_MODEL} and "
@@ -465,7 +468,7 @@ def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, bet
     gates: list[dict[str, Any]] = []
     for gate in ("stability", "guess", "gnmax"):
         try:
-            p = gate_parameters(gate, epsilon, delta, cutoff, m, beta, subsamples)
+            p = gate_parameters(gate, epsilon, delta, cutoff, m, beta, subsamples).for_rows(rows)
         except PcqrError as exc:
             gates.append({"gate": gate, "refused": str(exc)})
             continue

@@ -75,7 +75,7 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     params = SubSampParameters.create(
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
         options.beta, options.subsamples, options.threshold, gate,
-    )
+    ).for_rows(private.rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
         raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
                         f"--queries-max answers ({options.queries_max}); leave --cutoff out")
