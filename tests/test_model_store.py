@@ -256,3 +256,27 @@ def test_answer_refuses_another_sessions_or_a_pickled_model_file(tmp_path, capsy
         assert not (tmp_path / "log").exists() or not os.listdir(tmp_path / "log"), case
     assert not touched.exists()
     assert (tmp_path / "state" / "session.json").read_bytes() == session_before
+
+
+def test_skops_models_are_kept_in_chunks_and_one_archive_still_loads(tmp_path, monkeypatch) -> None:
+    """Many skops models go in archives of SKOPS_CHUNK (skops' writer is quadratic in one archive's
+    members); the chunks load back in order; a file of one archive (no skops_sizes, as written
+    before) loads too; sizes that do not split the bytes are refused."""
+    import skops.io
+
+    from pcqr.pipeline.models import store
+
+    monkeypatch.setattr(store, "SKOPS_CHUNK", 3)
+    ensemble = _ensemble(SPECS["tree"][0])  # K - 2 fitted trees: several chunks
+    arrays = _arrays(dump_models(ensemble))
+    assert len(arrays["skops_sizes"]) == -(-(K - 2) // 3) and arrays["skops_sizes"].sum() == arrays["skops"].size
+    queries = np.random.default_rng(9).normal(size=(500, FEATURES))
+    loaded = load_models_file(_write(tmp_path, dump_models(ensemble)), K, FEATURES)
+    assert (loaded.count_ones(queries) == ensemble.count_ones(queries)).all()
+    one = {**arrays, "skops": np.frombuffer(skops.io.dumps(ensemble.counter.models[:K - 2]), dtype=np.uint8)}
+    del one["skops_sizes"]
+    loaded = load_models_file(_write(tmp_path, _npz(**one), "one.npz"), K, FEATURES)
+    assert (loaded.count_ones(queries) == ensemble.count_ones(queries)).all()
+    bad = {**arrays, "skops_sizes": arrays["skops_sizes"] + 1}
+    with pytest.raises(PcqrError, match="sizes do not split"):
+        load_models_file(_write(tmp_path, _npz(**bad), "bad.npz"), K, FEATURES)

@@ -32,6 +32,10 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
 FORMAT = "pcqr-models/1"
+#: skops archives hold at most this many models each (``skops_sizes`` splits the bytes): skops looks
+#: its archive's member list up once per array it writes, so one archive of k models costs
+#: O(k^2) (4,000 gradient-boosted models: over 10 minutes; in chunks, linear).
+SKOPS_CHUNK = 64
 
 
 def dump_models(ensemble: Ensemble) -> bytes:
@@ -196,8 +200,10 @@ def _dump_fitted(models: Sequence[Any]) -> dict[str, np.ndarray]:
         return {"kind": np.array("erm"), "constant": constant, "erm": np.array(json.dumps(records))}
     import skops.io
 
-    payload = np.frombuffer(skops.io.dumps(fitted), dtype=np.uint8)
-    return {"kind": np.array("skops"), "constant": constant, "skops": payload}
+    chunks = [skops.io.dumps(fitted[i:i + SKOPS_CHUNK]) for i in range(0, len(fitted), SKOPS_CHUNK)]
+    sizes = np.array([len(c) for c in chunks], dtype=np.int64)
+    payload = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    return {"kind": np.array("skops"), "constant": constant, "skops": payload, "skops_sizes": sizes}
 
 
 def _load_erm(check: _Checker, count: int) -> list[Any]:
@@ -243,22 +249,25 @@ def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[A
     payload = check.arrays.get("skops")
     if payload is None or payload.dtype != np.uint8 or payload.ndim != 1:
         raise PcqrError(f"{check.path}: not a pcqr model file (no 'skops' bytes)")
-    data = payload.tobytes()
-    try:
-        untrusted = skops.io.get_untrusted_types(data=data)
-    except Exception as exc:  # noqa: BLE001 -- a damaged archive raises anything
-        raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
-    for name in untrusted:
-        if not _allowed_class(name, modules):
-            raise PcqrError(
-                f"{check.path}: holds type {name}, which is not a class under the allowed learner modules "
-                f"({', '.join(modules)}; cluster.yaml pcqr: learners: allow:); refusing to load it"
-            )
-    try:
-        models = skops.io.loads(data, trusted=untrusted)
-    except Exception as exc:  # noqa: BLE001
-        raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
-    check.that(isinstance(models, list) and len(models) == count, "the fitted models do not match the constants")
+    models: list[Any] = []
+    for data in _skops_chunks(check, payload):
+        try:
+            untrusted = skops.io.get_untrusted_types(data=data)
+        except Exception as exc:  # noqa: BLE001 -- a damaged archive raises anything
+            raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
+        for name in untrusted:
+            if not _allowed_class(name, modules):
+                raise PcqrError(
+                    f"{check.path}: holds type {name}, which is not a class under the allowed learner modules "
+                    f"({', '.join(modules)}; cluster.yaml pcqr: learners: allow:); refusing to load it"
+                )
+        try:
+            chunk = skops.io.loads(data, trusted=untrusted)
+        except Exception as exc:  # noqa: BLE001
+            raise PcqrError(f"{check.path}: not a pcqr model file (skops: {exc})") from None
+        check.that(isinstance(chunk, list), "the fitted models do not match the constants")
+        models.extend(chunk)
+    check.that(len(models) == count, "the fitted models do not match the constants")
     for model in models:
         cls = type(model)
         check.that(module_allowed(cls.__module__, modules) and callable(getattr(model, "predict", None)),
@@ -266,6 +275,18 @@ def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[A
         width = getattr(model, "n_features_in_", check.n_features)
         check.that(width == check.n_features, f"a model was fitted on {width} features, the session has {check.n_features}")
     return models
+
+
+def _skops_chunks(check: _Checker, payload: np.ndarray) -> list[bytes]:
+    """The skops archives in ``payload``: split at ``skops_sizes`` (one archive if a file has none)."""
+    sizes = check.arrays.get("skops_sizes")
+    if sizes is None:
+        return [payload.tobytes()]
+    if not (sizes.dtype == np.int64 and sizes.ndim == 1 and bool((sizes > 0).all())
+            and int(sizes.sum()) == payload.size):
+        raise PcqrError(f"{check.path}: not a pcqr model file (skops: its sizes do not split its bytes)")
+    ends = np.cumsum(sizes)
+    return [payload[end - size:end].tobytes() for size, end in zip(sizes.tolist(), ends.tolist())]
 
 
 def _allowed_class(name: str, modules: tuple[str, ...]) -> bool:
