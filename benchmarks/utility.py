@@ -15,6 +15,15 @@ delta = 1e-6 (``--allow-private-overlap``: a few test rows of Adult have the sam
 training rows -- different people, common profiles -- and the misuse guard says so). k: the guess gate's default; the stability gate's smallest useful k, but at least 5
 private rows per model (below that the learners are noise).
 
+The XOR task (``pcqr generate --kind agnostic --concept xor --noise 0.1``, 5 features: label 1 iff
+exactly one of x0, x1 is positive, each label flipped with probability 0.1, so the Bayes accuracy is
+0.90 and any linear model scores about 0.5) on 10^6 private rows (and 10^7 in the full run): 2,000
+queries, accuracy against their noisy labels; per eps and gate, depth-4 trees, and a
+histogram-gradient-boosted learner at eps = 1; k each gate's default (gnmax: 250 rows per model,
+at most 10,000; guess: its default; stability: its smallest useful k, at least 5 rows per model).
+Beside: the same learners fitted without privacy on 10^6 private rows, scored on 20,000 fresh
+rows, where the distilled student is scored too.
+
 The Adult files are not in the project (../shared/datasets/adult; ``--adult DIR`` elsewhere).
 Run through benchmarks/run.py (``--only utility``). The DP logistic-regression baseline is IBM's
 diffprivlib when it imports: its last release (0.6.6) does not with scikit-learn 1.9 (it imports
@@ -41,7 +50,7 @@ QUERIES = 2000
 CUTOFF = 20
 LEARNERS = {"stump": ["--learner", "stump"],
             "logistic": ["--learner", "sklearn.linear_model.LogisticRegression", "--learner-param", "C=10"]}
-SETTINGS = [("guess", "tight"), ("stability", "tight"), ("stability", "paper")]
+SETTINGS = [("gnmax", "tight"), ("guess", "tight"), ("stability", "tight"), ("stability", "paper")]
 STUDENT = ["--after-halt", "student", "--student-learner", "sklearn.linear_model.LogisticRegression",
            "--student-learner-param", "C=10", "--student-learner-param", "max_iter=2000"]
 MIN_ROWS_PER_MODEL = 5
@@ -118,11 +127,12 @@ def _baselines(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndar
     return out
 
 
-def _scores(log_dir: Path, truth: np.ndarray, names: list[str], X_test: np.ndarray,
-            y_test: np.ndarray) -> dict[str, Any]:
+def _scores(log_dir: Path, truth: np.ndarray, X_test: np.ndarray, y_test: np.ndarray,
+            student: tuple[str, dict[str, Any]] = ("sklearn.linear_model.LogisticRegression",
+                                                   {"C": 10, "max_iter": 2000})) -> dict[str, Any]:
     """From the public log: the gate's answers (sources sparse_vector, guess, flipped) and their
     accuracy, the accuracy over every query (gate, then student); and the student written by
-    ``pcqr distill`` (the same logistic regression), scored on the held-out rows."""
+    ``pcqr distill`` (``student``: Adult's logistic regression by default), scored on the held-out rows."""
     import pyarrow.parquet as pq
 
     from pcqr.pipeline.errors import PcqrError
@@ -142,8 +152,7 @@ def _scores(log_dir: Path, truth: np.ndarray, names: list[str], X_test: np.ndarr
         "accuracy_over_all_queries": float(np.mean(np.where(answered, answer, -1) == expected)),
     }
     try:
-        distill_log(str(log_dir), str(log_dir) + "-student.json", "sklearn.linear_model.LogisticRegression",
-                    {"C": 10, "max_iter": 2000})
+        distill_log(str(log_dir), str(log_dir) + "-student.json", *student)
         model, _, _ = load_model(str(log_dir) + "-student.json")
         out["distilled_student_accuracy"] = float(np.mean(model.predict(X_test) == y_test))
     except PcqrError as exc:  # a log the gate never answered in
@@ -151,7 +160,104 @@ def _scores(log_dir: Path, truth: np.ndarray, names: list[str], X_test: np.ndarr
     return out
 
 
+XOR_LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tree4": ("sklearn.tree.DecisionTreeClassifier", {"max_depth": 4}),
+    "hgb": ("sklearn.ensemble.HistGradientBoostingClassifier", {"max_iter": 20, "max_depth": 2, "early_stopping": False}),
+}
+XOR_FEATURES, XOR_NOISE, XOR_HELD_OUT = 5, 0.1, 20_000
+
+
+def _cutoff(gate: str) -> list[str]:
+    """--cutoff T, except for gnmax (T = m: it halts after m answers and refuses another T)."""
+    return [] if gate == "gnmax" else ["--cutoff", str(CUTOFF)]
+
+
+def _learner_options(learner: str) -> list[str]:
+    name, params = XOR_LEARNERS[learner]
+    return ["--learner", name, *(a for k, v in params.items() for a in ("--learner-param", f"{k}={str(v).lower()}"))]
+
+
+def _xor_held_out() -> tuple[np.ndarray, np.ndarray]:
+    """Fresh XOR rows (another seed than any generated set) with their noisy labels."""
+    from pcqr.pipeline.data.synthetic import Concept, make_chunk
+
+    table = make_chunk("agnostic", Concept("xor", 0.0), XOR_HELD_OUT, XOR_FEATURES, XOR_NOISE,
+                       np.random.SeedSequence(2026))
+    X = np.column_stack([table.column(f"x{j}").to_numpy() for j in range(XOR_FEATURES)])
+    return X, table.column("label").to_numpy().astype(int)
+
+
+def _xor_baselines(private: Path, X_test: np.ndarray, y_test: np.ndarray) -> dict[str, Any]:
+    """The learners without privacy, on the first 10^6 private rows."""
+    import pyarrow.parquet as pq
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.tree import DecisionTreeClassifier
+
+    first = sorted(private.glob("*.parquet"))[0]
+    table = pq.read_table(first).slice(0, 1_000_000)
+    X = np.column_stack([table.column(f"x{j}").to_numpy() for j in range(XOR_FEATURES)])
+    y = table.column("label").to_numpy().astype(int)
+    models = {"tree4": DecisionTreeClassifier(max_depth=4), "hgb": HistGradientBoostingClassifier(max_iter=20, max_depth=2),
+              "logistic": LogisticRegression()}
+    return {f"nonprivate_{name}": float(m.fit(X, y).score(X_test, y_test)) for name, m in models.items()}
+
+
+def _xor_runs(work: Path, cluster: str, rows: int, settings: list[tuple[float, str, str]],
+              held: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    """One XOR dataset of ``rows`` rows: each (eps, gate, learner), ``pcqr answer --private`` with the
+    gate's default k (the student, the same learner, answers after a halt)."""
+    import pyarrow.parquet as pq
+
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    name = f"xor-{rows:.0e}"
+    data = work / name
+    seconds, _ = pcqr(work, f"{name}-generate", "generate", "--kind", "agnostic", "--concept", "xor", "--noise",
+                      str(XOR_NOISE), "--rows", str(rows), "--features", str(XOR_FEATURES), "--queries", str(QUERIES),
+                      "--seed", "13", "--out", str(data), "--cluster", cluster)
+    truth = pq.read_table(data / "truth").sort_by("query_id").column("label").to_numpy().astype(int)
+    out: dict[str, Any] = {"private_rows": rows, "generate_seconds": round(seconds, 1),
+                           **_xor_baselines(data / "private", *held), "runs": []}
+    for eps, gate, learner in settings:
+        params = SubSampParameters.create("tight", eps, 1e-6, CUTOFF, QUERIES, 0.05, gate=gate)
+        k = {"gnmax": params.for_rows(rows).subsamples, "guess": params.subsamples,
+             "stability": min(params.useful_subsamples(), rows // MIN_ROWS_PER_MODEL)}[gate]
+        label = f"{name}-{gate}-{learner}-{eps:g}"
+        log(f"utility: {label} (k = {k})")
+        seconds, summary = pcqr(
+            work, label, "answer", "--private", str(data / "private"), "--state", f"state-{label}", "--queries",
+            str(data / "queries"), "--log", f"log-{label}", "--truth", str(data / "truth"), "--epsilon", str(eps),
+            "--delta", "1e-6", *_cutoff(gate), "--queries-max", str(QUERIES), "--gate", gate,
+            "--subsamples", str(k), *_learner_options(learner), "--after-halt", "student", "--cluster", cluster)
+        out["runs"].append({
+            "epsilon": eps, "gate": gate, "learner": learner, "subsamples": k, "rows_per_model": rows // k,
+            "noise": summary.get("sigma", summary.get("lambda")), "instances_used": summary.get("budget_used"),
+            "proven": [summary.get("proven_epsilon"), summary.get("proven_delta")],
+            **_scores(work / f"log-{label}", truth, *held, student=XOR_LEARNERS[learner]),
+            "seconds": round(seconds, 1),
+        })
+    return out
+
+
 def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
+    """Adult (when its files are there) and the XOR task."""
+    result: dict[str, Any] = {"adult": _bench_adult(quick, adult)}
+    epsilons = [1.0] if quick else [0.5, 1.0, 2.0, 4.0]
+    held = _xor_held_out()
+    with temp_dir("utility-xor") as work:
+        cluster = str(write_cluster_yaml(work))
+        grid = [(eps, gate, "tree4") for eps in epsilons for gate in ("gnmax", "guess", "stability")]
+        if quick:
+            result["xor_1e5"] = _xor_runs(work, cluster, 10**5, grid, held)
+        else:
+            result["xor_1e6"] = _xor_runs(work, cluster, 10**6, [*grid, (1.0, "gnmax", "hgb")], held)
+            result["xor_1e7"] = _xor_runs(work, cluster, 10**7, [(1.0, "gnmax", "tree4"), (1.0, "guess", "tree4")],
+                                          held)
+    return result
+
+
+def _bench_adult(quick: bool, adult: Path | None = None) -> dict[str, Any]:
     from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
     adult = Path(os.environ.get("PCQR_ADULT", adult or ADULT))
@@ -173,7 +279,7 @@ def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
         for eps in epsilons:
             for gate, profile in SETTINGS:
                 params = SubSampParameters.create(profile, eps, 1e-6, CUTOFF, QUERIES, 0.05, gate=gate)
-                k = params.subsamples if gate == "guess" else min(params.useful_subsamples(),
+                k = params.subsamples if gate in ("guess", "gnmax") else min(params.useful_subsamples(),
                                                                    len(y) // MIN_ROWS_PER_MODEL)
                 for learner, options in LEARNERS.items():
                     label = f"{gate}-{profile}-{learner}-{eps:g}"
@@ -181,15 +287,15 @@ def bench_utility(quick: bool, adult: Path | None = None) -> dict[str, Any]:
                     seconds, summary = pcqr(
                         work, label, "answer", "--private", "private", "--state", f"state-{label}", "--queries",
                         "queries", "--log", f"log-{label}", "--truth", "truth", "--epsilon", str(eps), "--delta",
-                        "1e-6", "--cutoff", str(CUTOFF), "--queries-max", str(QUERIES), "--gate", gate,
+                        "1e-6", *_cutoff(gate), "--queries-max", str(QUERIES), "--gate", gate,
                         "--profile", profile, "--subsamples", str(k), *options, *STUDENT, "--allow-private-overlap",
                         "--cluster", cluster)
                     result["runs"].append({
                         "epsilon": eps, "gate": gate, "profile": profile, "learner": learner, "subsamples": k,
-                        "rows_per_model": len(y) // k, "lambda": summary.get("lambda"),
+                        "rows_per_model": len(y) // k, "lambda": summary.get("lambda", summary.get("sigma")),
                         "threshold": summary.get("threshold"), "instances_used": summary.get("budget_used"),
                         "proven": [summary.get("proven_epsilon"), summary.get("proven_delta")],
-                        **_scores(work / f"log-{label}", truth, names, held_X, held_y),
+                        **_scores(work / f"log-{label}", truth, held_X, held_y),
                         "seconds": round(seconds, 1),
                     })
     return result
