@@ -43,3 +43,5 @@ def test_the_examples_run(tmp_path) -> None:
     assert re.search(r"--threshold", out)  # the refused parameter is named
     accuracy = re.search(r"answered ([\d.]+)%, accuracy of the answers ([\d.]+)%", out)
     assert accuracy and float(accuracy.group(1)) > 80 and float(accuracy.group(2)) > 95, out
+    gnmax = re.search(r"gnmax: NaN (\d+), accuracy ([\d.]+)%", out)
+    assert gnmax and int(gnmax.group(1)) == 0 and float(gnmax.group(2)) > 95, out

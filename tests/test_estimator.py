@@ -79,3 +79,25 @@ def test_bad_labels_are_refused_before_anything_is_written(cluster, tmp_path, y,
     with pytest.raises(ValueError, match=needle):
         clf.fit(np.zeros((len(y), 2)), y)
     assert not (tmp_path / "state").exists()
+
+
+def test_gnmax_through_the_estimator_then_the_session_status(cluster, tmp_path) -> None:
+    """gate='gnmax' in the Python API: the first queries_max queries get the noisy majority, the
+    rest are refused (NaN) or, with after_halt='student', answered by the student; the session's
+    status says gnmax, m of m used, halted."""
+    X, y = _data(20_000, 1)
+    Q, truth = _data(400, 2)
+    common = {"epsilon": 30.0, "delta": 1e-6, "gate": "gnmax", "queries_max": 300, "subsamples": 60,
+              "cluster": cluster, **SEED}
+    clf = pcqr.PrivateClassifier(**common, state=str(tmp_path / "state"), log=str(tmp_path / "log"))
+    predicted = clf.fit(X, y).predict(Q)
+    assert not np.isnan(predicted[:300]).any() and np.isnan(predicted[300:]).all()
+    assert (predicted[:300] == truth[:300]).mean() > 0.95
+    with pcqr.Session.open(clf.state_, cluster=cluster) as session:
+        status = session.status()
+    assert (status.gate, status.used, status.cutoff, status.halted) == ("gnmax", 300, 300, True)
+    assert status.proven_epsilon <= 30.0 and status.proven_delta <= 1e-6
+    student = pcqr.PrivateClassifier(**common, after_halt="student", state=str(tmp_path / "s2"),
+                                     log=str(tmp_path / "log2"))
+    predicted = student.fit(X, y).predict(Q)
+    assert not np.isnan(predicted).any() and (predicted[300:] == truth[300:]).mean() > 0.9

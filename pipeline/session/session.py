@@ -63,7 +63,7 @@ class SessionStatus:
     profile : str
         tight or paper: how the composition was certified.
     gate : str
-        stability or guess: what the sparse vector tests.
+        stability, guess or gnmax: how the votes are released (gnmax: T = m, used = answers).
     flipped : int
         Guess gate: answers released as 1 - g(x), each one of the T instances (0 otherwise).
     queries_per_instance : float or None
