@@ -239,7 +239,6 @@ def test_the_gate_is_chosen_from_public_parameters_when_not_given() -> None:
     assert chosen(9_000, **many) == "guess"  # 90 rows per model
     assert chosen(20_000, **{**many, "subsamples": 60}) == "guess"  # 60 models: a 3/4 majority kept 94% < 95%
     assert chosen(20_000, **many, profile="paper") == "stability"
-    assert chosen(20_000, **many, guess="prior") == "guess"
     assert chosen(20_000, **many, threshold=3.0) == "guess"
     assert chosen(20_000, **many, cutoff=7) == "guess"
     assert chosen(20_000, epsilon=1e-300) == "guess"  # gnmax refused: the guess gate's own refusal follows

@@ -118,6 +118,8 @@ CASES = [
     case("train-gate-unknown", TRAIN + " --gate vote", "'--gate'"),
     case("train-guess-other-gate", TRAIN + " --gate stability --guess prior", "--guess", "--gate guess"),
     case("train-gate-guess-agnostic", TRAIN + " --gate guess --mode agnostic --hypothesis threshold", "--gate guess"),
+    case("train-guess-agnostic", "train --private {private} --state {new}/st --guess prior --mode agnostic --features x0 "
+         "--hypothesis threshold", "--guess prior", "--mode agnostic"),  # no --gate: --guess names the gate
     case("train-guess-file-missing", TRAIN + " --gate guess --guess {root}/nothing.json", "nothing.json"),
     case("train-guess-model-garbage", TRAIN + " --gate guess --guess {bad}", "guess.json",
          mutate=lambda w: w.paths.__setitem__("bad", w.text("guess.json", "{not json"))),

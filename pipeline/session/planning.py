@@ -61,17 +61,19 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     private = open_dataset(
         options.private, "private", label=options.label, features=split_features(options.features)
     )
-    if options.guess is not None and options.gate not in (None, "guess"):
+    gate = options.gate or ("guess" if options.guess is not None else None)  # --guess names the guess gate
+    if options.guess is not None and gate != "guess":
         raise PcqrError(f"--guess {options.guess}: only the guess gate uses a guess; add --gate guess")
     if options.mode in ("agnostic", "universal"):
-        if options.gate not in (None, "stability"):
-            raise PcqrError(f"--gate {options.gate}: --mode {options.mode} answers through Algorithm 5's stability "
-                            "test only; use --mode realizable (or leave --gate out)")
+        if gate not in (None, "stability"):
+            given = f"--gate {gate}" if options.gate else f"--guess {options.guess}"
+            raise PcqrError(f"{given}: --mode {options.mode} answers through Algorithm 5's stability "
+                            "test only; use --mode realizable (or leave --gate and --guess out)")
         if options.profile not in (None, "paper"):
             raise PcqrError(f"--profile {options.profile}: --mode {options.mode} certifies Algorithm 3's chain with "
                             "Algorithm 5's parameters only; use --profile paper (or leave it out)")
         return _plan_agnostic(options, private, noise, reporter)
-    gate, why = (options.gate, None) if options.gate else choose_gate(options, private.rows)
+    gate, why = (gate, None) if gate else choose_gate(options, private.rows)
     params = SubSampParameters.create(
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
         options.beta, options.subsamples, options.threshold, gate,
@@ -98,8 +100,8 @@ def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
     """The gate of a realizable session when ``--gate`` is not given, from public parameters only
     (n is public: replace-one neighbours), and why (one clause, for the note).
 
-    ``--profile paper`` is Algorithm 5 exactly: the stability gate. ``--guess`` names the guess gate.
-    A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
+    ``--profile paper`` is Algorithm 5 exactly: the stability gate (``--guess`` names the guess gate
+    before this is asked). A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
     those leave the guess gate. Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
     rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
     3/4 majority's label survives its noise, else the guess gate."""
@@ -107,8 +109,6 @@ def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
 
     if options.profile == "paper":
         gate, why = "stability", "--profile paper is Algorithm 5 exactly"
-    elif options.guess is not None:
-        gate, why = "guess", f"--guess {options.guess} is the guess gate's"
     elif options.threshold is not None or options.cutoff != TrainingOptions.cutoff:
         given = "--threshold" if options.threshold is not None else "--cutoff"
         gate, why = "guess", f"{given} is given and gnmax has none"
