@@ -23,7 +23,8 @@ from typing import Any
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import MAX_COUNT, MAX_CUTOFF, MAX_SUBSAMPLES, count_range, show_big
-from pcqr.pipeline.privacy.subsamp import SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max
+from pcqr.pipeline.privacy.subsamp import (GNMAX_AGREEMENT, SubSampParameters, check_epsilon_delta, check_fraction,
+                                           check_queries_max)
 
 Figure = dict[str, Any]
 Algorithm = dict[str, Figure]
@@ -442,7 +443,7 @@ def recommend_gate(rows: int, epsilon: float, delta: float, cutoff: int, m: int,
     """
     gnmax = gate_parameters("gnmax", epsilon, delta, cutoff, m, beta, subsamples)
     k = gnmax.subsamples  # the given k, or the smallest useful one: the rule's floor
-    kept = gnmax.majority_kept(math.ceil(0.75 * k))
+    kept = gnmax.majority_kept(math.ceil(GNMAX_AGREEMENT * k))
     if rows // k >= MIN_ROWS_PER_MODEL and kept >= CORRECT:
         used = gnmax.for_rows(rows).subsamples
         more = "" if used == k else f"; k = {used:,} used ({rows // used:,} rows each: more votes above the same noise)"
