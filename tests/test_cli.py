@@ -178,7 +178,7 @@ def _rewrite(data, name: str, columns: dict) -> None:
         ("k_too_large", ["--subsamples", "needs at least 50000 private rows"]),
         ("unknown_backend", ["pcqr.cluster.backend", "unknown backend"]),
         ("seed_without_flag", ["--insecure-seed"]),
-        ("threshold_uncertifiable", ["--threshold 1:", "smallest --threshold that fits is 14"]),
+        ("threshold_uncertifiable", ["--threshold 1:", "smallest --threshold that fits is 11.5"]),
     ],
 )
 def test_bad_input_is_one_line_with_nothing_written(case, needles, data, capsys, thread_cluster_yaml, tmp_path) -> None:

@@ -2,6 +2,7 @@
 privacy at small k (exact), the student's determinism, and the command line end to end."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -19,9 +20,10 @@ from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector,
 from tests.conftest import P_FAIL, answer_two_ways, threshold_data, write_session_data
 
 
-def small_guess_params(cutoff: int = 1) -> SubSampParameters:
-    """k = 20, w = 0, lambda ~ 1.22 (scales 4.9 and 2.4 in vote-margin units)."""
-    return SubSampParameters.guess("paper", 8.0, 0.1, cutoff, 100, 0.1, subsamples=20)
+def small_guess_params(cutoff: int = 1, split: str = "equal") -> SubSampParameters:
+    """k = 20, w = 0, lambda ~ 1.22 (scales 4.9 and 2.4 in vote-margin units; ``lyu_su_li``: 4.0 and 3.2)."""
+    params = SubSampParameters.guess("paper", 8.0, 0.1, cutoff, 100, 0.1, subsamples=20)
+    return dataclasses.replace(params, noise_split=split)
 
 
 def _tail(a: int, scale: float) -> float:
@@ -97,13 +99,16 @@ def test_guess_gate_output_distribution(guess_label: int, margin: int) -> None:
     assert stats.binomtest(free, trials, expected).pvalue > P_FAIL
 
 
-def test_guess_gate_is_eps0_dp_exactly_on_small_transcripts() -> None:
-    """Each instance is eps0 = 2/lambda -DP: for every transcript of one instance over three queries
-    (PPP, PPB, PB, B) and every neighbouring vote vector (one model changes: each margin toward g
-    moves by -2, 0 or +2), the exact probabilities' ratio is at most e^eps0 (and it is attained
-    nearly, so the bound is not vacuous)."""
-    params = small_guess_params()
-    eps0 = 2 / params.lam
+@pytest.mark.parametrize("split", ["equal", "lyu_su_li"])
+def test_guess_gate_is_eps0_dp_exactly_on_small_transcripts(split: str) -> None:
+    """Each instance is eps0 = 2/lambda -DP, with Algorithm 5's split of eps0 and with Lyu-Su-Li's
+    (threshold noise 1.29 lambda, query noise 1.63 lambda in distance units): for every transcript of
+    one instance over three queries (PPP, PPB, PB, B) and every neighbouring vote vector (one model
+    changes: each margin toward g moves by -2, 0 or +2), the exact probabilities' ratio is at most
+    e^eps0 (and it is attained nearly, so the bound is not vacuous)."""
+    params = small_guess_params(split=split)
+    eps0 = params.instance_epsilon
+    assert eps0 == pytest.approx(2 / params.lam, rel=1e-12)
     worst = 0.0
     for margins in itertools.product([-6, 0, 4], repeat=3):
         for shift in itertools.product([-2, 0, 2], repeat=3):
@@ -257,8 +262,9 @@ def test_audit_surface_runs_the_guess_gate() -> None:
 
 def test_sessions_registered_before_the_gates_still_match_the_ledger(tmp_path, thread_cluster_yaml) -> None:
     """The ledger's digest of a session's fixed parameters: a stability/paper session registered
-    before `gate` and `profile` existed (its params without them) still matches; the same digest
-    does not match once the gate is edited, and a guess session's digest covers its guess."""
+    before `noise_split`, `gate` and `profile` existed (its params without them) still matches; the
+    same digest does not match once the split or the gate is edited, and a guess session's digest
+    covers its guess."""
     import dataclasses
 
     from pcqr.pipeline.session.book import fixed_digests
@@ -270,8 +276,11 @@ def test_sessions_registered_before_the_gates_still_match_the_ledger(tmp_path, t
                  "--cluster", thread_cluster_yaml]) == 0
     session = load_session(str(tmp_path / "st"))
     digests = fixed_digests(session)
-    assert len(digests) == 3 and len(set(digests)) == 3  # now; before `gate`; before `profile` too
+    assert len(digests) == 4 and len(set(digests)) == 4  # now; before `noise_split`; `gate`; `profile` too
+    split = dataclasses.replace(session, params=dataclasses.replace(session.params, noise_split="lyu_su_li"))
+    assert not set(fixed_digests(split)) & set(digests)  # an edited split (thresholds drawn at the other scale)
+    assert len(fixed_digests(split)) == 1  # a Lyu-Su-Li session was never registered without its split
     guess = dataclasses.replace(session, params=dataclasses.replace(session.params, gate="guess"),
                                 guess={"kind": "prior", "learner": None, "model": None})
     assert not set(fixed_digests(guess)) & set(digests)
-    assert len(fixed_digests(guess)) == 1  # a guess session was never registered without its gate
+    assert len(fixed_digests(guess)) == 2  # now; before `noise_split` (never without its gate)

@@ -23,10 +23,10 @@ from tests.conftest import MECHANICS, STABILITY, privacy_options
 
 BATCHES, QUERIES = 6, 3000
 SEEDED = ["--seed", "3", "--insecure-seed"]
-# The logged session answers, abstains and halts within the 3000 queries: MECHANICS with k = 36,
-# just above 2w = 28, so a unanimous query abstains with probability 0.043 and T = 20 is spent early.
-PRIVACY = [*privacy_options({**MECHANICS, "subsamples": 36}), *STABILITY, *SEEDED]
-# The other session: k = 50 and a --threshold above the smallest certifiable (14), which it accepts.
+# The logged session answers, abstains and halts within the 3000 queries: MECHANICS with k = 30,
+# just above 2w = 23, so a unanimous query abstains with probability 0.040 and T = 20 is spent early.
+PRIVACY = [*privacy_options({**MECHANICS, "subsamples": 30}), *STABILITY, *SEEDED]
+# The other session: k = 50 and a --threshold above the smallest certifiable (11.5), which it accepts.
 OTHER_THRESHOLD = 20
 OTHER = [*privacy_options(MECHANICS), *STABILITY, "--threshold", str(OTHER_THRESHOLD), *SEEDED]
 

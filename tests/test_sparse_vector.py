@@ -1,6 +1,7 @@
 """The sparse-vector coordinator's state machine and the stability test's output distribution."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -130,10 +131,13 @@ def _exact_answer_probability(params: SubSampParameters, gap: int) -> float:
 
 @pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(99)], ids=["secure", "seeded"])
 @pytest.mark.parametrize("gap", [0, 6, 12])
-def test_stability_test_output_distribution(noise_factory, gap: int) -> None:
+@pytest.mark.parametrize("split", ["equal", "lyu_su_li"])
+def test_stability_test_output_distribution(noise_factory, gap: int, split: str) -> None:
     """Empirical P(answer) on one query of a fresh session (new key and thresholds each time,
-    through the keyed stream) matches the exact closed form (binomial test, 1e-6)."""
+    through the keyed stream) matches the exact closed form (binomial test, 1e-6), under Algorithm
+    5's split of eps0 and Lyu-Su-Li's (the thresholds and the tail table at non-integer scales)."""
     params = SubSampParameters.paper(8.0, 0.1, 1, 100, 0.1, subsamples=20)  # w = 5.5: P = 0.06, 0.20, 0.54
+    params = dataclasses.replace(params, noise_split=split)
     noise = noise_factory()
     trials, answered = 20_000, 0
     ones = np.array([(20 + gap) // 2])

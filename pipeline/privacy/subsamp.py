@@ -14,7 +14,7 @@ three terms, each computed and reported (:class:`DeltaTerms`), none rounded down
   (Dwork-Roth, "The Algorithmic Foundations of Differential Privacy", Thm 3.23, run on the
   negated statistic) on the distance to instability (gap / 2, sensitivity 1) with threshold
   noise Lap(lambda) = Lap(2/eps0) and query noise Lap(2 lambda) = Lap(4/eps0): each instance is
-  eps0 = 2/lambda -DP. The session halts after T bottoms, so at most T instances run, and their
+  eps0 = 2/lambda -DP (the tight profile splits the same eps0 differently, below). The session halts after T bottoms, so at most T instances run, and their
   composition is the better of basic composition (T eps0, 0) and advanced composition
   (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20) with delta' = delta/2:
   sqrt(2 T log(2/delta)) eps0 + T eps0 (e^eps0 - 1). With the paper's lambda the advanced
@@ -26,8 +26,11 @@ three terms, each computed and reported (:class:`DeltaTerms`), none rounded down
   most m queries: (1 + e^eps) m TAIL_SAMPLER_ERROR.
 
 Two profiles (``--profile``). ``paper``: Algorithm 5 as written (lambda above, composition by the
-better of basic and advanced composition). ``tight`` (the default): the same mechanism and noise,
-certified by the exact optimal composition of the T instances (Kairouz-Oh-Viswanath Theorem 3.3,
+better of basic and advanced composition). ``tight`` (the default): the same mechanism, its eps0
+split between threshold and query noise as Lyu, Su and Li found optimal (:func:`noise_scales`:
+1 : 2^(2/3), threshold DLap(2.59 lambda) and query DLap(3.26 lambda) in gap units, the same eps0 =
+2/lambda; about 15% less w and 10-14% fewer models for a unanimous query), certified by the exact
+optimal composition of the T instances (Kairouz-Oh-Viswanath Theorem 3.3,
 :mod:`pcqr.pipeline.privacy.composition`): ``delta_composition`` is the exact delta of T
 eps0-DP instances at the requested eps, lambda the smallest that keeps it within its share of
 delta, and the share is the one (of TIGHT_SHARES) that needs the fewest models for a unanimous
@@ -67,6 +70,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
 from typing import Any, Mapping
 
 from pcqr.pipeline.errors import PcqrError
@@ -86,6 +90,14 @@ _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53
 PROFILES = ("tight", "paper")
 #: The gates: what the sparse vector tests (module docstring).
 GATES = ("stability", "guess", "gnmax")
+#: How each sparse-vector instance's eps0 is split between its threshold noise and its query noise,
+#: as the ratio eps2 / eps1 (module docstring): ``equal`` is Algorithm 5's (Lap(lambda) and
+#: Lap(2 lambda) in distance units), ``lyu_su_li`` the accuracy-optimal 1 : (2c)^(2/3) of Lyu, Su and
+#: Li for c = 1 positive per instance (the tight profile's).
+NOISE_SPLITS = {"equal": 1.0, "lyu_su_li": 2.0 ** (2 / 3)}
+#: The tight profile's split (both sparse-vector gates: their statistics have sensitivity 1 but are
+#: not monotone, one changed model can move two queries' counts in opposite directions).
+TIGHT_SPLIT = "lyu_su_li"
 #: The gnmax gate's default k: a query on which this share of the k models agree ...
 GNMAX_AGREEMENT = 0.75
 #: ... gets their label with at least this probability (the smallest such k).
@@ -203,6 +215,7 @@ class SubSampParameters:
     threshold_source: str  # "smallest_certifiable" or "override"
     profile: str = "paper"  # "tight" or "paper" (sessions before the profiles were all "paper")
     gate: str = "stability"  # "stability" or "guess" (sessions before the gates were all "stability")
+    noise_split: str = "equal"  # a NOISE_SPLITS key (sessions before the split were all "equal")
 
     @classmethod
     def paper(
@@ -273,24 +286,32 @@ class SubSampParameters:
         """The tight profile (module docstring): the same checks as :meth:`paper`, lambda from the exact
         optimal composition at the best share of delta, the paper's k at that lambda, the smallest
         certifiable w (or the given k and w, refused unless certified)."""
-        paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)  # every check
+        _check_request(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples)  # every other check (not w's fit)
         _check_exact_cutoff(cutoff)
         best: SubSampParameters | None = None
         best_models = math.inf
+        shares: list[SubSampParameters] = []
         for share in TIGHT_SHARES:
-            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), share * delta, cutoff)
-            trial = replace(paper, lam=lam, profile="tight", threshold=threshold if threshold is not None else 0.0,
+            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), share * delta, cutoff, TIGHT_SPLIT)
+            trial = replace(paper, lam=lam, profile="tight", noise_split=TIGHT_SPLIT, threshold=0.0,
                             subsamples=subsamples if subsamples is not None else _paper_subsamples(
                                 lam, queries_max, cutoff, delta, beta))
+            shares.append(trial)
             try:
-                if threshold is None:
-                    trial = replace(trial, threshold=trial.smallest_threshold())
+                trial = replace(trial, threshold=threshold if threshold is not None else trial.smallest_threshold())
                 trial.certify()
             except PcqrError:
                 continue  # this share leaves the stability term (or the given w) no room
             models = trial.useful_subsamples()
             if models < best_models:
                 best, best_models = trial, models
+        fits = [] if best is not None or threshold is None else [
+            w for w in map(_smallest_certified_threshold, shares) if w is not None]
+        if fits:
+            raise PcqrError(f"--threshold {threshold:g}: the released label's stability term does not fit --delta "
+                            f"{delta} at any split of delta (--profile tight); the smallest --threshold that fits "
+                            f"is {min(fits):g}")
         if best is None:  # the paper's parameters are certified: some share is (its lambda is larger)
             raise PcqrError(f"--epsilon {epsilon} with --cutoff {cutoff} and --delta {delta}: no split of delta "
                             "between composition and stability certifies --profile tight; use --profile paper")
@@ -320,7 +341,8 @@ class SubSampParameters:
                             f"gate, got {threshold}")
         if profile == "tight":
             _check_exact_cutoff(cutoff)
-            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, cutoff)
+            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, cutoff,
+                                TIGHT_SPLIT)
         else:
             lam = paper_lambda(epsilon, delta, cutoff)
         params = cls(
@@ -329,7 +351,7 @@ class SubSampParameters:
             threshold=threshold if threshold is not None else 0.0,
             subsamples_source="guess_useful" if subsamples is None else "override",
             threshold_source="guess_disagreement" if threshold is None else "override",
-            profile=profile, gate="guess",
+            profile=profile, gate="guess", noise_split=TIGHT_SPLIT if profile == "tight" else "equal",
         )
         if subsamples is None:  # useful at w = 0; the default w below only makes unanimous flips rarer
             params = replace(params, subsamples=params.useful_subsamples())
@@ -394,13 +416,20 @@ class SubSampParameters:
 
     @property
     def threshold_noise_scale(self) -> float:
-        """Scale of the threshold noise in gap units (2 x Lap(lambda) on dist = gap/2)."""
-        return 2 * self.lam
+        """Scale of the threshold noise in gap units: (1 + r) lambda for the split r = eps2 / eps1
+        (``equal``: 2 lambda, i.e. 2 x Lap(lambda) on dist = gap/2)."""
+        return noise_scales(self.lam, self.noise_split)[0]
 
     @property
     def query_noise_scale(self) -> float:
-        """Scale of the per-query noise in gap units (2 x Lap(2 lambda) on dist = gap/2)."""
-        return 4 * self.lam
+        """Scale of the per-query noise in gap units: 2 (1 + r) / r lambda (``equal``: 4 lambda, i.e.
+        2 x Lap(2 lambda) on dist = gap/2)."""
+        return noise_scales(self.lam, self.noise_split)[1]
+
+    @property
+    def instance_epsilon(self) -> float:
+        """eps0 of one sparse-vector instance, from the scales the samplers use (never understated)."""
+        return instance_epsilon(self.lam, self.noise_split)
 
     def _composition(self) -> tuple[float, float, float]:
         """(eps, delta_composition, delta_sampler); the sampler term is inf when e^eps is not a float
@@ -409,11 +438,10 @@ class SubSampParameters:
             delta = GUESS_COMPOSITION_SHARE * self.delta
             eps = gnmax_guarantee(self.lam, self.queries_max, delta)[0]
         elif self.profile == "tight":
-            eps0 = math.nextafter(2.0 / self.lam, math.inf)  # each instance is 2/lambda -DP, never understated
             eps = tight_epsilon(self.epsilon, self.delta, self.queries_max)
-            delta = optimal_delta(eps0, self.cutoff, eps)
+            delta = optimal_delta(self.instance_epsilon, self.cutoff, eps)
         else:
-            eps, delta = sparse_vector_guarantee(self.lam, self.cutoff, self.delta)
+            eps, delta = composition_guarantee(self.instance_epsilon, self.cutoff, self.delta)
         if eps > MAX_EPSILON:
             return eps, delta, math.inf
         sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
@@ -487,6 +515,8 @@ class SubSampParameters:
             raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.gate not in GATES:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
+        if self.noise_split not in NOISE_SPLITS:
+            raise PcqrError(f"noise_split must be one of {', '.join(NOISE_SPLITS)}, got {self.noise_split!r}")
         if enforce_limits:
             self.check_limits()
         self.check_composition()
@@ -571,10 +601,42 @@ class SubSampParameters:
         return cls(**data)
 
 
-def sparse_vector_guarantee(lam: float, cutoff: int, delta: float) -> tuple[float, float]:
+def _smallest_certified_threshold(params: SubSampParameters) -> float | None:
+    """The smallest w that certifies ``params`` (its lambda and k), or None if none does."""
+    try:
+        fitted = replace(params, threshold=params.smallest_threshold())
+        fitted.certify()
+    except PcqrError:
+        return None
+    return fitted.threshold
+
+
+def noise_scales(lam: float, split: str) -> tuple[float, float]:
+    """(threshold, query) noise scales in gap units for lambda and a NOISE_SPLITS key.
+
+    One AboveThreshold instance on dist (sensitivity 1; 2 in gap units) with threshold noise of
+    scale b_t and query noise of scale b_q (gap units) is (2/b_t + 4/b_q)-DP (Lyu-Su-Li 2017,
+    the privacy theorem of their Algorithm 1 with c = 1: the threshold moves by the sensitivity, the
+    halting query's noise by twice it). With r = eps2 / eps1 and eps0 = 2/lambda: eps1 = eps0 / (1 + r) gives b_t = (1 + r) lambda,
+    eps2 = r eps0 / (1 + r) gives b_q = 2 (1 + r) lambda / r; r = 1 is Algorithm 5's (2 lambda, 4 lambda).
+    """
+    r = NOISE_SPLITS[split]
+    return (1 + r) * lam, 2 * (1 + r) / r * lam
+
+
+def instance_epsilon(lam: float, split: str) -> float:
+    """eps0 = 2/b_t + 4/b_q of one instance at the float scales the samplers use (:func:`noise_scales`),
+    computed exactly in rationals and rounded up to a float: 2/lambda, never understated."""
+    threshold, query = noise_scales(lam, split)
+    exact = Fraction(2) / Fraction(threshold) + Fraction(4) / Fraction(query)
+    approx = float(exact)
+    return approx if Fraction(approx) >= exact else math.nextafter(approx, math.inf)
+
+
+def sparse_vector_guarantee(lam: float, cutoff: int, delta: float, split: str = "equal") -> tuple[float, float]:
     """(eps, delta) of at most ``cutoff`` AboveThreshold instances, each 2/lam -DP
     (see :func:`composition_guarantee`)."""
-    return composition_guarantee(2.0 / lam, cutoff, delta)
+    return composition_guarantee(instance_epsilon(lam, split), cutoff, delta)
 
 
 def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float, float]:
@@ -608,10 +670,10 @@ def _paper_subsamples(lam: float, queries_max: int, cutoff: int, delta: float, b
 
 
 @functools.lru_cache(maxsize=256)
-def _tight_lambda(epsilon: float, delta: float, cutoff: int) -> float:
-    """The smallest float lambda whose T instances (each nextafter(2/lambda)-DP) compose, by the exact
-    optimal composition, to (epsilon, delta) or better."""
+def _tight_lambda(epsilon: float, delta: float, cutoff: int, split: str = "equal") -> float:
+    """The smallest float lambda whose T instances (each :func:`instance_epsilon`-DP) compose, by the
+    exact optimal composition, to (epsilon, delta) or better."""
     lam = math.nextafter(2.0 / largest_eps0(cutoff, epsilon, delta), math.inf)
-    while optimal_delta(math.nextafter(2.0 / lam, math.inf), cutoff, epsilon) > delta:
+    while optimal_delta(instance_epsilon(lam, split), cutoff, epsilon) > delta:
         lam = math.nextafter(lam, math.inf)
     return lam

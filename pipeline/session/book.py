@@ -87,7 +87,7 @@ def position_of(session: SessionState) -> Position:
 
 #: Parameters added after sessions were registered, with the value every earlier session has: a
 #: session whose parameter has that value may have been registered without it (issue 13).
-LATER_PARAMS = (("gate", "stability"), ("profile", "paper"))
+LATER_PARAMS = (("noise_split", "equal"), ("gate", "stability"), ("profile", "paper"))
 
 
 def fixed_digest(session: SessionState) -> str:

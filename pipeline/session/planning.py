@@ -272,7 +272,9 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "beta": p.beta,
         "profile": p.profile,
         "gate": p.gate,
-        **({"sigma": p.lam} if p.gate == "gnmax" else {"lambda": p.lam}),
+        **({"sigma": p.lam} if p.gate == "gnmax" else {
+            "lambda": p.lam, "noise_split": p.noise_split, "threshold_noise_scale": p.threshold_noise_scale,
+            "query_noise_scale": p.query_noise_scale}),
         "subsamples": p.subsamples,
         "subsamples_source": p.subsamples_source,
         "threshold": p.threshold,

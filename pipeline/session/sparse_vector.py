@@ -22,7 +22,10 @@ the test by 2 gives ``gap + Z1 > 2w + Z2`` with Z1 ~ DLap(4 lambda) and
 Z2 ~ DLap(2 lambda), *discrete* Laplace. The AboveThreshold proof only uses
 the ratio bound P(Z = z) <= e^(s/b) P(Z = z + s) for shifts s equal to the
 sensitivity (2 in gap units) and twice it (4), which the discrete Laplace meets
-exactly for integer shifts; no floating-point artefact is involved.
+exactly for integer shifts; no floating-point artefact is involved. (Those are
+Algorithm 5's scales, the ``equal`` split of eps0; the tight profile's Lyu-Su-Li
+split uses DLap(3.26 lambda) and DLap(2.59 lambda), the same eps0: the scales
+always come from ``params.query_noise_scale`` / ``params.threshold_noise_scale``.)
 
 Per query only the bit ``Z1 > 2w + Z2 - gap`` is needed, i.e.
 ``Z1 >= floor(2w + Z2) + 1 - gap``: it is ``U_i < F(a)`` with F the 128-bit tail table of
@@ -199,8 +202,8 @@ class SparseVector:
         a bottom spends one of the T instances and releases 1 - g(x).
 
         Guarantee: between two bottoms this is one AboveThreshold instance (Dwork-Roth Thm 3.23,
-        negated statistic) with threshold noise DLap(2 lambda) and query noise DLap(4 lambda) in gap
-        units, i.e. eps0 = 2/lambda -DP for g fixed by public information before each query is
+        negated statistic) with threshold noise DLap(b_t) and query noise DLap(b_q) in gap units
+        (params.noise_split), i.e. eps0 = 2/b_t + 4/b_q = 2/lambda -DP for g fixed by public information before each query is
         tested; the released label is post-processing of its output and g, so no stability term
         (docs/privacy.md, Mechanism 1b; tests/test_public_guess.py checks the exact ratio). With ``stop_at_bottom`` the
         run stops after the first bottom (the caller updates its guess from the released answer and
