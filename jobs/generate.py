@@ -42,7 +42,8 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
               help=f"Label-flip rate in [0, 0.5) (agnostic only; default {DEFAULT_NOISE}).")
 @click.option("--concept", "concept_kind", type=click.Choice(CONCEPTS), default="threshold",
               show_default=True, help="threshold: 1 iff x0 > t; halfspace: 1 iff <w, x> > b; xor: 1 iff exactly one of x0, x1 is "
-              "positive (nonlinear; needs --features >= 2).")
+              "positive (nonlinear; needs --features >= 2); point: x0 is an integer (floor(100 z)) and the label is 1 iff "
+              "x0 == j, j a seeded integer in [-50, 50] (for pcqr learn --algorithm point).")
 @click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
               help="Rows per parquet file (one Dask task each).")
 @click.option("--out", type=click.Path(file_okay=False), required=True,

@@ -29,12 +29,29 @@ from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction
 from pcqr.pipeline.models.released import load_model, write_model
 from pcqr.pipeline.models.subsample import PART_ROWS
 
+#: ``pcqr learn --algorithm``: the semi-private learner, or Beimel-Nissim-Stemmer's learners (issue 14).
+ALGORITHMS = ("sspp", "point")
+
+
 @click.command("learn")
 @click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
-@click.option("--public", "public_uri", required=True, help="Public unlabelled dataset (Parquet) with the same feature columns.")
-@click.option("--hypothesis", required=True, help="Hypothesis class (threshold, interval, point, stump, rectangle, halfspace).")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps (pure eps-DP).")
-@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported cover radius.")
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="sspp", show_default=True,
+              help="'sspp': A_SSPP, the semi-private learner (needs --public and --hypothesis). 'point': "
+              "Beimel-Nissim-Stemmer's proper learner for point functions on one integer feature over the public "
+              "--domain, via A_dist ((eps, delta)-DP, Lemma 3.2; no --public).")
+@click.option("--public", "public_uri", default=None, help="--algorithm sspp: public unlabelled dataset (Parquet) "
+              "with the same feature columns.")
+@click.option("--hypothesis", default=None, help="--algorithm sspp: hypothesis class (threshold, interval, point, "
+              "stump, rectangle, halfspace).")
+@click.option("--domain", default=None, help="--algorithm point: the feature's public integer domain LO:HI (e.g. "
+              "0:4294967295), given by you, never read from the rows; a row outside it counts for no point.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point: delta (A_dist's "
+              "probability of releasing an unstable point).")
+@click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point: target error alpha "
+              "for the reported sample bounds (rows_needed, paper_rows).")
+@click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported "
+              "cover radius (sspp) or sample bounds (point).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
 @click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
@@ -45,9 +62,28 @@ from pcqr.pipeline.models.subsample import PART_ROWS
 @cluster_option
 @json_option
 def learn_command(**o: Any) -> None:
-    """Release h_priv = A_SSPP(private, public): the cover from public points, the
-    exponential mechanism on the private rows ((eps, delta_EM)-DP: ABM19, Lemma 3.2 of
-    papers/004, plus the sampler's delta_EM, tiny; see pipeline/mechanisms/sspp.py)."""
+    """Release a private classifier as a model file `pcqr predict` serves.
+
+    --algorithm sspp (default): h_priv = A_SSPP(private, public): the cover from public points, the
+    exponential mechanism on the private rows ((eps, delta_EM)-DP: ABM19, Lemma 3.2 of papers/004,
+    plus the sampler's delta_EM, tiny; see pipeline/mechanisms/sspp.py).
+
+    --algorithm point: the point function c_j(x) = [x == j] on one integer feature over --domain,
+    j the value with the most rows labelled 1 when A_dist's noisy stability test passes, else the
+    all-zero function ((eps, delta)-DP: Beimel-Nissim-Stemmer Lemma 3.2 and Prop 2.26; see
+    pipeline/mechanisms/learn_point.py)."""
+    if o["algorithm"] == "point":
+        _learn_point(o)
+        return
+    for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
+        if o[key] is None:
+            raise PcqrError(f"Missing option '{option}' (--algorithm sspp, the default, needs it)")
+    if o["domain"] is not None:
+        raise PcqrError("--domain is for --algorithm point; A_SSPP's candidates come from --public")
+    _learn_sspp(o)
+
+
+def _learn_sspp(o: dict[str, Any]) -> None:
     from pcqr.pipeline.hypotheses import check_enumerable, make_class
     from pcqr.pipeline.mechanisms.sspp import certificate, release_classifier
     from pcqr.pipeline.privacy.noise import noise_source
@@ -75,6 +111,48 @@ def learn_command(**o: Any) -> None:
                                  "out": o["out"], **allowed}, o["ledger"], client, private.features) as charged:
             _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise,
                                           **allowed)
+    write_model(o["out"], model)
+    summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
+    emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])
+
+
+def _learn_point(o: dict[str, Any]) -> None:
+    """--algorithm point: every check before the charge, the charge before any row is read, the
+    workers' positive counts summed, A_dist, the model file."""
+    from pcqr.pipeline.mechanisms.adist import AdistParameters
+    from pcqr.pipeline.mechanisms.learn_point import Domain, learn_point, merge_counts, point_record, positive_counts
+    from pcqr.pipeline.models.subsample import load_part
+    from pcqr.pipeline.privacy.noise import noise_source
+
+    for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
+        if o[key] is not None:
+            raise PcqrError(f"{option} is for --algorithm sspp; --algorithm point reads no public data")
+    if o["domain"] is None:
+        raise PcqrError("--domain LO:HI is required by --algorithm point (the feature's public integer domain)")
+    domain = Domain.parse(o["domain"])
+    params = AdistParameters.create(o["epsilon"], o["delta"])
+    check_fraction(o["alpha"], "--alpha")
+    check_fraction(o["beta"], "--beta")
+    check_writable_file(o["out"], "--out")
+    noise = noise_source(o["seed"], o["insecure_seed"])
+    private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
+    if len(private.features) != 1:
+        raise PcqrError(f"--private {private.uri}: --algorithm point learns a point on ONE feature column, found "
+                        f"{len(private.features)} ({', '.join(private.features[:4])}...); pass --features COLUMN")
+    proven = params.certificate()
+    load_cluster_config(o["cluster"])
+    with open_client(o["cluster"], echo=note) as client:
+        with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
+                                {"algorithm": "point", "epsilon": o["epsilon"], "delta": o["delta"],
+                                 "domain": domain.describe(), "out": o["out"]}, o["ledger"], client,
+                                private.features) as charged:
+            parts = [client.submit(load_part, p, private.features, private.label, pure=False)
+                     for p in private.parts(PART_ROWS)]
+            counts = client.submit(merge_counts, *[client.submit(positive_counts, part, domain, pure=False)
+                                                   for part in parts], pure=False).result()
+            hypothesis, released = learn_point(counts, domain, params, noise)
+    model = point_record(hypothesis, released, list(private.features), private.rows, domain, params, o["alpha"],
+                         o["beta"], noise.private)
     write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])

@@ -130,6 +130,10 @@ def test_realizable_labels_follow_the_hidden_concept(run: Callable[..., Result],
         metadata = pq.read_schema(parts(out, "private")[0]).metadata
         t = json.loads(metadata[b"pcqr.concept"])["threshold"]
         np.testing.assert_array_equal(labels, (x[:, 0] > t).astype(np.int8))
+    if concept == "point":  # x0 integer, label 1 iff x0 is the seeded point
+        j = json.loads(pq.read_schema(parts(out, "private")[0]).metadata[b"pcqr.concept"])["value"]
+        assert np.all(x[:, 0] == np.floor(x[:, 0])) and -50 <= j <= 50 and j == int(j)
+        np.testing.assert_array_equal(labels, (x[:, 0] == j).astype(np.int8))
 
 
 @pytest.mark.parametrize("concept", synthetic.CONCEPTS)

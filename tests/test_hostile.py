@@ -75,6 +75,7 @@ ONE_SHOT = "answer --private {private} --state {new}/st --queries {queries} --lo
 LEARN = "learn --private {private} --public {public} --features x0 --hypothesis threshold --out {new}/m.json"
 SPEC_PRIVACY = "epsilon: 100\ndelta: 0.001\ncutoff: 20\nsubsamples: 50\nqueries-max: 100000\n"
 RUN_SPEC = "run {spec} --cluster {cluster}"  # the cluster is the operator's, never a spec key
+LEARN_POINT = "learn --algorithm point --private {private} --features x0 --domain 0:100 --out {new}/p.json"
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
 
@@ -312,6 +313,20 @@ CASES = [
     case("learn-label-as-feature", LEARN.replace("x0", "label"), "label"),
     case("learn-threshold-two-features", LEARN.replace("x0", "x0,x1"), "--features"),
     case("learn-out-under-file", LEARN.replace("{new}/m.json", "{afile}/m.json"), "afile"),
+    # learn --algorithm point (Beimel-Nissim-Stemmer's POINT_d learner, issue 14)
+    case("learn-point-domain-missing", LEARN_POINT.replace(" --domain 0:100", ""), "--domain"),
+    case("learn-point-domain-one-value", LEARN_POINT.replace("0:100", "5:5"), "--domain 5:5"),
+    case("learn-point-domain-text", LEARN_POINT.replace("0:100", "a:b"), "--domain"),
+    case("learn-point-domain-beyond-float", LEARN_POINT.replace("0:100", "0:100000000000000000000"), "--domain"),
+    case("learn-point-two-features", LEARN_POINT.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("learn-point-public-given", LEARN_POINT + " --public {public}", "--public", "--algorithm sspp"),
+    case("learn-point-hypothesis-given", LEARN_POINT + " --hypothesis point", "--hypothesis"),
+    case("learn-point-delta-zero", LEARN_POINT + " --delta 0", "--delta"),
+    case("learn-point-epsilon-nan", LEARN_POINT + " --epsilon nan", "--epsilon"),
+    case("learn-point-alpha", LEARN_POINT + " --alpha 2", "--alpha"),
+    case("learn-algorithm-unknown", LEARN_POINT.replace("point", "lines", 1), "--algorithm"),
+    case("learn-sspp-domain", LEARN + " --domain 0:9", "--domain", "--algorithm point"),
+    case("learn-point-out-under-file", LEARN_POINT.replace("{new}/p.json", "{afile}/p.json"), "afile"),
     # distill: the public log only
     case("distill-log-missing", "distill --log {root}/nothing --out {new}/s.json", "nothing"),
     case("distill-log-answers-flipped", "distill --log {log} --out {new}/s.json", "--log", "altered",

@@ -3,8 +3,10 @@
 Features are i.i.d. standard normal (``x0..x{D-1}``, float64). The hidden concept
 comes from the seed: ``threshold`` labels 1 iff ``x0 > t``, ``halfspace`` 1 iff
 ``<w, x> > b`` (``w`` a random unit vector); ``xor`` 1 iff exactly one of ``x0``, ``x1`` is
-positive (issue 13's nonlinear task: no linear model beats 1/2, a depth-2 tree is exact). ``agnostic`` data (queries' true
-labels too) flips each label independently with probability ``noise``.
+positive (issue 13's nonlinear task: no linear model beats 1/2, a depth-2 tree is exact); ``point``
+makes ``x0`` an integer, floor(100 z) for z standard normal, and labels 1 iff ``x0 == j`` (j a seeded
+integer in [-50, 50]: Beimel-Nissim-Stemmer's point functions, issue 14). ``agnostic`` data
+(queries' true labels too) flips each label independently with probability ``noise``.
 
 Rows are cut into fixed blocks (:func:`block_rows`); block ``k`` of stream ``s``
 draws from ``SeedSequence(seed).spawn(..)[s].spawn(..)[k]`` (built from its spawn
@@ -31,7 +33,9 @@ from distributed import Client, as_completed
 from pcqr.pipeline.errors import PcqrError
 
 KINDS = ("realizable", "agnostic")
-CONCEPTS = ("threshold", "halfspace", "xor")
+CONCEPTS = ("threshold", "halfspace", "xor", "point")
+#: The point concept's x0 is floor(POINT_SCALE z), z standard normal.
+POINT_SCALE = 100.0
 DATASETS = ("private", "queries", "truth")
 DEFAULT_NOISE = 0.1
 DEFAULT_ROWS_PER_FILE = 1_000_000
@@ -47,7 +51,7 @@ _OURS = re.compile(r"part-\d+\.parquet|\.part-\d+\.parquet\.tmp-[0-9a-f]+")  # o
 @dataclass(frozen=True)
 class Concept:
     """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace); xor: 1 iff
-    (x0 > 0) != (x1 > 0) (bias 0, no weights)."""
+    (x0 > 0) != (x1 > 0) (bias 0, no weights); point: 1 iff x0 == bias (an integer)."""
     kind: str
     bias: float
     weights: tuple[float, ...] = ()
@@ -56,6 +60,8 @@ class Concept:
         """Noise-free int8 labels of the rows of ``x`` (shape rows x features)."""
         if self.kind == "xor":
             return ((x[:, 0] > 0) != (x[:, 1] > 0)).astype(np.int8)
+        if self.kind == "point":
+            return (x[:, 0] == self.bias).astype(np.int8)
         score = x[:, 0] if self.kind == "threshold" else x @ np.asarray(self.weights)
         return (score > self.bias).astype(np.int8)
 
@@ -65,6 +71,8 @@ class Concept:
             body: dict[str, object] = {"kind": "threshold", "feature": "x0", "threshold": self.bias}
         elif self.kind == "xor":
             body = {"kind": "xor", "features": ["x0", "x1"]}
+        elif self.kind == "point":
+            body = {"kind": "point", "feature": "x0", "value": self.bias}
         else:
             body = {"kind": "halfspace", "weights": list(self.weights), "bias": self.bias}
         return json.dumps(body, sort_keys=True)
@@ -77,6 +85,8 @@ class Concept:
             return cls("threshold", float(body["threshold"]))
         if body["kind"] == "xor":
             return cls("xor", 0.0)
+        if body["kind"] == "point":
+            return cls("point", float(body["value"]))
         return cls("halfspace", float(body["bias"]), tuple(float(w) for w in body["weights"]))
 
 
@@ -131,10 +141,13 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
 
 
 def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
-    """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere; xor has none."""
+    """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere, the point j
+    uniform on the integers of [-50, 50]; xor has none."""
     if concept == "xor":
         return Concept("xor", 0.0)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"],)))
+    if concept == "point":
+        return Concept("point", float(rng.integers(-50, 51)))
     if concept == "threshold":
         return Concept("threshold", float(rng.uniform(-1.0, 1.0)))
     w = rng.standard_normal(features)
@@ -159,6 +172,8 @@ def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: flo
     x_seed, flip_seed = (np.random.SeedSequence(seed_seq.entropy,
                                                 spawn_key=(*seed_seq.spawn_key, i)) for i in (0, 1))
     x = np.random.default_rng(x_seed).standard_normal((rows, features))
+    if concept.kind == "point":
+        x[:, 0] = np.floor(POINT_SCALE * x[:, 0])
     labels = concept.labels(x)
     if kind == "agnostic" and noise > 0:
         labels ^= (np.random.default_rng(flip_seed).random(rows) < noise).astype(np.int8)
