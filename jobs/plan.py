@@ -14,7 +14,9 @@ import click
 from pcqr.jobs.common import emit_summary, json_option
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import check_overrides
-from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc
+from pcqr.pipeline.privacy.planner import (
+    TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc, without_public_data as no_public_plan,
+)
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 # VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
@@ -29,6 +31,8 @@ TITLES = {
     "unvprivcl": "A_UnvPrivCl (Algorithm 4: any number of queries)",
     "sspp": "A_SSPP (ABM19 semi-private learner; public n_pub, private n)",
     "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class)",
+    "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
+    "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
          "kept); O~() = constant 1 and the hidden log factors dropped")
@@ -68,16 +72,21 @@ def print_table(summary: dict[str, Any]) -> None:
     click.echo(f"pcqr plan: d={inputs['vc']}{named} alpha={_show(inputs['alpha'])} "
                f"beta={_show(inputs['beta'])} epsilon={_show(inputs['epsilon'])} "
                f"delta={_show(inputs['delta'])} m={inputs['queries_max']} gamma={_show(inputs['gamma'])}")
-    click.echo(f"kinds: {KINDS}")
+    print_blocks(summary, f"kinds: {KINDS}")
+    click.echo("")
+    click.echo(f"ratio BTT18 agnostic n / A_AgPrivCl n (both O~()): "
+               f"{_show(summary['ratio_btt_agnostic_to_agprivcl'])}; 001 Related work (L44) says "
+               f"~max(1, min(sqrt(m alpha), 1/alpha)) = {_show(summary['ratio_related_work'])}")
+
+
+def print_blocks(summary: dict[str, Any], title: str) -> None:
+    """A plan's algorithms, one block each, one row per figure."""
+    click.echo(title)
     for key, figures in summary["algorithms"].items():
         click.echo("")
         click.echo(TITLES[key])
         for name, f in figures.items():
             click.echo(f"  {name:<20} {_show(f['value']):>14}  {f['kind']:<6} {f['ref']}")
-    click.echo("")
-    click.echo(f"ratio BTT18 agnostic n / A_AgPrivCl n (both O~()): "
-               f"{_show(summary['ratio_btt_agnostic_to_agprivcl'])}; 001 Related work (L44) says "
-               f"~max(1, min(sqrt(m alpha), 1/alpha)) = {_show(summary['ratio_related_work'])}")
 
 
 def print_rows_table(table: list[dict[str, Any]], inputs: dict[str, Any]) -> None:
@@ -158,17 +167,25 @@ def print_gate_table(summary: dict[str, Any]) -> None:
               help="n, the private rows: print instead each gate's noise, k and the vote margin a query needs "
                    "to be answered correctly 95% of the time, and the gate pcqr train picks when --gate is not "
                    "given (needs --epsilon and --queries-max; uses --delta, --cutoff, --beta, --subsamples).")
+@click.option("--without-public-data", is_flag=True,
+              help="Print instead the sample sizes of the mechanisms that need no public data (Beimel-Nissim-"
+                   "Stemmer): the POINT_d learner (pcqr learn --algorithm point) and the choosing mechanism "
+                   "(needs --epsilon and --alpha; uses --delta, --beta, --growth).")
+@click.option("--growth", type=int, default=1, show_default=True,
+              help="--without-public-data: k, the choosing mechanism's growth bound (1 for point counts).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
             queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
-            subsamples: int | None, private_rows: int | None, as_json: bool) -> None:
+            subsamples: int | None, private_rows: int | None, without_public_data: bool, growth: int,
+            as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
 
     \b
     With --rows-per-model R: a table of the private rows A_SubSamp needs per eps instead.
     With --private-rows N: each gate (stability, guess, gnmax) at (N, k, m, eps, delta, T): its noise,
     k, rows per model, the vote margin for 95% correct answers, and the recommended gate.
+    With --without-public-data: Beimel-Nissim-Stemmer's POINT_d learner and choosing mechanism.
 
     \b
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
@@ -176,6 +193,22 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     Every figure is marked exact (an explicit formula), O() (constant 1 assumed) or
     O~() (constant 1, log factors dropped), with the paper and line it comes from.
     """
+    if without_public_data:
+        for option, value in (("--epsilon", epsilon), ("--alpha", alpha)):
+            if value is None:
+                raise PcqrError(f"{option} is required with --without-public-data")
+        for option, value in (("--private-rows", private_rows), ("--rows-per-model", rows_per_model), ("--vc", vc),
+                              ("--hypothesis", hypothesis), ("--queries-max", queries_max)):
+            if value is not None:
+                raise PcqrError(f"{option} does not apply to --without-public-data")
+        assert epsilon is not None and alpha is not None and beta is not None and delta is not None
+        summary = no_public_plan(epsilon, delta, alpha, beta, growth)
+        if as_json:
+            emit_summary(summary, as_json=True)
+        else:
+            print_blocks(summary, f"pcqr plan, no public data: alpha={_show(alpha)} beta={_show(beta)} "
+                                  f"epsilon={_show(epsilon)} delta={_show(delta)} k={growth}")
+        return
     if private_rows is not None:
         if rows_per_model is not None:
             raise PcqrError("give at most one of --private-rows and --rows-per-model")

@@ -109,3 +109,27 @@ def test_utility_an_alpha_good_solution_with_probability_beta() -> None:
     outs = [choose_solution(qualities, params, noise) for _ in range(200)]
     assert all(o is not None and qualities[o] >= 2_000 - 1_000 for o in outs)
     assert choose_solution(np.zeros(5, np.int64), params, noise) is None  # nothing good: bottom
+
+
+def test_pcqr_plan_without_public_data_reports_both_mechanisms(capsys) -> None:
+    """pcqr plan --without-public-data: A_dist's threshold and the POINT_d learner's sample sizes, the
+    least m the choosing mechanism certifies (the one create() accepts, m - 1 refused) and Lemma 4.5's;
+    parameters beyond a float are reported, not crashed on."""
+    import json
+
+    from pcqr.jobs.cli import main
+
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]
+    assert plan["point"]["adist_threshold"]["value"] == 13
+    assert plan["point"]["rows_needed"]["value"] == 720 and plan["point"]["paper_rows"]["value"] == 1456
+    certified = plan["choosing"]["rows_certified"]["value"]
+    ChoosingParameters.create(1.0, 1e-6, 0.1, 0.05, 1, certified)
+    with pytest.raises(PcqrError):
+        ChoosingParameters.create(1.0, 1e-6, 0.1, 0.05, 1, certified - 1)
+    assert plan["choosing"]["rows_for_utility"]["value"] == 3502
+    assert main(["plan", "--without-public-data", "--epsilon", "1e-15", "--alpha", "1e-300", "--delta", "1e-300",
+                 "--beta", "1e-300", "--json"]) == 0
+    extreme = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]
+    assert extreme["point"]["rows_needed"]["value"] == "inf"
+    assert str(extreme["choosing"]["rows_certified"]["value"]).startswith("none")

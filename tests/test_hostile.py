@@ -302,6 +302,10 @@ CASES = [
          "--queries-max"),
     case("plan-vc-huge", "plan --vc 100000000000000000000 --alpha 0.1 --epsilon 1 --queries-max 1000", "--vc"),
     case("plan-rows-per-model-zero", "plan --rows-per-model 0", "--rows-per-model"),
+    case("plan-no-public-alpha-missing", "plan --without-public-data --epsilon 1", "--alpha"),
+    case("plan-no-public-epsilon-tiny", "plan --without-public-data --epsilon 1e-300 --alpha 0.1", "--epsilon"),
+    case("plan-no-public-growth-zero", "plan --without-public-data --epsilon 1 --alpha 0.1 --growth 0", "--growth"),
+    case("plan-no-public-with-vc", "plan --without-public-data --epsilon 1 --alpha 0.1 --vc 2", "--vc"),
     # learn / predict
     case("learn-public-missing", "learn --private {private} --hypothesis threshold --out {new}/m.json", "'--public'"),
     case("learn-public-nonexistent", LEARN.replace("{public}", "{root}/nothing"), "nothing"),

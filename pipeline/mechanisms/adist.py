@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction, delta_certificate
 
@@ -99,7 +100,7 @@ class AdistParameters:
     @classmethod
     def create(cls, epsilon: float, delta: float) -> AdistParameters:
         """b from eps, t the smallest that keeps P(Z > t) <= delta; refused in one line otherwise."""
-        check_epsilon(epsilon)
+        check_epsilon(epsilon, lowest=MIN_EM_EPSILON)  # below it the noise scale's arithmetic is no longer sound
         check_fraction(delta, "--delta")
         scale = noise_scale(epsilon)
         # P(Z >= t + 1) ~ e^(-(t+1)/b) / 2: start from the real-valued solution, then step exactly
@@ -118,7 +119,8 @@ class AdistParameters:
 
     def stable_distance(self, beta: float) -> int:
         """The smallest dist at which h1 is released with probability at least 1 - beta."""
-        check_fraction(beta, "--beta")
+        if not 0 < beta < 1:
+            raise ValueError(f"beta must be in (0, 1), got {beta}")
         a = max(1, math.ceil(self.scale * math.log(1 / (2 * beta))))  # P(Z <= -a) = P(Z >= a) <= beta
         while a > 1 and laplace_tail(a - 1, self.scale) <= beta:
             a -= 1

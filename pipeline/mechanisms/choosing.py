@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.mechanisms.adist import laplace_tail
 from pcqr.pipeline.mechanisms.exponential import choose, histogram, pick_in_shard, sampler_delta
 from pcqr.pipeline.privacy.noise import NoiseSource
@@ -75,7 +76,7 @@ class ChoosingParameters:
                rows: int) -> ChoosingParameters:
         """Refused in one line unless Lemma 4.4's conditions hold for these values and the
         certified delta fits ``delta`` (the message gives the smallest m that would)."""
-        check_epsilon(epsilon)
+        check_epsilon(epsilon, lowest=MIN_EM_EPSILON)  # below it the noise scale's arithmetic is no longer sound
         check_fraction(delta, "--delta")
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
@@ -142,10 +143,12 @@ class ChoosingParameters:
         return delta_certificate(self.epsilon, {"composition": 0.0, "stability": max(terms["case_a"], terms["case_b"]),
                                                 "sampler": terms["sampler"]})
 
-    def utility_rows(self) -> int:
-        """Lemma 4.5's m >= 16/(alpha eps) ln(16 k / (alpha beta eps delta))."""
-        ratio = 16 * self.growth / (self.alpha * self.beta * self.epsilon * self.delta)
-        return math.ceil(16 / (self.alpha * self.epsilon) * math.log(ratio))
+    def utility_rows(self) -> int | float:
+        """Lemma 4.5's m >= 16/(alpha eps) ln(16 k / (alpha beta eps delta)) (inf beyond a float)."""
+        log_ratio = (math.log(16 * self.growth) - math.log(self.alpha) - math.log(self.beta) - math.log(self.epsilon)
+                     - math.log(self.delta))
+        value = 16 / (self.alpha * self.epsilon) * log_ratio
+        return math.ceil(value) if math.isfinite(value) else math.inf
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

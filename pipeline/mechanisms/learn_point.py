@@ -105,16 +105,19 @@ def learn_point(counts: tuple[np.ndarray, np.ndarray], domain: Domain, params: A
     return PointHypothesis(0, None if chosen is None else float(chosen)), chosen is not None
 
 
-def rows_needed(params: AdistParameters, alpha: float, beta: float) -> int:
+def rows_needed(params: AdistParameters, alpha: float, beta: float) -> int | float:
     """m for Lemma 3.2's guarantee with our constants (module docstring): alpha m / 2 >=
     2 (stable_distance(beta/2) + 1) and exp(-alpha m / 8) <= beta/2."""
     copies = 2 * (params.stable_distance(beta / 2) + 1)
-    return max(math.ceil(2 * copies / alpha), math.ceil(8 / alpha * math.log(2 / beta)))
+    needed = max(2 * copies / alpha, 8 / alpha * (math.log(2) - math.log(beta)))
+    return math.ceil(needed) if math.isfinite(needed) else math.inf
 
 
-def paper_rows(epsilon: float, delta: float, alpha: float, beta: float) -> int:
-    """Lemma 3.2's m = 8/(alpha eps) ln(4/(beta delta)) as its proof instantiates it (gap sensitivity 1)."""
-    return math.ceil(8 / (alpha * epsilon) * math.log(4 / (beta * delta)))
+def paper_rows(epsilon: float, delta: float, alpha: float, beta: float) -> int | float:
+    """Lemma 3.2's m = 8/(alpha eps) ln(4/(beta delta)) as its proof instantiates it (gap sensitivity 1;
+    inf beyond a float)."""
+    value = 8 / (alpha * epsilon) * (math.log(4) - math.log(beta) - math.log(delta))
+    return math.ceil(value) if math.isfinite(value) else math.inf
 
 
 def point_record(hypothesis: PointHypothesis, released: bool, features: Sequence[str], private_rows: int,
@@ -122,6 +125,7 @@ def point_record(hypothesis: PointHypothesis, released: bool, features: Sequence
                  **provenance: Any) -> dict[str, Any]:
     """The released model file's record (``pcqr predict`` serves it)."""
     from pcqr.pipeline.models.released import model_record
+    from pcqr.pipeline.privacy.limits import show_count
 
     return model_record(hypothesis, list(features), private, **{
         "class": "point", "algorithm": "point",
@@ -129,7 +133,7 @@ def point_record(hypothesis: PointHypothesis, released: bool, features: Sequence
         "released": "point" if released else "bottom (the all-zero hypothesis)",
         "epsilon": params.epsilon, "delta": params.delta, "domain": domain.describe(), "domain_size": domain.size,
         "private_rows": private_rows, "noise_scale": params.scale, "adist_threshold": params.threshold,
-        "alpha": alpha, "beta": beta, "rows_needed": rows_needed(params, alpha, beta),
-        "paper_rows": paper_rows(params.epsilon, params.delta, alpha, beta),
+        "alpha": alpha, "beta": beta, "rows_needed": show_count(rows_needed(params, alpha, beta)),
+        "paper_rows": show_count(paper_rows(params.epsilon, params.delta, alpha, beta)),
         **params.certificate(), **provenance,
     })

@@ -99,6 +99,11 @@ def largest_fitting(fits: Callable[[int], bool], lowest: int, highest: int) -> i
     return lo
 
 
+def show_count(value: int | float) -> int | float | str:
+    """A count as reported: exact up to 2^53, else via :func:`show_big` (a float, "1.23e+456", "inf")."""
+    return value if value <= 2**53 else show_big(math.log(value))
+
+
 def show_big(log_value: float) -> float | str:
     """A positive number given by its natural logarithm: the float itself when it is one (below
     1e300), else its decimal notation computed via log10 (e.g. "1.23e+456", "inf" if unbounded)."""
