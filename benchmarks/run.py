@@ -16,6 +16,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``pap_thresholds``    ``pcqr release`` (A_PAP) with thresholds
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
 * ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
+* ``bns_point``         issue 14: ``pcqr learn --algorithm point`` (A_dist) on 10^6 rows, and its sample complexity
+                        beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
                         learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
 
@@ -40,6 +42,7 @@ from typing import Any, Callable
 
 from agnostic_at_scale import bench_agnostic_at_scale
 from answer_logistic import bench_answer_logistic
+from bns_point import bench_bns_point
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -55,7 +58,7 @@ from harness import ROOT, log, machine_info
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
-    "safety_overhead", "answer_logistic", "utility",
+    "safety_overhead", "answer_logistic", "utility", "bns_point",
 )
 
 
@@ -74,6 +77,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "safety_overhead": bench_safety_overhead,
     "answer_logistic": bench_answer_logistic,
     "utility": bench_utility,
+    "bns_point": bench_bns_point,
 }
 
 
@@ -218,6 +222,15 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                          f"{_fmt(v['loop_queries_per_second']['on'])} / {_fmt(v['loop_queries_per_second']['off'])}", ""))
             rows.append(("safety_overhead", f"overhead in the answer loop, {label}", _fmt(v["overhead_loop"]), "< 0.10"))
             rows.append(("safety_overhead", f"overhead of the whole command, {label}", _fmt(v["overhead_wall"]), ""))
+    r = results.get("bns_point")
+    if r and "error" not in r:
+        e = r["end_to_end"]
+        rows.append(("bns_point", f"rows/s, pcqr learn --algorithm point ({e['private_rows']:,} rows)",
+                     _fmt(e["rows_per_second"]), ""))
+        rows.append(("bns_point", "error of the released point on fresh rows", _fmt(e["error_on_10000_fresh_rows"]), "0"))
+        for t in r["sample_complexity"]["table"]:
+            rows.append(("bns_point", f"P(target), 2^{t['domain_bits']} domain, {t['rows']:,} rows: A_dist / EM",
+                         f"{_fmt(t['adist_success'])} / {_fmt(t['em_success'])}", ""))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
