@@ -14,9 +14,7 @@ import click
 from pcqr.jobs.common import emit_summary, json_option
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import check_overrides
-from pcqr.pipeline.privacy.planner import (
-    TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc, without_public_data as no_public_plan,
-)
+from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 # VC dimensions of the named classes. threshold: x > t, one direction (VC 1); pcqr's own
@@ -194,13 +192,15 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     O~() (constant 1, log factors dropped), with the paper and line it comes from.
     """
     if without_public_data:
-        for option, value in (("--epsilon", epsilon), ("--alpha", alpha)):
-            if value is None:
-                raise PcqrError(f"{option} is required with --without-public-data")
-        for option, value in (("--private-rows", private_rows), ("--rows-per-model", rows_per_model), ("--vc", vc),
-                              ("--hypothesis", hypothesis), ("--queries-max", queries_max)):
-            if value is not None:
-                raise PcqrError(f"{option} does not apply to --without-public-data")
+        from pcqr.pipeline.mechanisms.sample_bounds import without_public_data as no_public_plan
+
+        if epsilon is None or alpha is None:
+            raise PcqrError(f"{'--epsilon' if epsilon is None else '--alpha'} is required with --without-public-data")
+        others: tuple[tuple[str, Any], ...] = (("--private-rows", private_rows), ("--rows-per-model", rows_per_model),
+                                               ("--vc", vc), ("--hypothesis", hypothesis), ("--queries-max", queries_max))
+        for other, set_to in others:
+            if set_to is not None:
+                raise PcqrError(f"{other} does not apply to --without-public-data")
         assert epsilon is not None and alpha is not None and beta is not None and delta is not None
         summary = no_public_plan(epsilon, delta, alpha, beta, growth)
         if as_json:

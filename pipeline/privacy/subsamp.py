@@ -39,7 +39,8 @@ both spend delta, and a smaller lambda asks for a larger w in lambda units. k ke
 formula at the tight lambda. At eps = 1, delta = 1e-6, T = 50 tight's lambda is 61.0 against the
 paper's 152.4.
 
-Two gates (``--gate``). ``stability`` (the default): Algorithm 5's test above. ``guess`` (ALGORITHMS.md
+Two sparse-vector gates (``--gate``; without it pcqr.pipeline.privacy.planner.recommend_gate picks one of
+the three from public parameters). ``stability``: Algorithm 5's test above. ``guess`` (ALGORITHMS.md
 section 10, pcqr.pipeline.session.public_guess): the same sparse vector with the same noise, run on
 the signed margin ct(g) - ct(1 - g) of the k votes toward a PUBLIC guess g(x); below the noisy
 threshold an instance is spent and 1 - g(x) is released, above it g(x). The released label is a

@@ -1,0 +1,49 @@
+"""The sample sizes of Beimel-Nissim-Stemmer's mechanisms, which need no public data, for ``pcqr plan
+--without-public-data`` (papers/002; the figures in the format of :mod:`pcqr.pipeline.privacy.planner`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.adist import AdistParameters
+from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
+from pcqr.pipeline.mechanisms.learn_point import paper_rows
+from pcqr.pipeline.mechanisms.learn_point import rows_needed as point_rows
+from pcqr.pipeline.privacy.limits import MAX_COUNT, count_range, show_count
+from pcqr.pipeline.privacy.planner import fig
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
+
+
+def without_public_data(epsilon: float, delta: float, alpha: float, beta: float, growth: int) -> dict[str, Any]:
+    """The sample sizes of Beimel-Nissim-Stemmer's mechanisms (no public data) at these parameters:
+    the POINT_d learner (A_dist: its threshold, certified delta, Lemma 3.2's m with our constants and as
+    the lemma states it) and the choosing mechanism for a ``growth``-bounded quality (the smallest m
+    Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice)."""
+    check_epsilon_delta(epsilon, delta)
+    check_fraction(alpha, "--alpha")
+    check_fraction(beta, "--beta")
+    count_range("--growth (k)", growth, 1, MAX_COUNT, "an exact float")
+    adist = AdistParameters.create(epsilon, delta)
+    src_point, src_choosing = "002 Lemma 3.2 (pcqr learn --algorithm point)", "002 Fig. 8, Lemmas 4.4-4.5"
+    try:
+        certified = ChoosingParameters(epsilon, delta, alpha, beta, growth, 1, 4.0 / epsilon).smallest_rows()
+        choosing = ChoosingParameters.create(epsilon, delta, alpha, beta, growth, certified)
+        choosing_figures = {
+            "rows_certified": fig(certified, "exact", src_choosing + ": the least m Lemma 4.4's proof certifies"),
+            "proven_delta": fig(choosing.certificate()["proven_delta"], "exact", "at that m"),
+            "rows_for_utility": fig(show_count(choosing.utility_rows()), "exact", "002 Lemma 4.5"),
+        }
+    except (PcqrError, OverflowError) as exc:
+        choosing_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_choosing)}
+    return {
+        "inputs": {"epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta, "growth": growth},
+        "algorithms": {
+            "point": {
+                "adist_threshold": fig(adist.threshold, "exact", "002 Prop 2.26, gap sensitivity 2 counted"),
+                "proven_delta": fig(adist.certificate()["proven_delta"], "exact", "A_dist's tail P(Z >= t + 1)"),
+                "rows_needed": fig(show_count(point_rows(adist, alpha, beta)), "exact", src_point + ", our constants"),
+                "paper_rows": fig(show_count(paper_rows(epsilon, delta, alpha, beta)), "exact", src_point + ", as stated"),
+            },
+            "choosing": choosing_figures,
+        },
+    }
