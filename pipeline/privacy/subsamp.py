@@ -14,9 +14,10 @@ three terms, each computed and reported (:class:`DeltaTerms`), none rounded down
   (Dwork-Roth, "The Algorithmic Foundations of Differential Privacy", Thm 3.23, run on the
   negated statistic) on the distance to instability (gap / 2, sensitivity 1) with threshold
   noise Lap(lambda) = Lap(2/eps0) and query noise Lap(2 lambda) = Lap(4/eps0): each instance is
-  eps0 = 2/lambda -DP (the tight profile splits the same eps0 differently, below). The session halts after T bottoms, so at most T instances run, and their
-  composition is the better of basic composition (T eps0, 0) and advanced composition
-  (Dwork-Rothblum-Vadhan; Dwork-Roth Thm 3.20) with delta' = delta/2:
+  eps0 = 2/lambda -DP (the tight profile splits the same eps0 differently, below). The session
+  halts after T bottoms, so at most T instances run, and their composition is the better of
+  basic composition (T eps0, 0) and advanced composition (Dwork-Rothblum-Vadhan; Dwork-Roth
+  Thm 3.20) with delta' = delta/2:
   sqrt(2 T log(2/delta)) eps0 + T eps0 (e^eps0 - 1). With the paper's lambda the advanced
   bound's first term is exactly eps/2.
 * ``delta_stability``: the released label is the exact majority, which one record can flip on
@@ -618,8 +619,9 @@ def noise_scales(lam: float, split: str) -> tuple[float, float]:
     One AboveThreshold instance on dist (sensitivity 1; 2 in gap units) with threshold noise of
     scale b_t and query noise of scale b_q (gap units) is (2/b_t + 4/b_q)-DP (Lyu-Su-Li 2017,
     the privacy theorem of their Algorithm 1 with c = 1: the threshold moves by the sensitivity, the
-    halting query's noise by twice it). With r = eps2 / eps1 and eps0 = 2/lambda: eps1 = eps0 / (1 + r) gives b_t = (1 + r) lambda,
-    eps2 = r eps0 / (1 + r) gives b_q = 2 (1 + r) lambda / r; r = 1 is Algorithm 5's (2 lambda, 4 lambda).
+    halting query's noise by twice it). With r = eps2 / eps1 and eps0 = 2/lambda: eps1 = eps0 / (1 + r)
+    gives b_t = (1 + r) lambda, eps2 = r eps0 / (1 + r) gives b_q = 2 (1 + r) lambda / r; r = 1 is
+    Algorithm 5's (2 lambda, 4 lambda).
     """
     r = NOISE_SPLITS[split]
     return (1 + r) * lam, 2 * (1 + r) / r * lam
