@@ -141,7 +141,7 @@ def _learn_point(o: dict[str, Any]) -> None:
                         f"{len(private.features)} ({', '.join(private.features[:4])}...); pass --features COLUMN")
     proven = params.certificate()
     load_cluster_config(o["cluster"])
-    with open_client(o["cluster"], echo=note) as client:
+    with open_client(o["cluster"], echo=note, array_work=True) as client:  # reading and counting: numpy only
         with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
                                 {"algorithm": "point", "epsilon": o["epsilon"], "delta": o["delta"],
                                  "domain": domain.describe(), "out": o["out"]}, o["ledger"], client,
@@ -184,7 +184,7 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str | No
         raise PcqrError(f"--out {out}: directory is not empty")
     check_writable_directory(out, "--out")
     load_cluster_config(cluster)
-    with open_client(cluster, echo=note) as client:
+    with open_client(cluster, echo=note, array_work=True) as client:  # a released hypothesis: numpy only
         futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=dataset.id_column,
                               hypothesis=hypothesis, pure=False)
         total = 0
