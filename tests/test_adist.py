@@ -96,6 +96,10 @@ def test_threshold_is_the_smallest_that_fits_and_never_rounded_down(epsilon: flo
     exact = math.exp(-(params.threshold + 1) / params.scale) / (1 + math.exp(-1 / params.scale))
     assert laplace_tail(params.threshold + 1, params.scale) >= exact
     assert params.certificate()["delta_stability"] == laplace_tail(params.threshold + 1, params.scale)
+    from fractions import Fraction
+
+    proven = params.certificate()["proven_epsilon"]  # 1/b, rounded up, and still within the request
+    assert Fraction(1) / Fraction(params.scale) <= Fraction(proven) and proven <= epsilon
 
 
 @pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(5)], ids=["secure", "seeded"])

@@ -113,7 +113,10 @@ class AdistParameters:
 
     def certificate(self) -> dict[str, float]:
         """proven_epsilon (1/b, at most eps), the delta terms and proven_delta."""
-        proven_epsilon = float(Fraction(1) / Fraction(self.scale))
+        exact = Fraction(1) / Fraction(self.scale)
+        proven_epsilon = float(exact)  # rounded up, never below 1/b (and so still at most eps)
+        if Fraction(proven_epsilon) < exact:
+            proven_epsilon = math.nextafter(proven_epsilon, math.inf)
         terms = {"composition": 0.0, "stability": laplace_tail(self.threshold + 1, self.scale), "sampler": 0.0}
         return delta_certificate(proven_epsilon, terms)
 
