@@ -111,9 +111,7 @@ def _learn_sspp(o: dict[str, Any]) -> None:
                                  "out": o["out"], **allowed}, o["ledger"], client, private.features) as charged:
             _, model = release_classifier(client, o["hypothesis"], private, points, o["epsilon"], o["beta"], noise,
                                           **allowed)
-    write_model(o["out"], model)
-    summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
-    emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])
+    _write_and_report(o, model, charged)
 
 
 def _learn_point(o: dict[str, Any]) -> None:
@@ -153,6 +151,11 @@ def _learn_point(o: dict[str, Any]) -> None:
             hypothesis, released = learn_point(counts, domain, params, noise)
     model = point_record(hypothesis, released, list(private.features), private.rows, domain, params, o["alpha"],
                          o["beta"], noise.private)
+    _write_and_report(o, model, charged)
+
+
+def _write_and_report(o: dict[str, Any], model: dict[str, Any], charged: dict[str, Any]) -> None:
+    """Write the released model file and print its public record (not the hypothesis itself) and the charge."""
     write_model(o["out"], model)
     summary = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     emit_summary({"model": o["out"], **summary, "ledger": charge_note(charged)}, o["as_json"])

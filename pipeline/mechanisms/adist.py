@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
@@ -45,28 +44,14 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.privacy.stability import laplace_tail
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction, delta_certificate
 
-_DIGITS = 60
-_MARGIN = 1e-12  # relative margin when a Decimal tail becomes a float (far above 60 digits' error)
-
-
-def noise_scale(epsilon: float) -> float:
-    """b >= 1/eps as a float (the sampler's scale): its ratio bound e^(1/b) is at most e^eps."""
-    b = 1.0 / epsilon
-    return b if Fraction(1) / Fraction(b) <= Fraction(epsilon) else math.nextafter(b, math.inf)
-
-
-def laplace_tail(a: int, scale: float) -> float:
-    """An upper bound (relative margin 1e-12) on P(Z >= a), Z ~ DLap(scale), for an integer a >= 1:
-    q^a / (1 + q), q = exp(-1/scale) at the exact binary value of ``scale``."""
-    if a < 1:
-        raise ValueError(f"a must be at least 1, got {a}")
-    with localcontext() as ctx:
-        ctx.prec = _DIGITS
-        q = (Decimal(-1) / Decimal(scale)).exp()
-        value = q**a / (1 + q)
-    return math.nextafter(float(value) * (1 + _MARGIN), math.inf)
+def noise_scale(epsilon: float, sensitivity: float = 1.0) -> float:
+    """b >= sensitivity/eps as a float (the sampler's scale): the ratio bound e^(sensitivity/b) of a
+    shift by ``sensitivity`` is at most e^eps."""
+    b = sensitivity / epsilon
+    return b if Fraction(sensitivity) / Fraction(b) <= Fraction(epsilon) else math.nextafter(b, math.inf)
 
 
 def distance_to_instability(gap: int) -> int:

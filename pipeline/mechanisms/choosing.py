@@ -40,23 +40,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
-from pcqr.pipeline.mechanisms.adist import laplace_tail
+from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.exponential import choose, histogram, pick_in_shard, sampler_delta
 from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.privacy.stability import laplace_tail
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction, delta_certificate, round_up
-
-
-def _scale(epsilon: float) -> float:
-    """b >= 4/eps as a float: the bottom's ratio bound e^(1/b) is at most e^(eps/4)."""
-    b = 4.0 / epsilon
-    return b if Fraction(1) / Fraction(b) <= Fraction(epsilon) / 4 else math.nextafter(b, math.inf)
 
 
 @dataclass(frozen=True)
@@ -84,10 +78,10 @@ class ChoosingParameters:
             raise PcqrError(f"the quality's growth bound k must be a positive integer, got {growth!r}")
         if not (isinstance(rows, int) and rows >= 1):
             raise PcqrError(f"the choosing mechanism needs at least one row, got {rows!r}")
-        params = cls(epsilon, delta, alpha, beta, growth, rows, _scale(epsilon))
+        params = cls(epsilon, delta, alpha, beta, growth, rows, noise_scale(epsilon, 4.0))  # b >= 4/eps
         problem = params.problem()
         if problem is not None:
-            smallest = params.smallest_rows()
+            smallest = cls.least_rows(epsilon, delta, alpha, beta, growth)
             raise PcqrError(f"the choosing mechanism at eps {epsilon:g}, delta {delta:g}, alpha {alpha:g}, k {growth} "
                             f"{problem} with m = {rows:,} rows; it needs at least {smallest:,} rows")
         return params
@@ -119,13 +113,16 @@ class ChoosingParameters:
             return f"proves only delta {self.certificate()['proven_delta']:.3g}"
         return None
 
-    def smallest_rows(self) -> int:
-        """The smallest m at which these (eps, delta, alpha, k) are certified (a doubling, then bisection)."""
-        def fits(m: int) -> bool:
-            return ChoosingParameters(self.epsilon, self.delta, self.alpha, self.beta, self.growth, m,
-                                      self.scale).problem() is None
+    @classmethod
+    def least_rows(cls, epsilon: float, delta: float, alpha: float, beta: float, growth: int) -> int:
+        """The smallest m at which (eps, delta, alpha, k) are certified (a doubling, then bisection;
+        the values are assumed checked, as :meth:`create` does)."""
+        scale = noise_scale(epsilon, 4.0)
 
-        hi = max(1, self.rows)
+        def fits(m: int) -> bool:
+            return cls(epsilon, delta, alpha, beta, growth, m, scale).problem() is None
+
+        hi = 1
         while not fits(hi):
             hi *= 2
             if hi > 2**62:

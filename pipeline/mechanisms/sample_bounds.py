@@ -26,7 +26,7 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
     adist = AdistParameters.create(epsilon, delta)
     src_point, src_choosing = "002 Lemma 3.2 (pcqr learn --algorithm point)", "002 Fig. 8, Lemmas 4.4-4.5"
     try:
-        certified = ChoosingParameters(epsilon, delta, alpha, beta, growth, 1, 4.0 / epsilon).smallest_rows()
+        certified = ChoosingParameters.least_rows(epsilon, delta, alpha, beta, growth)
         choosing = ChoosingParameters.create(epsilon, delta, alpha, beta, growth, certified)
         choosing_figures = {
             "rows_certified": fig(certified, "exact", src_choosing + ": the least m Lemma 4.4's proof certifies"),

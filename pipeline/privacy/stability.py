@@ -69,6 +69,17 @@ def _tail_at_least(a: int, q1: Decimal, q2: Decimal) -> Decimal:
     return c * (outer + inner)
 
 
+def laplace_tail(a: int, scale: float) -> float:
+    """An upper bound (relative margin 1e-12) on P(Z >= a), Z ~ DLap(scale), for an integer a >= 1:
+    q^a / (1 + q) at the exact binary value of ``scale`` (A_dist's and the choosing mechanism's delta)."""
+    if a < 1:
+        raise ValueError(f"a must be at least 1, got {a}")
+    with localcontext() as ctx:
+        ctx.prec = _DIGITS
+        q = _q(scale)
+        return _upper_float(q**a / (1 + q))
+
+
 def difference_tail(a: int, scale1: float, scale2: float) -> float:
     """An upper bound (tight to ~1e-12 relative) on P(Z1 - Z2 >= a), Z_i ~ DLap(scale_i), a an integer.
 
