@@ -54,7 +54,8 @@ def _sample(n: int, bits: int, rng: np.random.Generator) -> tuple[int, dict[int,
 
 def bench_bns_point(quick: bool) -> dict[str, Any]:
     from pcqr.pipeline.mechanisms.adist import AdistParameters
-    from pcqr.pipeline.mechanisms.learn_point import Domain, learn_point, rows_needed
+    from pcqr.pipeline.mechanisms.integer_domain import Domain
+    from pcqr.pipeline.mechanisms.learn_point import learn_point, rows_needed
     from pcqr.pipeline.privacy.noise import SecureNoise
 
     rows = 10**5 if quick else 10**6

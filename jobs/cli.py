@@ -21,7 +21,7 @@ COMMANDS = {
     "run": ("run", "command"), "submit": ("submit", "command"), "demo": ("demo", "command"),
     "plan": ("plan", "command"), "learn": ("learn", "command"), "release": ("release", "command"),
     "budget": ("budget", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
-    "status": ("status", "command"), "distill": ("distill", "command"),
+    "status": ("status", "command"), "distill": ("distill", "command"), "sanitize": ("sanitize", "command"),
     "predict": ("learn", "predict_command"), "release-answer": ("release", "release_answer_command"),
 }
 
@@ -60,6 +60,8 @@ def pcqr() -> None:
       pcqr learn --private data/private --public pub/private --features x0 --hypothesis threshold --out model.json
       pcqr release --private data/private --public pub/private --features x0 --hypothesis threshold --out table.parquet
       pcqr release-answer table.parquet --query threshold=0.3
+      pcqr sanitize --private data/private --features x0 --domain 0:1000 --out points.parquet
+                                                     # a synthetic database, no public data
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
       pcqr report --log answers --out report.html    # look at a session (pip install 'pcqr[report]')
       pcqr status --state st                         # the session's privacy odometer (read-only)

@@ -118,7 +118,8 @@ def _learn_point(o: dict[str, Any]) -> None:
     """--algorithm point: every check before the charge, the charge before any row is read, the
     workers' positive counts summed, A_dist, the model file."""
     from pcqr.pipeline.mechanisms.adist import AdistParameters
-    from pcqr.pipeline.mechanisms.learn_point import Domain, learn_point, merge_counts, point_record, positive_counts
+    from pcqr.pipeline.mechanisms.integer_domain import Domain, merge_counts
+    from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
     from pcqr.pipeline.models.subsample import load_part
     from pcqr.pipeline.privacy.noise import noise_source
 

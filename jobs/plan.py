@@ -31,6 +31,7 @@ TITLES = {
     "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class)",
     "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
     "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
+    "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
          "kept); O~() = constant 1 and the hidden log factors dropped")

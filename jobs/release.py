@@ -39,6 +39,8 @@ from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
 TABLE_FORMAT = "pcqr.query-release/1"
 METADATA_KEY = b"pcqr.release"
+#: The fields a query of a synthetic database's class must give (and the only ones it may).
+SYNTHETIC_QUERY_FIELDS = {"point": frozenset({"value"}), "threshold": frozenset({"threshold"})}
 _PARAMETER_COLUMNS = {"threshold": pa.float64(), "direction": pa.string(), "low": pa.float64(),
                       "high": pa.float64(), "value": pa.float64()}
 
@@ -237,12 +239,19 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
 @json_option
 def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri: str | None, as_json: bool) -> None:
     """Answer queries of the class from a released table: each query is projected onto the cover
-    (the member labelling the public points alike) and gets that member's answer. Post-processing:
-    no private data, no privacy cost."""
+    (the member labelling the public points alike) and gets that member's answer; from a synthetic
+    database (pcqr sanitize), the weights of the rows the query labels 1. Post-processing: no
+    private data, no privacy cost."""
     from pcqr.pipeline.hypotheses import hypothesis_from_dict, make_class
     from pcqr.pipeline.hypotheses.representatives import representative_domain
     from pcqr.pipeline.mechanisms.pap import public_cells, public_key
+    from pcqr.pipeline.models.synthetic import is_synthetic
 
+    if is_synthetic(table_path):
+        if public_uri is not None:
+            raise PcqrError(f"--public: {table_path} is a synthetic database (pcqr sanitize); it needs no public data")
+        _answer_synthetic(table_path, queries, as_json)
+        return
     table, metadata = read_release(table_path)
     parsed = [parse_query(q, metadata) for q in queries]
     public = open_matching(public_uri or metadata["public"], "public", metadata["features"], "the release's features")
@@ -271,6 +280,37 @@ def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri
         return
     for row in out:
         click.echo(f"{row['answer']:.6f}  {row['query']}  (member {row['member']})")
+
+
+def _answer_synthetic(table_path: str, queries: tuple[str, ...], as_json: bool) -> None:
+    """Answer queries of the sanitized class from a synthetic database (pcqr sanitize): the weights
+    of the rows each query labels 1, summed."""
+    from pcqr.pipeline.hypotheses import hypothesis_from_dict
+    from pcqr.pipeline.models.synthetic import answer, read_synthetic
+
+    values, weights, metadata = read_synthetic(table_path)
+    out = []
+    fields = SYNTHETIC_QUERY_FIELDS[metadata["class"]]
+    for text in queries:
+        query = parse_query(text, metadata)
+        extra = sorted(set(query) - fields - {"class", "feature", "direction"})
+        if extra:
+            raise PcqrError(f"--query {text!r}: {', '.join(extra)} is not a field of a {metadata['class']} query "
+                            f"({', '.join(sorted(fields))})")
+        missing = sorted(f for f in fields if query.get(f) is None)
+        if missing:
+            raise PcqrError(f"--query {text!r}: a {metadata['class']} query needs {', '.join(missing)} (e.g. "
+                            f"{missing[0]}=3)")
+        try:
+            hypothesis = hypothesis_from_dict(query)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise PcqrError(f"--query {text!r}: incomplete query ({exc})") from None
+        out.append({"query": text, "answer": answer(hypothesis, values, weights)})
+    if as_json:
+        click.echo(json.dumps({"table": table_path, "answers": out}))
+        return
+    for row in out:
+        click.echo(f"{row['answer']:.6f}  {row['query']}")
 
 
 command = release_command

@@ -26,9 +26,10 @@ from pcqr.pipeline.errors import PcqrError
 
 
 def _jobs() -> dict[str, click.Command]:
-    from pcqr.jobs import answer, demo, generate, learn, plan, release, train
+    from pcqr.jobs import answer, demo, generate, learn, plan, release, sanitize, train
 
-    return {m.command.name: m.command for m in (generate, train, answer, demo, plan, learn, release) if m.command.name}
+    return {m.command.name: m.command
+            for m in (generate, train, answer, demo, plan, learn, release, sanitize) if m.command.name}
 
 
 #: Keys that name a file or directory: a relative value is relative to the spec file's folder.

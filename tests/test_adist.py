@@ -18,9 +18,8 @@ from scipy import stats
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import AdistParameters, best_two, distance_to_instability, noise_scale, passes
-from pcqr.pipeline.mechanisms.learn_point import (
-    Domain, best_point, learn_point, merge_counts, positive_counts, rows_needed,
-)
+from pcqr.pipeline.mechanisms.integer_domain import Domain, merge_counts
+from pcqr.pipeline.mechanisms.learn_point import best_point, learn_point, positive_counts, rows_needed
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
 from pcqr.pipeline.privacy.stability import laplace_tail
 from tests.conftest import P_FAIL

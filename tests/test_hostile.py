@@ -76,6 +76,7 @@ LEARN = "learn --private {private} --public {public} --features x0 --hypothesis 
 SPEC_PRIVACY = "epsilon: 100\ndelta: 0.001\ncutoff: 20\nsubsamples: 50\nqueries-max: 100000\n"
 RUN_SPEC = "run {spec} --cluster {cluster}"  # the cluster is the operator's, never a spec key
 LEARN_POINT = "learn --algorithm point --private {private} --features x0 --domain 0:100 --out {new}/p.json"
+SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
 
@@ -331,6 +332,22 @@ CASES = [
     case("learn-algorithm-unknown", LEARN_POINT.replace("point", "lines", 1), "--algorithm"),
     case("learn-sspp-domain", LEARN + " --domain 0:9", "--domain", "--algorithm point"),
     case("learn-point-out-under-file", LEARN_POINT.replace("{new}/p.json", "{afile}/p.json"), "afile"),
+    # sanitize --algorithm san-points (Beimel-Nissim-Stemmer's SanPoints, issue 14)
+    case("sanitize-too-few-rows", SANITIZE.replace("--alpha 0.5", "--alpha 0.1"), "needs at least 148,161 rows"),
+    case("sanitize-domain-missing", SANITIZE.replace(" --domain 0:100", ""), "--domain"),
+    case("sanitize-domain-text", SANITIZE.replace("0:100", "0:x"), "--domain"),
+    case("sanitize-two-features", SANITIZE.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("sanitize-features-unknown", SANITIZE.replace("x0", "x9"), "x9"),
+    case("sanitize-delta-zero", SANITIZE + " --delta 0", "--delta"),
+    case("sanitize-epsilon-nan", SANITIZE + " --epsilon nan", "--epsilon"),
+    case("sanitize-alpha-beyond-composition", SANITIZE.replace("--alpha 0.5", "--alpha 0.001"), "--alpha",
+         "at least 0.002"),
+    case("sanitize-beta-one", SANITIZE + " --beta 1", "--beta"),
+    case("sanitize-algorithm-unknown", SANITIZE + " --algorithm san-lines", "--algorithm"),
+    case("sanitize-out-under-file", SANITIZE.replace("{new}/s.parquet", "{afile}/s.parquet"), "afile"),
+    case("sanitize-seed-without-insecure", SANITIZE + " --seed 3", "--insecure-seed"),
+    case("sanitize-data-nan", SANITIZE.replace("{private}", "{bad}"), "p.parquet", "'x0'",
+         mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
     # distill: the public log only
     case("distill-log-missing", "distill --log {root}/nothing --out {new}/s.json", "nothing"),
     case("distill-log-answers-flipped", "distill --log {log} --out {new}/s.json", "--log", "altered",

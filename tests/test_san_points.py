@@ -219,3 +219,24 @@ def test_every_point_query_within_alpha() -> None:
         worst = max(abs(estimates.get(v, 0.0) - f) for v, f in truth.items())
         assert worst <= 0.1
     assert {10, 20}.issubset(estimates)  # the points above alpha are always released
+
+
+def test_pcqr_plan_reports_san_points(capsys) -> None:
+    """pcqr plan --without-public-data: SanPoints' least certified m (create accepts it, m - 1 is
+    refused), the proof's m with our noise below the paper's as stated; an alpha whose rounds are
+    beyond the exact composition is reported as none, not crashed on."""
+    import json
+
+    from pcqr.jobs.cli import main
+    from pcqr.pipeline.mechanisms.san_points import paper_rows
+
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]["san_points"]
+    certified = plan["rows_certified"]["value"]
+    SanPointsParameters.create(1.0, 1e-6, 0.1, 0.05, certified)
+    with pytest.raises(PcqrError):
+        SanPointsParameters.create(1.0, 1e-6, 0.1, 0.05, certified - 1)
+    assert plan["rows_for_utility"]["value"] < plan["paper_rows"]["value"] == paper_rows(1.0, 1e-6, 0.1, 0.05)
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.001", "--json"]) == 0
+    tiny = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]["san_points"]
+    assert str(tiny["rows_certified"]["value"]).startswith("none (--alpha")

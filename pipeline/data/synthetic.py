@@ -34,7 +34,7 @@ from pcqr.pipeline.errors import PcqrError
 
 KINDS = ("realizable", "agnostic")
 CONCEPTS = ("threshold", "halfspace", "xor", "point")
-#: The point concept's x0 is floor(POINT_SCALE z), z standard normal.
+#: The point concept's x0 is floor(POINT_SCALE z), z standard normal (--point-scale changes it).
 POINT_SCALE = 100.0
 DATASETS = ("private", "queries", "truth")
 DEFAULT_NOISE = 0.1
@@ -101,6 +101,7 @@ class DatasetSpec:
     seed: int
     noise: float
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
+    point_scale: float = POINT_SCALE
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Part:
 
 def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, seed: int,
               noise: float | None = None,
-              rows_per_file: int = DEFAULT_ROWS_PER_FILE) -> DatasetSpec:
+              rows_per_file: int = DEFAULT_ROWS_PER_FILE, point_scale: float | None = None) -> DatasetSpec:
     """Check the options (PcqrError naming the option) and fill in the default noise."""
     if kind not in KINDS:
         raise PcqrError(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -137,7 +138,12 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
     if math.ceil(max(rows, queries) / rows_per_file) > MAX_FILES:
         raise PcqrError(f"--rows-per-file: {rows_per_file} would write more than {MAX_FILES} "
                         "files per directory; raise it")
-    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file)
+    if point_scale is not None and concept != "point":
+        raise PcqrError(f"--point-scale: only the point concept has integer values (got --concept {concept})")
+    scale = POINT_SCALE if point_scale is None else point_scale
+    if not (math.isfinite(scale) and 0 < scale <= 2**40):
+        raise PcqrError(f"--point-scale: must be in (0, 2^40], got {point_scale}")
+    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, float(scale))
 
 
 def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
@@ -161,7 +167,7 @@ def block_seed(seed: int, stream: str, block: int) -> np.random.SeedSequence:
 
 
 def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: float,
-               seed_seq: np.random.SeedSequence) -> pa.Table:
+               seed_seq: np.random.SeedSequence, point_scale: float = POINT_SCALE) -> pa.Table:
     """``rows`` rows (columns x0.., label) drawn from ``seed_seq``; pure and deterministic.
 
     Features and label flips use separate child streams, so the features do not
@@ -173,7 +179,7 @@ def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: flo
                                                 spawn_key=(*seed_seq.spawn_key, i)) for i in (0, 1))
     x = np.random.default_rng(x_seed).standard_normal((rows, features))
     if concept.kind == "point":
-        x[:, 0] = np.floor(POINT_SCALE * x[:, 0])
+        x[:, 0] = np.floor(point_scale * x[:, 0])
     labels = concept.labels(x)
     if kind == "agnostic" and noise > 0:
         labels ^= (np.random.default_rng(flip_seed).random(rows) < noise).astype(np.int8)
@@ -187,6 +193,8 @@ def _schema(spec: DatasetSpec, concept: Concept, dataset: str) -> pa.Schema:
     fields = {"private": [*features, label], "queries": [query_id, *features],
               "truth": [query_id, label]}[dataset]
     info = {"kind": spec.kind, "noise": spec.noise, "seed": spec.seed, "concept": spec.concept}
+    if spec.point_scale != POINT_SCALE:
+        info["point_scale"] = spec.point_scale
     metadata = {SYNTHETIC_KEY: json.dumps(info, sort_keys=True)}
     if dataset == "private":
         metadata[CONCEPT_KEY] = concept.to_json()
@@ -222,7 +230,7 @@ def iter_rows(spec: DatasetSpec, concept: Concept, stream: str, start: int,
     for block in range(start // size, -(-stop // size)):
         first = block * size
         table = make_chunk(spec.kind, concept, min(size, total - first), spec.features,
-                           spec.noise, block_seed(spec.seed, stream, block))
+                           spec.noise, block_seed(spec.seed, stream, block), spec.point_scale)
         lo, hi = max(start, first) - first, min(stop, first + table.num_rows) - first
         yield first + lo, table.slice(lo, hi - lo)
 

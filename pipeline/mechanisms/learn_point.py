@@ -24,66 +24,20 @@ realizable sample; A_dist then releases j with probability 1 - beta/2 once alpha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.point import PointHypothesis
 from pcqr.pipeline.mechanisms.adist import AdistParameters, propose_test_release
+from pcqr.pipeline.mechanisms.integer_domain import Domain, value_counts
 from pcqr.pipeline.privacy.noise import NoiseSource
-
-#: Integers beyond this are not exact in the float64 feature columns pcqr reads.
-MAX_EXACT_INTEGER = 2**53
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The public integer domain [lo, hi] of a learner's feature."""
-
-    lo: int
-    hi: int
-
-    @classmethod
-    def parse(cls, text: str, option: str = "--domain") -> Domain:
-        """``lo:hi``, integers, lo < hi, both within +-2^53 (exact as float64); one line otherwise."""
-        lo_text, sep, hi_text = str(text).partition(":")
-        try:
-            lo, hi = int(lo_text), int(hi_text)
-        except ValueError:
-            lo = hi = 0
-            sep = ""
-        if not sep:
-            raise PcqrError(f"{option} must be LO:HI with integers LO < HI (e.g. 0:4294967295), got {text!r}")
-        if not (-MAX_EXACT_INTEGER <= lo < hi <= MAX_EXACT_INTEGER):
-            raise PcqrError(f"{option} {text}: need LO < HI, both within +-2^53 (exact as float64 features)")
-        return cls(lo, hi)
-
-    @property
-    def size(self) -> int:
-        return self.hi - self.lo + 1
-
-    def describe(self) -> str:
-        return f"{self.lo}:{self.hi}"
-
 
 def positive_counts(rows: tuple[np.ndarray, np.ndarray], domain: Domain) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: (values, counts) of the rows labelled 1 whose feature is an integer of ``domain``
     (``rows`` one part's (X, y), one feature column)."""
     X, y = rows
-    x = np.asarray(X, dtype=np.float64)[:, 0][np.asarray(y) == 1]
-    x = x[(x == np.floor(x)) & (x >= domain.lo) & (x <= domain.hi)]
-    values, counts = np.unique(x.astype(np.int64), return_counts=True)
-    return values, counts.astype(np.int64)
-
-
-def merge_counts(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The parts' counts summed per value (sorted values)."""
-    values = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    counts = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    merged, inverse = np.unique(values, return_inverse=True)
-    return merged, np.bincount(inverse, weights=counts, minlength=merged.shape[0]).astype(np.int64)
+    return value_counts(np.asarray(X)[np.asarray(y) == 1], domain)
 
 
 def best_point(values: np.ndarray, counts: np.ndarray, domain: Domain) -> tuple[int, int]:

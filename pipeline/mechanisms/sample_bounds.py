@@ -9,6 +9,8 @@ from pcqr.pipeline.mechanisms.adist import AdistParameters
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
 from pcqr.pipeline.mechanisms.learn_point import paper_rows
 from pcqr.pipeline.mechanisms.learn_point import rows_needed as point_rows
+from pcqr.pipeline.mechanisms.san_points import SanPointsParameters
+from pcqr.pipeline.mechanisms.san_points import paper_rows as san_points_paper_rows
 from pcqr.pipeline.privacy.limits import MAX_COUNT, count_range, show_count
 from pcqr.pipeline.privacy.planner import fig
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
@@ -18,7 +20,8 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
     """The sample sizes of Beimel-Nissim-Stemmer's mechanisms (no public data) at these parameters:
     the POINT_d learner (A_dist: its threshold, certified delta, Lemma 3.2's m with our constants and as
     the lemma states it) and the choosing mechanism for a ``growth``-bounded quality (the smallest m
-    Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice)."""
+    Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice) and SanPoints (the least m it
+    certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated)."""
     check_epsilon_delta(epsilon, delta)
     check_fraction(alpha, "--alpha")
     check_fraction(beta, "--beta")
@@ -35,6 +38,20 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
         }
     except (PcqrError, OverflowError) as exc:
         choosing_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_choosing)}
+    src_san = "002 Fig. 9, Theorem 4.6 (pcqr sanitize --algorithm san-points)"
+    try:
+        least = SanPointsParameters.least_rows(epsilon, delta, alpha, beta)
+        san = SanPointsParameters.create(epsilon, delta, alpha, beta, least)
+        san_figures = {
+            "rows_certified": fig(least, "exact", src_san + ": the least m whose choosing rounds are certified"),
+            "eps0": fig(san.eps0, "exact", "each of the 2r mechanisms, by KOV's optimal composition"),
+            "proven_delta": fig(san.certificate()["proven_delta"], "exact", "at that m"),
+            "rows_for_utility": fig(show_count(san.utility_rows()), "exact", src_san + "'s proof, our noise"),
+            "paper_rows": fig(show_count(san_points_paper_rows(epsilon, delta, alpha, beta)), "exact",
+                              src_san + "'s proof, as stated"),
+        }
+    except (PcqrError, OverflowError, ValueError) as exc:
+        san_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_san)}
     return {
         "inputs": {"epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta, "growth": growth},
         "algorithms": {
@@ -45,5 +62,6 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
                 "paper_rows": fig(show_count(paper_rows(epsilon, delta, alpha, beta)), "exact", src_point + ", as stated"),
             },
             "choosing": choosing_figures,
+            "san_points": san_figures,
         },
     }

@@ -44,7 +44,7 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters, choose_solution
-from pcqr.pipeline.privacy.composition import largest_eps0, optimal_delta
+from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.stability import laplace_tail
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, delta_certificate, round_up
@@ -70,6 +70,10 @@ class SanPointsParameters:
         """(r, eps0, delta0's cap): r = ceil(2/alpha) rounds, eps0 the largest whose 2r-fold pure
         composition is (eps, delta/2)-DP, and delta/(2r) for each choosing mechanism."""
         rounds = math.ceil(2 / alpha)
+        if 2 * rounds > EXACT_MAX_COUNT:
+            raise PcqrError(f"--alpha {alpha:g}: SanPoints runs ceil(2/alpha) rounds of two mechanisms, and their "
+                            f"optimal composition is certified for at most {EXACT_MAX_COUNT:,} mechanisms: --alpha "
+                            f"must be at least {4 / EXACT_MAX_COUNT:g}")
         return rounds, largest_eps0(2 * rounds, epsilon, delta / 2), delta / (2 * rounds)
 
     @classmethod
@@ -129,6 +133,21 @@ class SanPointsParameters:
     def to_dict(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "eps0": self.eps0, "count_noise_scale": self.count_scale,
                 "choosing_noise_scale": self.choosing.scale, "choosing_delta0": self.choosing.certificate()["proven_delta"]}
+
+
+def paper_rows(epsilon: float, delta: float, alpha: float, beta: float) -> int | float:
+    """Theorem 4.6's m as its proof instantiates it (the paper's constants and composition): E1's
+    6/(alpha^1.5 eps) ln(4/(alpha beta)) sqrt(ln(5/delta)) and Lemma 4.5 at approximation alpha/2,
+    confidence alpha beta/4, eps~ = eps / sqrt(32/alpha ln(5/delta)), delta~ = alpha delta / 5 (inf
+    beyond a float)."""
+    root = math.sqrt(math.log(5 / delta))
+    eps_t = epsilon / (math.sqrt(32 / alpha) * root)
+    delta_t = alpha * delta / 5
+    e1 = 6 / (alpha**1.5 * epsilon) * math.log(4 / (alpha * beta)) * root
+    e2 = 16 / (alpha / 2 * eps_t) * (math.log(16) - math.log(alpha / 2) - math.log(alpha * beta / 4) - math.log(eps_t)
+                                     - math.log(delta_t))
+    value = max(e1, e2)
+    return math.ceil(value) if math.isfinite(value) else math.inf
 
 
 def san_points(values: np.ndarray, counts: np.ndarray, params: SanPointsParameters,

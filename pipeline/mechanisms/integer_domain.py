@@ -1,0 +1,68 @@
+"""The public integer domain X = [lo, hi] of Beimel-Nissim-Stemmer's point and threshold mechanisms
+(``--domain lo:hi``, given by the user, never read from the rows), and the exact per-value counts
+the workers compute on it.
+
+The counts are the only thing read from private rows: each worker counts its parts' values that are
+integers of X (a value outside X, or not an integer, counts for no point), the driver sums them per
+value. The mechanisms then see only {value: count}; unseen values of X count 0, so a 2^64-sized
+domain costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pcqr.pipeline.errors import PcqrError
+
+#: Integers beyond this are not exact in the float64 feature columns pcqr reads.
+MAX_EXACT_INTEGER = 2**53
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The public integer domain [lo, hi] of a learner's or a sanitizer's feature."""
+
+    lo: int
+    hi: int
+
+    @classmethod
+    def parse(cls, text: str, option: str = "--domain") -> Domain:
+        """``lo:hi``, integers, lo < hi, both within +-2^53 (exact as float64); one line otherwise."""
+        lo_text, sep, hi_text = str(text).partition(":")
+        try:
+            lo, hi = int(lo_text), int(hi_text)
+        except ValueError:
+            lo = hi = 0
+            sep = ""
+        if not sep:
+            raise PcqrError(f"{option} must be LO:HI with integers LO < HI (e.g. 0:4294967295), got {text!r}")
+        if not (-MAX_EXACT_INTEGER <= lo < hi <= MAX_EXACT_INTEGER):
+            raise PcqrError(f"{option} {text}: need LO < HI, both within +-2^53 (exact as float64 features)")
+        return cls(lo, hi)
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    def describe(self) -> str:
+        return f"{self.lo}:{self.hi}"
+
+
+def value_counts(X: np.ndarray, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: (values, counts) of the rows of ``X`` (one feature column) whose value is an
+    integer of ``domain``, values sorted."""
+    x = np.asarray(X, dtype=np.float64)[:, 0]
+    x = x[(x == np.floor(x)) & (x >= domain.lo) & (x <= domain.hi)]
+    values, counts = np.unique(x.astype(np.int64), return_counts=True)
+    return values, counts.astype(np.int64)
+
+
+def merge_counts(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The parts' counts summed per value (sorted values; exact: integer sums)."""
+    values = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
+    counts = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
+    merged, inverse = np.unique(values, return_inverse=True)
+    summed = np.zeros(merged.shape[0], dtype=np.int64)
+    np.add.at(summed, inverse, counts)
+    return merged, summed
