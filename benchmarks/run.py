@@ -17,6 +17,7 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
 * ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
 * ``bns_point``         issue 14: ``pcqr learn --algorithm point`` (A_dist) on 10^6 rows, and its sample complexity
+* ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram
                         beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
                         learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
@@ -43,6 +44,7 @@ from typing import Any, Callable
 from agnostic_at_scale import bench_agnostic_at_scale
 from answer_logistic import bench_answer_logistic
 from bns_point import bench_bns_point
+from bns_sanitize import bench_bns_sanitize
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -58,7 +60,7 @@ from harness import ROOT, log, machine_info
 BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
-    "safety_overhead", "answer_logistic", "utility", "bns_point",
+    "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
 )
 
 
@@ -78,6 +80,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "answer_logistic": bench_answer_logistic,
     "utility": bench_utility,
     "bns_point": bench_bns_point,
+    "bns_sanitize": bench_bns_sanitize,
 }
 
 
@@ -231,6 +234,16 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         for t in r["sample_complexity"]["table"]:
             rows.append(("bns_point", f"P(target), 2^{t['domain_bits']} domain, {t['rows']:,} rows: A_dist / EM",
                          f"{_fmt(t['adist_success'])} / {_fmt(t['em_success'])}", ""))
+    r = results.get("bns_sanitize")
+    if r and "error" not in r:
+        e = r["end_to_end"]
+        rows.append(("bns_sanitize", f"rows/s, pcqr sanitize --algorithm san-points ({e['private_rows']:,} rows)",
+                     _fmt(e["rows_per_second"]), ""))
+        rows.append(("bns_sanitize", "largest point-query error of the released table", _fmt(e["largest_error"]),
+                     f"<= {e['alpha']}"))
+        for t in r["errors"]["table"]:
+            rows.append(("bns_sanitize", f"largest error, {t['rows']:,} rows: SanPoints / stable histogram",
+                         f"{_fmt(t['san_points_error'])} / {_fmt(t['stable_histogram_error'])}", ""))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))

@@ -1,0 +1,101 @@
+"""Benchmark ``bns_sanitize``: Beimel-Nissim-Stemmer's SanPoints (``pcqr sanitize --algorithm
+san-points``) on point queries (issue 14, item 8).
+
+Two parts. (1) The command end to end on 10^6 rows (10^5 with --quick) of ``pcqr generate --concept
+point --point-scale 2`` (x0 = floor(2 z): 20 values, the largest 19% of the rows), eps = 1, delta =
+1e-6, alpha = 0.1 (0.2 with --quick: 10^5 rows are below alpha 0.1's 148,161): rows per second
+(the whole command, cluster start included) and the largest error over every point query of the
+domain (the released weight against the data's true share; unseen values answer 0 and are exact).
+(2) In process, with the real mechanism (:func:`pcqr.pipeline.mechanisms.san_points.san_points`):
+half the rows from floor(2 z), half uniform over [0, 2^32) (heavy hitters and a long tail), eps 1,
+delta 1e-6, for each n the largest error over all point queries, SanPoints (alpha 0.1, or refused
+below its certified size) beside the stability-based histogram, the practical (eps, delta) baseline
+for the same class (noisy counts DLap(2/eps) of the seen values, kept above a threshold tau with 2
+P(Z >= tau - 1) <= delta; replace-one moves two counts; a benchmark-only implementation, not a pcqr
+command). The exponential mechanism over the class of synthetic databases (BLR's SmallDB) chooses
+among |X|^(log|Q| / alpha^2) databases: not computable at a 2^32 domain, so it has no column here.
+
+Run through benchmarks/run.py (``--only bns_sanitize``); benchmarks/README.md says what each figure means.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from harness import pcqr, temp_dir, write_cluster_yaml
+
+EPSILON, DELTA = 1.0, 1e-6
+
+
+def _stable_histogram(values: np.ndarray, counts: np.ndarray, rows: int, noise: Any) -> dict[int, float]:
+    """The stability-based histogram at (EPSILON, DELTA) under replace-one neighbours: {value: share}."""
+    from pcqr.pipeline.mechanisms.adist import noise_scale
+    from pcqr.pipeline.privacy.stability import laplace_tail
+
+    scale = noise_scale(EPSILON, 2.0)  # two counts move by 1: L1 sensitivity 2
+    tau = 2
+    while 2 * laplace_tail(tau - 1, scale) > DELTA:  # a value seen once in S, never in S', released
+        tau += 1
+    noisy = counts + noise.discrete_laplace_vector(scale, counts.size)
+    kept = noisy >= tau
+    return dict(zip(values[kept].tolist(), (np.minimum(noisy[kept], rows) / rows).tolist()))
+
+
+def _largest_error(estimates: dict[int, float], values: np.ndarray, counts: np.ndarray, rows: int) -> float:
+    truth = dict(zip(values.tolist(), (counts / rows).tolist()))
+    return max(abs(estimates.get(v, 0.0) - f) for v, f in {**dict.fromkeys(estimates, 0.0), **truth}.items())
+
+
+def _mixture(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    heavy = np.floor(2 * rng.standard_normal(n // 2)).astype(np.int64) + 2**31  # around the middle of the domain
+    tail = rng.integers(0, 2**32, n - n // 2, dtype=np.int64)
+    return np.unique(np.concatenate([heavy, tail]), return_counts=True)
+
+
+def bench_bns_sanitize(quick: bool) -> dict[str, Any]:
+    from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
+    from pcqr.pipeline.models.synthetic import read_synthetic
+    from pcqr.pipeline.privacy.noise import SecureNoise
+
+    rows = 10**5 if quick else 10**6
+    alpha = 0.2 if quick else 0.1
+    result: dict[str, Any] = {"how": __doc__.split("\n\n")[1].replace("\n", " "), "epsilon": EPSILON, "delta": DELTA}
+    with temp_dir("bns-sanitize") as work:
+        cluster = str(write_cluster_yaml(work))
+        pcqr(work, "generate", "generate", "--concept", "point", "--point-scale", "2", "--rows", str(rows),
+             "--features", "1", "--queries", "0", "--seed", "3", "--out", "data", "--cluster", cluster)
+        seconds, summary = pcqr(work, "sanitize", "sanitize", "--private", "data/private", "--features", "x0",
+                                "--domain", "-4294967296:4294967295", "--epsilon", str(EPSILON), "--delta", str(DELTA),
+                                "--alpha", str(alpha), "--out", "points.parquet", "--cluster", cluster)
+        import pyarrow.parquet as pq
+
+        x = pq.read_table(work / "data" / "private", columns=["x0"]).column("x0").to_numpy().astype(np.int64)
+        values, counts = np.unique(x, return_counts=True)
+        released, weights, _ = read_synthetic(str(work / "points.parquet"))
+        estimates: dict[int, float] = {}
+        for v, w in zip(released.tolist(), weights.tolist()):
+            estimates[v] = estimates.get(v, 0.0) + w
+        result["end_to_end"] = {
+            "private_rows": rows, "alpha": alpha, "seconds": round(seconds, 2), "rows_per_second": rows / seconds,
+            "released_points": summary["released_points"], "largest_error": _largest_error(estimates, values, counts,
+                                                                                            rows),
+            "proven_delta": summary["proven_delta"], "largest_true_share": float(counts.max() / rows),
+        }
+    noise = SecureNoise()
+    rng = np.random.default_rng(5)
+    table = []
+    started = time.perf_counter()
+    for n in ([10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 148_161, 10**6]):
+        values, counts = _mixture(n, rng)
+        row: dict[str, Any] = {"rows": n, "distinct_values": int(values.size)}
+        row["stable_histogram_error"] = _largest_error(_stable_histogram(values, counts, n, noise), values, counts, n)
+        try:
+            params = SanPointsParameters.create(EPSILON, DELTA, 0.1, 0.05, n)
+            row["san_points_error"] = _largest_error(dict(san_points(values, counts, params, noise)), values, counts, n)
+        except Exception as exc:  # refused below its certified size: reported, not an error
+            row["san_points_error"] = f"refused ({str(exc).split(' rows')[0].split('needs ')[-1]} rows needed)"
+        table.append(row)
+    result["errors"] = {"alpha": 0.1, "table": table, "seconds": round(time.perf_counter() - started, 1)}
+    return result
