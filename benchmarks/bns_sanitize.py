@@ -2,7 +2,7 @@
 san-points``) on point queries (issue 14, item 8).
 
 Two parts. (1) The command end to end on 10^6 rows (10^5 with --quick) of ``pcqr generate --concept
-point --point-scale 2`` (x0 = floor(2 z): 20 values, the largest 19% of the rows), eps = 1, delta =
+point --integer-scale 2`` (x0 = floor(2 z): 20 values, the largest 19% of the rows), eps = 1, delta =
 1e-6, alpha = 0.1 (0.2 with --quick: 10^5 rows are below alpha 0.1's 148,161): rows per second
 (the whole command, cluster start included) and the largest error over every point query of the
 domain (the released weight against the data's true share; unseen values answer 0 and are exact).
@@ -64,7 +64,7 @@ def bench_bns_sanitize(quick: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"how": __doc__.split("\n\n")[1].replace("\n", " "), "epsilon": EPSILON, "delta": DELTA}
     with temp_dir("bns-sanitize") as work:
         cluster = str(write_cluster_yaml(work))
-        pcqr(work, "generate", "generate", "--concept", "point", "--point-scale", "2", "--rows", str(rows),
+        pcqr(work, "generate", "generate", "--concept", "point", "--integer-scale", "2", "--rows", str(rows),
              "--features", "1", "--queries", "0", "--seed", "3", "--out", "data", "--cluster", cluster)
         seconds, summary = pcqr(work, "sanitize", "sanitize", "--private", "data/private", "--features", "x0",
                                 "--domain", "-4294967296:4294967295", "--epsilon", str(EPSILON), "--delta", str(DELTA),

@@ -44,9 +44,10 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
               show_default=True, help="threshold: 1 iff x0 > t; halfspace: 1 iff <w, x> > b; xor: 1 iff exactly one of x0, x1 is "
               "positive (nonlinear; needs --features >= 2); point: x0 is an integer (floor(100 z)) and the label is 1 iff "
               "x0 == j, j a seeded integer in [-50, 50] (for pcqr learn --algorithm point).")
-@click.option("--point-scale", type=float, default=None, help="--concept point only: x0 = floor(S z) (default 100): "
-              "a small S gives few values with large shares (e.g. 2: 12 values, the largest 19% of the rows), for "
-              "pcqr sanitize.")
+@click.option("--integer-scale", type=float, default=None, help="--concept point or threshold: x0 = floor(S z), an "
+              "integer, labelled by the concept (point: default 100; threshold: default none, x0 continuous). A "
+              "small S gives few values with large shares (e.g. 2: 20 values, the largest 19% of the rows), for "
+              "pcqr sanitize; an integer x0 suits pcqr learn --algorithm learn-thresholds.")
 @click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
               help="Rows per parquet file (one Dask task each).")
 @click.option("--out", type=click.Path(file_okay=False), required=True,
@@ -55,7 +56,7 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 @cluster_option
 @json_option
 def command(kind: str, rows: int, features: int, queries: int, seed: int, noise: float | None,
-            concept_kind: str, point_scale: float | None, rows_per_file: int, out: str, overwrite: bool,
+            concept_kind: str, integer_scale: float | None, rows_per_file: int, out: str, overwrite: bool,
             cluster: str | None, as_json: bool) -> None:
     """Write synthetic classification data: DIR/private, DIR/queries, DIR/truth (parquet).
 
@@ -63,7 +64,7 @@ def command(kind: str, rows: int, features: int, queries: int, seed: int, noise:
     is recorded (public for synthetic data) under the key pcqr.concept of the
     private files' parquet schema metadata.
     """
-    spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, point_scale)
+    spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, integer_scale)
     check_out(out, overwrite)
     started = time.perf_counter()
     with open_client(cluster, echo=note) as client, _progress(len(plan_parts(spec, out))) as done:

@@ -30,7 +30,7 @@ from pcqr.pipeline.models.released import load_model, write_model
 from pcqr.pipeline.models.subsample import PART_ROWS
 
 #: ``pcqr learn --algorithm``: the semi-private learner, or Beimel-Nissim-Stemmer's learners (issue 14).
-ALGORITHMS = ("sspp", "point")
+ALGORITHMS = ("sspp", "point", "learn-thresholds")
 
 
 @click.command("learn")
@@ -38,18 +38,23 @@ ALGORITHMS = ("sspp", "point")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="sspp", show_default=True,
               help="'sspp': A_SSPP, the semi-private learner (needs --public and --hypothesis). 'point': "
               "Beimel-Nissim-Stemmer's proper learner for point functions on one integer feature over the public "
-              "--domain, via A_dist ((eps, delta)-DP, Lemma 3.2; no --public).")
+              "--domain, via A_dist ((eps, delta)-DP, Lemma 3.2; no --public). 'learn-thresholds': their proper "
+              "learner for thresholds over --domain via RecConcave ((eps, delta)-DP, Theorem 3.18; no --public).")
 @click.option("--public", "public_uri", default=None, help="--algorithm sspp: public unlabelled dataset (Parquet) "
               "with the same feature columns.")
 @click.option("--hypothesis", default=None, help="--algorithm sspp: hypothesis class (threshold, interval, point, "
               "stump, rectangle, halfspace).")
-@click.option("--domain", default=None, help="--algorithm point: the feature's public integer domain LO:HI (e.g. "
-              "0:4294967295), given by you, never read from the rows; a row outside it counts for no point.")
+@click.option("--domain", default=None, help="--algorithm point / learn-thresholds: the feature's public integer "
+              "domain LO:HI (e.g. 0:4294967295), given by you, never read from the rows; a row outside it counts for "
+              "no point (point) or is labelled like the domain's nearest end (thresholds).")
+@click.option("--direction", type=click.Choice(["up", "down"]), default=None, help="--algorithm learn-thresholds: "
+              "the class, 'x > theta' (up, the default) or 'x <= theta' (down).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point: delta (A_dist's "
-              "probability of releasing an unstable point).")
-@click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point: target error alpha "
-              "for the reported sample bounds (rows_needed, paper_rows).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point / learn-thresholds: "
+              "delta (A_dist's probability of releasing an unstable answer, and the composition's).")
+@click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point / learn-thresholds: "
+              "target error alpha (learn-thresholds: RecConcave's approximation is alpha/2; point: only the reported "
+              "sample bounds).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported "
               "cover radius (sspp) or sample bounds (point).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
@@ -71,9 +76,19 @@ def learn_command(**o: Any) -> None:
     --algorithm point: the point function c_j(x) = [x == j] on one integer feature over --domain,
     j the value with the most rows labelled 1 when A_dist's noisy stability test passes, else the
     all-zero function ((eps, delta)-DP: Beimel-Nissim-Stemmer Lemma 3.2 and Prop 2.26; see
-    pipeline/mechanisms/learn_point.py)."""
+    pipeline/mechanisms/learn_point.py).
+
+    --algorithm learn-thresholds: the threshold 'x > theta' (or 'x <= theta' with --direction down)
+    on one feature over --domain, theta chosen by RecConcave on the rows each threshold labels
+    correctly ((eps, delta)-DP: Beimel-Nissim-Stemmer Theorem 3.18 and Lemma 3.12; see
+    pipeline/mechanisms/learn_thresholds.py)."""
+    if o["direction"] is not None and o["algorithm"] != "learn-thresholds":
+        raise PcqrError("--direction is for --algorithm learn-thresholds")
     if o["algorithm"] == "point":
         _learn_point(o)
+        return
+    if o["algorithm"] == "learn-thresholds":
+        _learn_thresholds(o)
         return
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
         if o[key] is None:
@@ -114,44 +129,85 @@ def _learn_sspp(o: dict[str, Any]) -> None:
     _write_and_report(o, model, charged)
 
 
-def _learn_point(o: dict[str, Any]) -> None:
-    """--algorithm point: every check before the charge, the charge before any row is read, the
-    workers' positive counts summed, A_dist, the model file."""
-    from pcqr.pipeline.mechanisms.adist import AdistParameters
-    from pcqr.pipeline.mechanisms.integer_domain import Domain, merge_counts
-    from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
-    from pcqr.pipeline.models.subsample import load_part
+def _without_public_data(o: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Beimel-Nissim-Stemmer's learners: every check that needs no row (no --public/--hypothesis,
+    --domain, alpha/beta, --out, the noise, ONE feature): (domain, private dataset, noise source)."""
+    from pcqr.pipeline.mechanisms.integer_domain import Domain
     from pcqr.pipeline.privacy.noise import noise_source
 
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
         if o[key] is not None:
-            raise PcqrError(f"{option} is for --algorithm sspp; --algorithm point reads no public data")
+            raise PcqrError(f"{option} is for --algorithm sspp; --algorithm {o['algorithm']} reads no public data")
     if o["domain"] is None:
-        raise PcqrError("--domain LO:HI is required by --algorithm point (the feature's public integer domain)")
+        raise PcqrError(f"--domain LO:HI is required by --algorithm {o['algorithm']} (the feature's public integer "
+                        "domain)")
     domain = Domain.parse(o["domain"])
-    params = AdistParameters.create(o["epsilon"], o["delta"])
     check_fraction(o["alpha"], "--alpha")
     check_fraction(o["beta"], "--beta")
     check_writable_file(o["out"], "--out")
     noise = noise_source(o["seed"], o["insecure_seed"])
     private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
     if len(private.features) != 1:
-        raise PcqrError(f"--private {private.uri}: --algorithm point learns a point on ONE feature column, found "
+        raise PcqrError(f"--private {private.uri}: --algorithm {o['algorithm']} learns on ONE feature column, found "
                         f"{len(private.features)} ({', '.join(private.features[:4])}...); pass --features COLUMN")
-    proven = params.certificate()
+    return domain, private, noise
+
+
+def _count_on_cluster(o: dict[str, Any], private: Any, epsilon_delta: tuple[float, float], parameters: dict[str, Any],
+                      count: Any, merge: Any, domain: Any, release: Any) -> tuple[Any, dict[str, Any]]:
+    """Charge, then the workers' ``count`` of their parts, the driver's ``merge`` and ``release``
+    (the mechanism, on the merged counts), all inside the charge (a failure refunds it): (what
+    ``release`` returned, the charge)."""
+    from pcqr.pipeline.models.subsample import load_part
+
     load_cluster_config(o["cluster"])
     with open_client(o["cluster"], echo=note, array_work=True) as client:  # reading and counting: numpy only
-        with provisional_charge(private.files, private.uri, "learn", o["epsilon"], proven["proven_delta"],
-                                {"algorithm": "point", "epsilon": o["epsilon"], "delta": o["delta"],
-                                 "domain": domain.describe(), "out": o["out"]}, o["ledger"], client,
+        with provisional_charge(private.files, private.uri, "learn", *epsilon_delta, parameters, o["ledger"], client,
                                 private.features) as charged:
             parts = [client.submit(load_part, p, private.features, private.label, pure=False)
                      for p in private.parts(PART_ROWS)]
-            counts = client.submit(merge_counts, *[client.submit(positive_counts, part, domain, pure=False)
-                                                   for part in parts], pure=False).result()
-            hypothesis, released = learn_point(counts, domain, params, noise)
+            counts = client.submit(merge, *[client.submit(count, part, domain, pure=False) for part in parts],
+                                   pure=False).result()
+            released = release(counts)
+    return released, charged
+
+
+def _learn_point(o: dict[str, Any]) -> None:
+    """--algorithm point: every check before the charge, the charge before any row is read, the
+    workers' positive counts summed, A_dist, the model file."""
+    from pcqr.pipeline.mechanisms.adist import AdistParameters
+    from pcqr.pipeline.mechanisms.integer_domain import merge_counts
+    from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
+
+    domain, private, noise = _without_public_data(o)
+    params = AdistParameters.create(o["epsilon"], o["delta"])
+    (hypothesis, released), charged = _count_on_cluster(
+        o, private, (o["epsilon"], params.certificate()["proven_delta"]),
+        {"algorithm": "point", "epsilon": o["epsilon"], "delta": o["delta"], "domain": domain.describe(),
+         "out": o["out"]}, positive_counts, merge_counts, domain, lambda c: learn_point(c, domain, params, noise))
     model = point_record(hypothesis, released, list(private.features), private.rows, domain, params, o["alpha"],
                          o["beta"], noise.private)
+    _write_and_report(o, model, charged)
+
+
+def _learn_thresholds(o: dict[str, Any]) -> None:
+    """--algorithm learn-thresholds: the same order as point; RecConcave on the summed counts."""
+    from pcqr.pipeline.mechanisms.learn_thresholds import (
+        learn_thresholds, merge_threshold_counts, threshold_counts, threshold_record,
+    )
+    from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+
+    domain, private, noise = _without_public_data(o)
+    params = RecConcaveParameters.create(o["epsilon"], o["delta"], domain.size, private.rows)
+    up = o["direction"] != "down"
+    (hypothesis, released), charged = _count_on_cluster(
+        o, private, (o["epsilon"], params.certificate()["proven_delta"]),
+        {"algorithm": "learn-thresholds", "epsilon": o["epsilon"], "delta": o["delta"], "alpha": o["alpha"],
+         "domain": domain.describe(), "direction": "up" if up else "down", "out": o["out"]},
+        threshold_counts, merge_threshold_counts, domain,
+        lambda c: learn_thresholds(c, domain, params, o["alpha"], noise, up))
+    model = threshold_record(hypothesis, released, list(private.features), domain, params, o["alpha"], o["beta"],
+                             noise.private)
     _write_and_report(o, model, charged)
 
 

@@ -32,6 +32,7 @@ TITLES = {
     "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
     "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
     "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
+    "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5) over --domain",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
          "kept); O~() = constant 1 and the hidden log factors dropped")
@@ -172,19 +173,23 @@ def print_gate_table(summary: dict[str, Any]) -> None:
                    "(needs --epsilon and --alpha; uses --delta, --beta, --growth).")
 @click.option("--growth", type=int, default=1, show_default=True,
               help="--without-public-data: k, the choosing mechanism's growth bound (1 for point counts).")
+@click.option("--domain", default=None,
+              help="--without-public-data: the feature's integer domain LO:HI (LearnThresholds' range; default "
+                   "0:4294967295).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
             queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
             subsamples: int | None, private_rows: int | None, without_public_data: bool, growth: int,
-            as_json: bool) -> None:
+            domain: str | None, as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
 
     \b
     With --rows-per-model R: a table of the private rows A_SubSamp needs per eps instead.
     With --private-rows N: each gate (stability, guess, gnmax) at (N, k, m, eps, delta, T): its noise,
     k, rows per model, the vote margin for 95% correct answers, and the recommended gate.
-    With --without-public-data: Beimel-Nissim-Stemmer's POINT_d learner and choosing mechanism.
+    With --without-public-data: Beimel-Nissim-Stemmer's POINT_d learner, choosing mechanism, SanPoints
+    and LearnThresholds (over --domain).
 
     \b
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
@@ -203,13 +208,15 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
             if set_to is not None:
                 raise PcqrError(f"{other} does not apply to --without-public-data")
         assert epsilon is not None and alpha is not None and beta is not None and delta is not None
-        summary = no_public_plan(epsilon, delta, alpha, beta, growth)
+        summary = no_public_plan(epsilon, delta, alpha, beta, growth, domain or "0:4294967295")
         if as_json:
             emit_summary(summary, as_json=True)
         else:
             print_blocks(summary, f"pcqr plan, no public data: alpha={_show(alpha)} beta={_show(beta)} "
                                   f"epsilon={_show(epsilon)} delta={_show(delta)} k={growth}")
         return
+    if domain is not None:
+        raise PcqrError("--domain applies to --without-public-data only")
     if private_rows is not None:
         if rows_per_model is not None:
             raise PcqrError("give at most one of --private-rows and --rows-per-model")

@@ -76,6 +76,7 @@ LEARN = "learn --private {private} --public {public} --features x0 --hypothesis 
 SPEC_PRIVACY = "epsilon: 100\ndelta: 0.001\ncutoff: 20\nsubsamples: 50\nqueries-max: 100000\n"
 RUN_SPEC = "run {spec} --cluster {cluster}"  # the cluster is the operator's, never a spec key
 LEARN_POINT = "learn --algorithm point --private {private} --features x0 --domain 0:100 --out {new}/p.json"
+LEARN_THRESHOLDS = "learn --algorithm learn-thresholds --private {private} --features x0 --domain 0:100 --out {new}/t.json"
 SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
@@ -332,6 +333,17 @@ CASES = [
     case("learn-algorithm-unknown", LEARN_POINT.replace("point", "lines", 1), "--algorithm"),
     case("learn-sspp-domain", LEARN + " --domain 0:9", "--domain", "--algorithm point"),
     case("learn-point-out-under-file", LEARN_POINT.replace("{new}/p.json", "{afile}/p.json"), "afile"),
+    # learn --algorithm learn-thresholds (LearnThresholds via RecConcave, issue 14)
+    case("learn-thresholds-domain-missing", LEARN_THRESHOLDS.replace(" --domain 0:100", ""), "--domain"),
+    case("learn-thresholds-domain-reversed", LEARN_THRESHOLDS.replace("0:100", "100:0"), "--domain 100:0"),
+    case("learn-thresholds-two-features", LEARN_THRESHOLDS.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("learn-thresholds-public-given", LEARN_THRESHOLDS + " --public {public}", "--public", "--algorithm sspp"),
+    case("learn-thresholds-delta-zero", LEARN_THRESHOLDS + " --delta 0", "--delta"),
+    case("learn-thresholds-epsilon-nan", LEARN_THRESHOLDS + " --epsilon nan", "--epsilon"),
+    case("learn-thresholds-direction-sideways", LEARN_THRESHOLDS + " --direction left", "--direction"),
+    case("learn-point-direction", LEARN_POINT + " --direction up", "--direction", "learn-thresholds"),
+    case("learn-thresholds-data-nan", LEARN_THRESHOLDS.replace("{private}", "{bad}"), "p.parquet", "'x0'",
+         mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
     # sanitize --algorithm san-points (Beimel-Nissim-Stemmer's SanPoints, issue 14)
     case("sanitize-too-few-rows", SANITIZE.replace("--alpha 0.5", "--alpha 0.1"), "needs at least 148,161 rows"),
     case("sanitize-domain-missing", SANITIZE.replace(" --domain 0:100", ""), "--domain"),

@@ -1,7 +1,7 @@
 """``pcqr sanitize --algorithm san-points`` and ``pcqr release-answer`` from its synthetic database
 (issue 14, item 5): end to end on the cluster with the certificate and the ledger, every point query
 within alpha, refusals before any row is read or any budget spent, the example spec, and
-``pcqr generate --point-scale``."""
+``pcqr generate --integer-scale``."""
 from __future__ import annotations
 
 import json
@@ -125,10 +125,18 @@ def test_the_example_spec_is_a_sanitize_job() -> None:
     assert job.name == "sanitize" and args[args.index("--algorithm") + 1] == "san-points"
 
 
-def test_generate_point_scale() -> None:
-    """--point-scale sets x0 = floor(S z) for the point concept only, S in (0, 2^40]."""
-    assert make_spec("realizable", "point", 10, 1, 0, 0, point_scale=2.0).point_scale == 2.0
-    assert make_spec("realizable", "point", 10, 1, 0, 0).point_scale == 100.0
-    for concept, scale in (("threshold", 2.0), ("point", 0.0), ("point", float("nan")), ("point", 2.0**41)):
-        with pytest.raises(PcqrError, match="--point-scale"):
-            make_spec("realizable", concept, 10, 1, 0, 0, point_scale=scale)
+def test_generate_integer_scale() -> None:
+    """--integer-scale sets x0 = floor(S z) for the point (default 100) and threshold (default none:
+    continuous) concepts only, S in (0, 2^40]; the concept labels the integer x0."""
+    from pcqr.pipeline.data.synthetic import concept_from_seed, make_chunk
+
+    assert make_spec("realizable", "point", 10, 1, 0, 0, integer_scale=2.0).integer_scale == 2.0
+    assert make_spec("realizable", "point", 10, 1, 0, 0).integer_scale == 100.0
+    assert make_spec("realizable", "threshold", 10, 1, 0, 0).integer_scale is None
+    for concept, scale in (("xor", 2.0), ("point", 0.0), ("point", float("nan")), ("point", 2.0**41)):
+        with pytest.raises(PcqrError, match="--integer-scale"):
+            make_spec("realizable", concept, 10, 2, 0, 0, integer_scale=scale)
+    concept = concept_from_seed("threshold", 1, 4)
+    table = make_chunk("realizable", concept, 1_000, 1, 0.0, np.random.SeedSequence(1), 50.0)
+    x, y = table.column("x0").to_numpy(), table.column("label").to_numpy()
+    assert (x == np.floor(x)).all() and ((x > concept.bias) == (y == 1)).all()

@@ -34,7 +34,9 @@ from pcqr.pipeline.errors import PcqrError
 
 KINDS = ("realizable", "agnostic")
 CONCEPTS = ("threshold", "halfspace", "xor", "point")
-#: The point concept's x0 is floor(POINT_SCALE z), z standard normal (--point-scale changes it).
+#: Concepts whose x0 may be an integer (--integer-scale): Beimel-Nissim-Stemmer's point and threshold learners.
+INTEGER_CONCEPTS = ("point", "threshold")
+#: The point concept's x0 is floor(POINT_SCALE z), z standard normal (--integer-scale changes it).
 POINT_SCALE = 100.0
 DATASETS = ("private", "queries", "truth")
 DEFAULT_NOISE = 0.1
@@ -101,7 +103,7 @@ class DatasetSpec:
     seed: int
     noise: float
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
-    point_scale: float = POINT_SCALE
+    integer_scale: float | None = None  # x0 = floor(S z) (the point concept: POINT_SCALE when None)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Part:
 
 def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, seed: int,
               noise: float | None = None,
-              rows_per_file: int = DEFAULT_ROWS_PER_FILE, point_scale: float | None = None) -> DatasetSpec:
+              rows_per_file: int = DEFAULT_ROWS_PER_FILE, integer_scale: float | None = None) -> DatasetSpec:
     """Check the options (PcqrError naming the option) and fill in the default noise."""
     if kind not in KINDS:
         raise PcqrError(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -138,12 +140,15 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
     if math.ceil(max(rows, queries) / rows_per_file) > MAX_FILES:
         raise PcqrError(f"--rows-per-file: {rows_per_file} would write more than {MAX_FILES} "
                         "files per directory; raise it")
-    if point_scale is not None and concept != "point":
-        raise PcqrError(f"--point-scale: only the point concept has integer values (got --concept {concept})")
-    scale = POINT_SCALE if point_scale is None else point_scale
-    if not (math.isfinite(scale) and 0 < scale <= 2**40):
-        raise PcqrError(f"--point-scale: must be in (0, 2^40], got {point_scale}")
-    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, float(scale))
+    if integer_scale is not None and concept not in INTEGER_CONCEPTS:
+        raise PcqrError(f"--integer-scale: only the {' and '.join(INTEGER_CONCEPTS)} concepts can have an integer x0 "
+                        f"(got --concept {concept})")
+    if integer_scale is None and concept == "point":
+        integer_scale = POINT_SCALE
+    if integer_scale is not None and not (math.isfinite(integer_scale) and 0 < integer_scale <= 2**40):
+        raise PcqrError(f"--integer-scale: must be in (0, 2^40], got {integer_scale}")
+    scale = None if integer_scale is None else float(integer_scale)
+    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, scale)
 
 
 def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
@@ -167,7 +172,7 @@ def block_seed(seed: int, stream: str, block: int) -> np.random.SeedSequence:
 
 
 def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: float,
-               seed_seq: np.random.SeedSequence, point_scale: float = POINT_SCALE) -> pa.Table:
+               seed_seq: np.random.SeedSequence, integer_scale: float | None = None) -> pa.Table:
     """``rows`` rows (columns x0.., label) drawn from ``seed_seq``; pure and deterministic.
 
     Features and label flips use separate child streams, so the features do not
@@ -178,8 +183,8 @@ def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: flo
     x_seed, flip_seed = (np.random.SeedSequence(seed_seq.entropy,
                                                 spawn_key=(*seed_seq.spawn_key, i)) for i in (0, 1))
     x = np.random.default_rng(x_seed).standard_normal((rows, features))
-    if concept.kind == "point":
-        x[:, 0] = np.floor(point_scale * x[:, 0])
+    if concept.kind == "point" or integer_scale is not None:  # the concept then labels the integer x0
+        x[:, 0] = np.floor((POINT_SCALE if integer_scale is None else integer_scale) * x[:, 0])
     labels = concept.labels(x)
     if kind == "agnostic" and noise > 0:
         labels ^= (np.random.default_rng(flip_seed).random(rows) < noise).astype(np.int8)
@@ -193,8 +198,8 @@ def _schema(spec: DatasetSpec, concept: Concept, dataset: str) -> pa.Schema:
     fields = {"private": [*features, label], "queries": [query_id, *features],
               "truth": [query_id, label]}[dataset]
     info = {"kind": spec.kind, "noise": spec.noise, "seed": spec.seed, "concept": spec.concept}
-    if spec.point_scale != POINT_SCALE:
-        info["point_scale"] = spec.point_scale
+    if spec.integer_scale is not None and not (spec.concept == "point" and spec.integer_scale == POINT_SCALE):
+        info["integer_scale"] = spec.integer_scale
     metadata = {SYNTHETIC_KEY: json.dumps(info, sort_keys=True)}
     if dataset == "private":
         metadata[CONCEPT_KEY] = concept.to_json()
@@ -230,7 +235,7 @@ def iter_rows(spec: DatasetSpec, concept: Concept, stream: str, start: int,
     for block in range(start // size, -(-stop // size)):
         first = block * size
         table = make_chunk(spec.kind, concept, min(size, total - first), spec.features,
-                           spec.noise, block_seed(spec.seed, stream, block), spec.point_scale)
+                           spec.noise, block_seed(spec.seed, stream, block), spec.integer_scale)
         lo, hi = max(start, first) - first, min(stop, first + table.num_rows) - first
         yield first + lo, table.slice(lo, hi - lo)
 

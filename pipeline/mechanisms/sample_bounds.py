@@ -7,7 +7,10 @@ from typing import Any
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import AdistParameters
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
+from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.mechanisms.learn_point import paper_rows
+from pcqr.pipeline.mechanisms.learn_thresholds import rows_needed as thresholds_rows
+from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
 from pcqr.pipeline.mechanisms.learn_point import rows_needed as point_rows
 from pcqr.pipeline.mechanisms.san_points import SanPointsParameters
 from pcqr.pipeline.mechanisms.san_points import paper_rows as san_points_paper_rows
@@ -16,16 +19,19 @@ from pcqr.pipeline.privacy.planner import fig
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
 
-def without_public_data(epsilon: float, delta: float, alpha: float, beta: float, growth: int) -> dict[str, Any]:
+def without_public_data(epsilon: float, delta: float, alpha: float, beta: float, growth: int,
+                        domain: str = "0:4294967295") -> dict[str, Any]:
     """The sample sizes of Beimel-Nissim-Stemmer's mechanisms (no public data) at these parameters:
     the POINT_d learner (A_dist: its threshold, certified delta, Lemma 3.2's m with our constants and as
     the lemma states it) and the choosing mechanism for a ``growth``-bounded quality (the smallest m
     Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice) and SanPoints (the least m it
-    certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated)."""
+    certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated) and LearnThresholds
+    over ``domain`` (RecConcave's depth, mechanisms and eps0; Theorem 3.18's m with our parameters)."""
     check_epsilon_delta(epsilon, delta)
     check_fraction(alpha, "--alpha")
     check_fraction(beta, "--beta")
     count_range("--growth (k)", growth, 1, MAX_COUNT, "an exact float")
+    thresholds_domain = Domain.parse(domain)
     adist = AdistParameters.create(epsilon, delta)
     src_point, src_choosing = "002 Lemma 3.2 (pcqr learn --algorithm point)", "002 Fig. 8, Lemmas 4.4-4.5"
     try:
@@ -52,8 +58,21 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
         }
     except (PcqrError, OverflowError, ValueError) as exc:
         san_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_san)}
+    src_thr = "002 Thm 3.18, Fig. 5 (pcqr learn --algorithm learn-thresholds)"
+    try:
+        rec = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1)
+        thr_figures = {
+            "recursion_depth": fig(rec.depth, "exact", "002 Observation 3.10: at most log* T"),
+            "mechanisms": fig(rec.mechanisms, "exact", "002 Lemma 3.12: 3N - 2 (an EM per level, two A_dist's but the last)"),
+            "eps0": fig(rec.eps0, "exact", "each mechanism, by KOV's optimal composition"),
+            "proven_delta": fig(rec.certificate()["proven_delta"], "exact", "RecConcave's certificate"),
+            "rows_needed": fig(show_count(thresholds_rows(rec, alpha, beta)), "exact", src_thr + "'s proof, our parameters"),
+        }
+    except (PcqrError, OverflowError, ValueError) as exc:
+        thr_figures = {"recursion_depth": fig(f"none ({exc})", "exact", src_thr)}
     return {
-        "inputs": {"epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta, "growth": growth},
+        "inputs": {"epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta, "growth": growth,
+                   "domain": thresholds_domain.describe()},
         "algorithms": {
             "point": {
                 "adist_threshold": fig(adist.threshold, "exact", "002 Prop 2.26, gap sensitivity 2 counted"),
@@ -63,5 +82,6 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
             },
             "choosing": choosing_figures,
             "san_points": san_figures,
+            "learn_thresholds": thr_figures,
         },
     }
