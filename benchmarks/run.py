@@ -17,6 +17,7 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
 * ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
 * ``bns_point``         issue 14: ``pcqr learn --algorithm point`` (A_dist) on 10^6 rows, and its sample complexity
+* ``bns_thresholds``    issue 14: ``pcqr learn --algorithm learn-thresholds`` on 10^6 rows, beside the EM over thresholds
 * ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram
                         beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
@@ -45,6 +46,7 @@ from agnostic_at_scale import bench_agnostic_at_scale
 from answer_logistic import bench_answer_logistic
 from bns_point import bench_bns_point
 from bns_sanitize import bench_bns_sanitize
+from bns_thresholds import bench_bns_thresholds
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -61,6 +63,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
+    "bns_thresholds",
 )
 
 
@@ -81,6 +84,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "utility": bench_utility,
     "bns_point": bench_bns_point,
     "bns_sanitize": bench_bns_sanitize,
+    "bns_thresholds": bench_bns_thresholds,
 }
 
 
@@ -244,6 +248,16 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         for t in r["errors"]["table"]:
             rows.append(("bns_sanitize", f"largest error, {t['rows']:,} rows: SanPoints / stable histogram",
                          f"{_fmt(t['san_points_error'])} / {_fmt(t['stable_histogram_error'])}", ""))
+    r = results.get("bns_thresholds")
+    if r and "error" not in r:
+        e = r["end_to_end"]
+        rows.append(("bns_thresholds", f"rows/s, pcqr learn --algorithm learn-thresholds ({e['private_rows']:,} rows)",
+                     _fmt(e["rows_per_second"]), ""))
+        rows.append(("bns_thresholds", "error of the released threshold on the queries",
+                     _fmt(e["error_on_10000_queries"]), ""))
+        for t in r["sample_complexity"]["table"]:
+            rows.append(("bns_thresholds", f"mean true error, 2^32 domain, {t['rows']:,} rows: RecConcave / EM",
+                         f"{_fmt(t['rec_concave_mean_error'])} / {_fmt(t['em_mean_error'])}", ""))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))
