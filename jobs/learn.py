@@ -28,9 +28,10 @@ from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction
 from pcqr.pipeline.models.released import load_model, write_model
 from pcqr.pipeline.models.subsample import PART_ROWS
+from pcqr.pipeline.mechanisms.without_public_data import LEARNERS
 
 #: ``pcqr learn --algorithm``: the semi-private learner, or Beimel-Nissim-Stemmer's learners (issue 14).
-ALGORITHMS = ("sspp", "point", "learn-thresholds")
+ALGORITHMS = ("sspp", *LEARNERS)
 
 
 @click.command("learn")
@@ -84,11 +85,8 @@ def learn_command(**o: Any) -> None:
     pipeline/mechanisms/learn_thresholds.py)."""
     if o["direction"] is not None and o["algorithm"] != "learn-thresholds":
         raise PcqrError("--direction is for --algorithm learn-thresholds")
-    if o["algorithm"] == "point":
-        _learn_point(o)
-        return
-    if o["algorithm"] == "learn-thresholds":
-        _learn_thresholds(o)
+    if o["algorithm"] != "sspp":
+        _learn_without_public_data(o)
         return
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
         if o[key] is None:
@@ -129,86 +127,18 @@ def _learn_sspp(o: dict[str, Any]) -> None:
     _write_and_report(o, model, charged)
 
 
-def _without_public_data(o: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Beimel-Nissim-Stemmer's learners: every check that needs no row (no --public/--hypothesis,
-    --domain, alpha/beta, --out, the noise, ONE feature): (domain, private dataset, noise source)."""
-    from pcqr.pipeline.mechanisms.integer_domain import Domain
-    from pcqr.pipeline.privacy.noise import noise_source
+def _learn_without_public_data(o: dict[str, Any]) -> None:
+    """--algorithm point / learn-thresholds: pcqr.pipeline.mechanisms.without_public_data does the job."""
+    from pcqr.pipeline.mechanisms.without_public_data import learn_without_public_data
 
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
         if o[key] is not None:
             raise PcqrError(f"{option} is for --algorithm sspp; --algorithm {o['algorithm']} reads no public data")
-    if o["domain"] is None:
-        raise PcqrError(f"--domain LO:HI is required by --algorithm {o['algorithm']} (the feature's public integer "
-                        "domain)")
-    domain = Domain.parse(o["domain"])
-    check_fraction(o["alpha"], "--alpha")
-    check_fraction(o["beta"], "--beta")
-    check_writable_file(o["out"], "--out")
-    noise = noise_source(o["seed"], o["insecure_seed"])
-    private = open_dataset(o["private"], "private", label=o["label"], features=split_features(o["features"]))
-    if len(private.features) != 1:
-        raise PcqrError(f"--private {private.uri}: --algorithm {o['algorithm']} learns on ONE feature column, found "
-                        f"{len(private.features)} ({', '.join(private.features[:4])}...); pass --features COLUMN")
-    return domain, private, noise
-
-
-def _count_on_cluster(o: dict[str, Any], private: Any, epsilon_delta: tuple[float, float], parameters: dict[str, Any],
-                      count: Any, merge: Any, domain: Any, release: Any) -> tuple[Any, dict[str, Any]]:
-    """Charge, then the workers' ``count`` of their parts, the driver's ``merge`` and ``release``
-    (the mechanism, on the merged counts), all inside the charge (a failure refunds it): (what
-    ``release`` returned, the charge)."""
-    from pcqr.pipeline.models.subsample import load_part
-
-    load_cluster_config(o["cluster"])
-    with open_client(o["cluster"], echo=note, array_work=True) as client:  # reading and counting: numpy only
-        with provisional_charge(private.files, private.uri, "learn", *epsilon_delta, parameters, o["ledger"], client,
-                                private.features) as charged:
-            parts = [client.submit(load_part, p, private.features, private.label, pure=False)
-                     for p in private.parts(PART_ROWS)]
-            counts = client.submit(merge, *[client.submit(count, part, domain, pure=False) for part in parts],
-                                   pure=False).result()
-            released = release(counts)
-    return released, charged
-
-
-def _learn_point(o: dict[str, Any]) -> None:
-    """--algorithm point: every check before the charge, the charge before any row is read, the
-    workers' positive counts summed, A_dist, the model file."""
-    from pcqr.pipeline.mechanisms.adist import AdistParameters
-    from pcqr.pipeline.mechanisms.integer_domain import merge_counts
-    from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
-
-    domain, private, noise = _without_public_data(o)
-    params = AdistParameters.create(o["epsilon"], o["delta"])
-    (hypothesis, released), charged = _count_on_cluster(
-        o, private, (o["epsilon"], params.certificate()["proven_delta"]),
-        {"algorithm": "point", "epsilon": o["epsilon"], "delta": o["delta"], "domain": domain.describe(),
-         "out": o["out"]}, positive_counts, merge_counts, domain, lambda c: learn_point(c, domain, params, noise))
-    model = point_record(hypothesis, released, list(private.features), private.rows, domain, params, o["alpha"],
-                         o["beta"], noise.private)
-    _write_and_report(o, model, charged)
-
-
-def _learn_thresholds(o: dict[str, Any]) -> None:
-    """--algorithm learn-thresholds: the same order as point; RecConcave on the summed counts."""
-    from pcqr.pipeline.mechanisms.learn_thresholds import (
-        learn_thresholds, merge_threshold_counts, threshold_counts, threshold_record,
-    )
-    from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
-
-    domain, private, noise = _without_public_data(o)
-    params = RecConcaveParameters.create(o["epsilon"], o["delta"], domain.size, private.rows)
-    up = o["direction"] != "down"
-    (hypothesis, released), charged = _count_on_cluster(
-        o, private, (o["epsilon"], params.certificate()["proven_delta"]),
-        {"algorithm": "learn-thresholds", "epsilon": o["epsilon"], "delta": o["delta"], "alpha": o["alpha"],
-         "domain": domain.describe(), "direction": "up" if up else "down", "out": o["out"]},
-        threshold_counts, merge_threshold_counts, domain,
-        lambda c: learn_thresholds(c, domain, params, o["alpha"], noise, up))
-    model = threshold_record(hypothesis, released, list(private.features), domain, params, o["alpha"], o["beta"],
-                             noise.private)
-    _write_and_report(o, model, charged)
+    summary = learn_without_public_data(
+        o["private"], o["out"], algorithm=o["algorithm"], domain=o["domain"], features=o["features"], label=o["label"],
+        epsilon=o["epsilon"], delta=o["delta"], alpha=o["alpha"], beta=o["beta"], direction=o["direction"] or "up",
+        cluster=o["cluster"], ledger=o["ledger"], seed=o["seed"], insecure_seed=o["insecure_seed"], note=note)
+    emit_summary(summary, o["as_json"])
 
 
 def _write_and_report(o: dict[str, Any], model: dict[str, Any], charged: dict[str, Any]) -> None:

@@ -3,8 +3,9 @@ class within alpha, from private data alone (Beimel-Nissim-Stemmer, papers/002 s
 data). ``pcqr release-answer`` answers queries from it at no cost.
 
 --algorithm san-points: SanPoints (Fig. 9, Theorem 4.6) for point queries on one integer feature
-over the public --domain (pipeline/mechanisms/san_points.py). The table is written by
-pipeline/models/synthetic.py.
+over the public --domain (pipeline/mechanisms/san_points.py). The job is
+pcqr.pipeline.mechanisms.without_public_data.sanitize (also ``pcqr.sanitize``); the table is written
+by pipeline/models/synthetic.py.
 """
 from __future__ import annotations
 
@@ -12,17 +13,11 @@ from typing import Any
 
 import click
 
-from pcqr.jobs.common import (
-    check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, split_features,
-)
-from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
-from pcqr.pipeline.data.cluster import load_cluster_config, open_client
-from pcqr.pipeline.data.datasets import load_features, open_dataset
-from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.subsample import PART_ROWS
+from pcqr.jobs.common import cluster_option, emit_summary, json_option, ledger_option, note
+from pcqr.pipeline.mechanisms.without_public_data import SANITIZERS
 
 #: ``pcqr sanitize --algorithm``: Beimel-Nissim-Stemmer's sanitizers built so far (issue 14).
-ALGORITHMS = ("san-points",)
+ALGORITHMS = SANITIZERS
 
 
 @click.command("sanitize")
@@ -56,50 +51,12 @@ def sanitize_command(**o: Any) -> None:
     Example:
       pcqr sanitize --private data/private --features x0 --domain 0:4294967295 --epsilon 1 --out points.parquet
       pcqr release-answer points.parquet --query value=42"""
-    from pcqr.pipeline.mechanisms.integer_domain import Domain, merge_counts, value_counts
-    from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
-    from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
-    from pcqr.pipeline.privacy.noise import noise_source
+    from pcqr.pipeline.mechanisms.without_public_data import sanitize
 
-    domain = Domain.parse(o["domain"])
-    check_writable_file(o["out"], "--out")
-    noise = noise_source(o["seed"], o["insecure_seed"])
-    private = open_dataset(o["private"], "private", features=split_features(o["features"]))
-    if len(private.features) != 1:
-        raise PcqrError(f"--private {private.uri}: --algorithm {o['algorithm']} sanitizes ONE feature column, found "
-                        f"{len(private.features)} ({', '.join(private.features[:4])}...); pass --features COLUMN")
-    feature = private.features[0]
-    if feature == WEIGHT_COLUMN:
-        raise PcqrError(f"--features {feature}: the synthetic database's own column is called {WEIGHT_COLUMN!r}; "
-                        "rename the feature")
-    params = SanPointsParameters.create(o["epsilon"], o["delta"], o["alpha"], o["beta"], private.rows)
-    proven = params.certificate()
-    load_cluster_config(o["cluster"])
-    with open_client(o["cluster"], echo=note, array_work=True) as client:  # reading and counting: numpy only
-        with provisional_charge(private.files, private.uri, "sanitize", o["epsilon"], proven["proven_delta"],
-                                {"algorithm": o["algorithm"], "epsilon": o["epsilon"], "delta": o["delta"],
-                                 "alpha": o["alpha"], "beta": o["beta"], "domain": domain.describe(), "out": o["out"]},
-                                o["ledger"], client, private.features) as charged:
-            parts = [client.submit(load_features, p, [feature], pure=False) for p in private.parts(PART_ROWS)]
-            counts = client.submit(merge_counts, *[client.submit(value_counts, part, domain, pure=False)
-                                                   for part in parts], pure=False).result()
-            released = san_points(*counts, params, noise)
-    values = [v for v, _ in released]
-    weights = [w for _, w in released]
-    summary: dict[str, Any] = {
-        "out": o["out"], "algorithm": o["algorithm"], "class": "point", "feature": feature,
-        "mechanism": "SanPoints (Beimel-Nissim-Stemmer, Fig. 9, Theorem 4.6) with KOV's composition",
-        "domain": domain.describe(), "domain_size": domain.size, "private_rows": private.rows,
-        "released_points": len(values), "epsilon": o["epsilon"], "delta": o["delta"], "alpha": o["alpha"],
-        "beta": o["beta"], **proven, **params.to_dict(),
-        "rows_certified": SanPointsParameters.least_rows(o["epsilon"], o["delta"], o["alpha"], o["beta"]),
-        "rows_for_utility": params.utility_rows(),
-        "answer": "a point query's answer is the weight of its value (0 if absent): a share of the private rows",
-        "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
-    }
-    write_synthetic(o["out"], feature, values, weights, noise.private,
-                    **{k: v for k, v in summary.items() if k not in ("out", "feature", "privacy")})
-    emit_summary({**summary, "ledger": charge_note(charged)}, o["as_json"])
+    summary = sanitize(o["private"], o["out"], domain=o["domain"], algorithm=o["algorithm"], features=o["features"],
+                       epsilon=o["epsilon"], delta=o["delta"], alpha=o["alpha"], beta=o["beta"], cluster=o["cluster"],
+                       ledger=o["ledger"], seed=o["seed"], insecure_seed=o["insecure_seed"], note=note)
+    emit_summary(summary, o["as_json"])
 
 
 command = sanitize_command

@@ -45,3 +45,6 @@ def test_the_examples_run(tmp_path) -> None:
     assert accuracy and float(accuracy.group(1)) > 80 and float(accuracy.group(2)) > 95, out
     gnmax = re.search(r"gnmax: NaN (\d+), accuracy ([\d.]+)%", out)
     assert gnmax and int(gnmax.group(1)) == 0 and float(gnmax.group(2)) > 95, out
+    assert "learnt: threshold 1.0" in out, out
+    sanitized = re.search(r"sanitized: (\d+) \{(.*)\}", out)
+    assert sanitized and int(sanitized.group(1)) == 4 and "11: 0.3" in sanitized.group(2), out

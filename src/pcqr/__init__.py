@@ -7,6 +7,9 @@ The Python API (docs/api.md):
 - :class:`SessionStatus` -- what ``Session.status()`` returns.
 - :class:`PrivateClassifier` -- the scikit-learn estimator over a session.
 - :func:`distill` -- a student of a session's public log, written as a model file (no budget).
+- :func:`learn_without_public_data` -- a point or threshold classifier from private rows alone
+  (Beimel-Nissim-Stemmer: A_dist, RecConcave), written as a model file.
+- :func:`sanitize` -- a synthetic database answering every point query within alpha (SanPoints).
 - :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
@@ -26,6 +29,7 @@ from pcqr.pipeline import __version__
 
 if TYPE_CHECKING:  # what the names below resolve to, for type checkers and readers
     from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.mechanisms.without_public_data import learn_without_public_data, sanitize
     from pcqr.pipeline.session.distillation import distill
     from pcqr.pipeline.session.estimator import PrivateClassifier
     from pcqr.pipeline.session.reporting import Reporter
@@ -35,12 +39,15 @@ _HOMES = {
     "PcqrError": "pcqr.pipeline.errors",
     "PrivateClassifier": "pcqr.pipeline.session.estimator",
     "distill": "pcqr.pipeline.session.distillation",
+    "learn_without_public_data": "pcqr.pipeline.mechanisms.without_public_data",
+    "sanitize": "pcqr.pipeline.mechanisms.without_public_data",
     "Reporter": "pcqr.pipeline.session.reporting",
     "Session": "pcqr.pipeline.session.session",
     "SessionStatus": "pcqr.pipeline.session.session",
 }
 
-__all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__", "distill"]
+__all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__", "distill",
+           "learn_without_public_data", "sanitize"]
 
 
 def __getattr__(name: str) -> Any:

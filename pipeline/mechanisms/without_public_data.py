@@ -1,0 +1,226 @@
+"""Beimel-Nissim-Stemmer's jobs on a private dataset, without public data: the POINT_d and THRESH_d
+learners (:func:`learn_without_public_data`; ``pcqr learn --algorithm point|learn-thresholds``,
+``pcqr.learn_without_public_data``) and SanPoints (:func:`sanitize`; ``pcqr sanitize``,
+``pcqr.sanitize``).
+
+Every job runs in the certificate's order: every check that needs no private row (the options, the
+public --domain, the output path, the dataset's metadata: one feature column, its row count) and
+the mechanism's parameters (refused with the nearest certified value) first; then the ledger's
+charge of the proven (eps, delta) before any row is read; then the workers' exact counts of their
+parts (:mod:`pcqr.pipeline.mechanisms.integer_domain`), summed on the driver, and the mechanism,
+inside the charge (a failure refunds it); then the released file, written atomically. The driver
+never reads a private row: only the counts.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.data.atomic import check_writable_file
+from pcqr.pipeline.data.cluster import load_cluster_config, open_client
+from pcqr.pipeline.data.datasets import Dataset, load_features, open_dataset, split_features
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.integer_domain import Domain
+from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
+from pcqr.pipeline.privacy.subsamp import check_fraction
+
+#: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
+LEARNERS = ("point", "learn-thresholds")
+SANITIZERS = ("san-points",)
+
+
+def learn_without_public_data(
+    private: str, out: str, *, algorithm: str, domain: str, features: str | Sequence[str] | None = None,
+    label: str = "label", epsilon: float = 1.0, delta: float = 1e-6, alpha: float = 0.1, beta: float = 0.05,
+    direction: str = "up", cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
+    insecure_seed: bool = False, note: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Release a point or threshold classifier learnt from private labelled rows alone.
+
+    Parameters
+    ----------
+    private : str
+        The private labelled dataset (Parquet file or directory); read by the Dask workers only.
+    out : str
+        Where to write the released model (JSON; ``pcqr predict`` and
+        :func:`pcqr.pipeline.models.released.load_model` read it).
+    algorithm : {"point", "learn-thresholds"}
+        ``"point"``: the point function [x = j] via A_dist (Lemma 3.2). ``"learn-thresholds"``: the
+        threshold 'x > theta' ('x <= theta' with ``direction="down"``) via RecConcave (Theorem 3.18).
+    domain : str
+        The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
+    features : str or sequence of str, optional
+        The ONE feature column (default: the dataset's only numeric column besides ``label``).
+    epsilon, delta : float
+        The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
+    alpha, beta : float
+        Target error and failure probability (``"learn-thresholds"``: RecConcave's approximation is
+        alpha/2; both: the reported sample sizes).
+    cluster, ledger : str, optional
+        The cluster.yaml and the ledger file (defaults as on the command line).
+    seed, insecure_seed : optional
+        Tests only: seeded noise, marking the output NOT private.
+    note : callable, optional
+        Receives one-line notes (the dashboard's address).
+
+    Returns
+    -------
+    dict
+        The summary: the model's public record (``released``, ``epsilon``, ``proven_delta`` and its
+        terms, sample sizes...), ``model`` (the path) and ``ledger`` (the charge).
+    """
+    if algorithm not in LEARNERS:
+        raise PcqrError(f"--algorithm must be one of {', '.join(LEARNERS)} here, got {algorithm!r}")
+    if direction not in ("up", "down"):
+        raise PcqrError(f"--direction must be 'up' or 'down', got {direction!r}")
+    parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, label, alpha, beta,
+                                             seed, insecure_seed)
+    if algorithm == "point":
+        from pcqr.pipeline.mechanisms.adist import AdistParameters
+        from pcqr.pipeline.mechanisms.integer_domain import merge_counts
+        from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
+
+        adist = AdistParameters.create(epsilon, delta)
+        parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "domain": parsed.describe(),
+                      "out": out}
+        (hypothesis, released), charged = _count_and_release(
+            dataset, cluster, ledger, note, "learn", (epsilon, adist.certificate()["proven_delta"]), parameters,
+            positive_counts, merge_counts, parsed, lambda c: learn_point(c, parsed, adist, noise), labelled=True)
+        model = point_record(hypothesis, released, list(dataset.features), dataset.rows, parsed, adist, alpha, beta,
+                             noise.private)
+    else:
+        from pcqr.pipeline.mechanisms.learn_thresholds import (
+            learn_thresholds, merge_threshold_counts, threshold_counts, threshold_record,
+        )
+        from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+
+        rec = RecConcaveParameters.create(epsilon, delta, parsed.size, dataset.rows)
+        up = direction == "up"
+        parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha,
+                      "domain": parsed.describe(), "direction": direction, "out": out}
+        (hypothesis, released), charged = _count_and_release(
+            dataset, cluster, ledger, note, "learn", (epsilon, rec.certificate()["proven_delta"]), parameters,
+            threshold_counts, merge_threshold_counts, parsed,
+            lambda c: learn_thresholds(c, parsed, rec, alpha, noise, up), labelled=True)
+        model = threshold_record(hypothesis, released, list(dataset.features), parsed, rec, alpha, beta,
+                                 noise.private)
+    from pcqr.pipeline.models.released import write_model
+
+    write_model(out, model)
+    public = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
+    return {"model": out, **public, "ledger": charge_note(charged)}
+
+
+def sanitize(
+    private: str, out: str, *, domain: str, algorithm: str = "san-points",
+    features: str | Sequence[str] | None = None, epsilon: float = 1.0, delta: float = 1e-6, alpha: float = 0.1,
+    beta: float = 0.05, cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
+    insecure_seed: bool = False, note: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Release a synthetic database that answers every point query within alpha (SanPoints).
+
+    Parameters
+    ----------
+    private : str
+        The private dataset (Parquet file or directory); labels are not used; read by the workers only.
+    out : str
+        Where to write the synthetic database: one Parquet file, the feature column (int64) and
+        ``weight`` (the value's share of the private rows); its schema metadata ``pcqr.sanitized``
+        holds the parameters and the certificate. A point query's answer is the weight of its value.
+    domain : str
+        The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
+    algorithm : {"san-points"}
+        SanPoints (Beimel-Nissim-Stemmer Fig. 9, Theorem 4.6).
+    features : str or sequence of str, optional
+        The ONE feature column (default: the dataset's only numeric column).
+    epsilon, delta, alpha, beta : float
+        Privacy; every point query within alpha with probability 1 - beta. Fewer rows than certified
+        are refused, before anything is read, with the least number that is.
+    cluster, ledger, seed, insecure_seed, note
+        As for :func:`learn_without_public_data`.
+
+    Returns
+    -------
+    dict
+        The summary: ``epsilon``, ``proven_delta`` and its terms, ``rounds``, ``eps0``,
+        ``released_points``, ``rows_certified``, ``rows_for_utility``, ``ledger``...
+    """
+    from pcqr.pipeline.mechanisms.integer_domain import merge_counts, value_counts
+    from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
+    from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
+
+    if algorithm not in SANITIZERS:
+        raise PcqrError(f"--algorithm must be one of {', '.join(SANITIZERS)}, got {algorithm!r}")
+    parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, None, alpha, beta, seed,
+                                             insecure_seed)
+    feature = dataset.features[0]
+    if feature == WEIGHT_COLUMN:
+        raise PcqrError(f"--features {feature}: the synthetic database's own column is called {WEIGHT_COLUMN!r}; "
+                        "rename the feature")
+    params = SanPointsParameters.create(epsilon, delta, alpha, beta, dataset.rows)
+    proven = params.certificate()
+    parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
+                  "domain": parsed.describe(), "out": out}
+    released, charged = _count_and_release(
+        dataset, cluster, ledger, note, "sanitize", (epsilon, proven["proven_delta"]), parameters, value_counts,
+        merge_counts, parsed, lambda c: san_points(c[0], c[1], params, noise), labelled=False)
+    summary: dict[str, Any] = {
+        "out": out, "algorithm": algorithm, "class": "point", "feature": feature,
+        "mechanism": "SanPoints (Beimel-Nissim-Stemmer, Fig. 9, Theorem 4.6) with KOV's composition",
+        "domain": parsed.describe(), "domain_size": parsed.size, "private_rows": dataset.rows,
+        "released_points": len(released), "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
+        **proven, **params.to_dict(),
+        "rows_certified": SanPointsParameters.least_rows(epsilon, delta, alpha, beta),
+        "rows_for_utility": params.utility_rows(),
+        "answer": "a point query's answer is the weight of its value (0 if absent): a share of the private rows",
+        "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
+    }
+    write_synthetic(out, feature, [v for v, _ in released], [w for _, w in released], noise.private,
+                    **{k: v for k, v in summary.items() if k not in ("out", "feature", "privacy")})
+    return {**summary, "ledger": charge_note(charged)}
+
+
+def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
+                    features: str | Sequence[str] | None, label: str | None, alpha: float, beta: float,
+                    seed: int | None, insecure_seed: bool) -> tuple[Domain, Dataset, NoiseSource]:
+    """Every check that needs no private row: (the public domain, the dataset (metadata), the noise)."""
+    if domain is None:
+        raise PcqrError(f"--domain LO:HI is required by --algorithm {algorithm} (the feature's public integer "
+                        "domain)")
+    parsed = Domain.parse(domain)
+    check_fraction(alpha, "--alpha")
+    check_fraction(beta, "--beta")
+    check_writable_file(out, "--out")
+    noise = noise_source(seed, insecure_seed)
+    columns = split_features(features) if isinstance(features, str) or features is None else list(features)
+    dataset = open_dataset(private, "private", label=label, features=columns)
+    if len(dataset.features) != 1:
+        raise PcqrError(f"--private {dataset.uri}: --algorithm {algorithm} works on ONE feature column, found "
+                        f"{len(dataset.features)} ({', '.join(dataset.features[:4])}...); pass --features COLUMN")
+    return parsed, dataset, noise
+
+
+def _count_and_release(dataset: Dataset, cluster: str | None, ledger: str | None,
+                       note: Callable[[str], None] | None, job: str, epsilon_delta: tuple[float, float],
+                       parameters: dict[str, Any], count: Any, merge: Any, domain: Domain, release: Any,
+                       labelled: bool) -> tuple[Any, dict[str, Any]]:
+    """The charge, then the workers' ``count`` of their parts, the driver's ``merge`` and ``release``
+    (the mechanism on the merged counts), all inside the charge: (what ``release`` returned, the
+    charge)."""
+    from pcqr.pipeline.models.subsample import PART_ROWS, load_part
+
+    load_cluster_config(cluster)
+    with open_client(cluster, echo=note, array_work=True) as client:  # reading and counting: numpy only
+        with provisional_charge(dataset.files, dataset.uri, job, *epsilon_delta, parameters, ledger, client,
+                                dataset.features) as charged:
+            parts: list[Any]
+            if labelled:
+                parts = [client.submit(load_part, p, dataset.features, dataset.label, pure=False)
+                         for p in dataset.parts(PART_ROWS)]
+            else:
+                parts = [client.submit(load_features, p, dataset.features, pure=False)
+                         for p in dataset.parts(PART_ROWS)]
+            counts = client.submit(merge, *[client.submit(count, part, domain, pure=False) for part in parts],
+                                   pure=False).result()
+            released = release(counts)
+    return released, charged
