@@ -255,6 +255,12 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                      _fmt(e["rows_per_second"]), ""))
         rows.append(("bns_thresholds", "error of the released threshold on the queries",
                      _fmt(e["error_on_10000_queries"]), ""))
+        b = r.get("rectangle")
+        if b:
+            rows.append(("bns_thresholds", f"rows/s, pcqr learn --algorithm rectangle ({b['private_rows']:,} rows, 3-D)",
+                         _fmt(b["rows_per_second"]), ""))
+            rows.append(("bns_thresholds", "error of the released box on fresh rows (inside the target?)",
+                         f"{_fmt(b['error_on_100000_fresh_rows'])} ({_fmt(b['inside_target'])})", "<= 0.1"))
         for t in r["sample_complexity"]["table"]:
             rows.append(("bns_thresholds", f"mean true error, 2^32 domain, {t['rows']:,} rows: RecConcave / EM",
                          f"{_fmt(t['rec_concave_mean_error'])} / {_fmt(t['em_mean_error'])}", ""))

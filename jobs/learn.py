@@ -40,7 +40,9 @@ ALGORITHMS = ("sspp", *LEARNERS)
               help="'sspp': A_SSPP, the semi-private learner (needs --public and --hypothesis). 'point': "
               "Beimel-Nissim-Stemmer's proper learner for point functions on one integer feature over the public "
               "--domain, via A_dist ((eps, delta)-DP, Lemma 3.2; no --public). 'learn-thresholds': their proper "
-              "learner for thresholds over --domain via RecConcave ((eps, delta)-DP, Theorem 3.18; no --public).")
+              "learner for thresholds over --domain via RecConcave ((eps, delta)-DP, Theorem 3.18; no --public). "
+              "'rectangle': an axis-aligned box on every --features column over --domain, 2d runs of RecConcave "
+              "((eps, delta)-DP, Theorem 3.22; no --public).")
 @click.option("--public", "public_uri", default=None, help="--algorithm sspp: public unlabelled dataset (Parquet) "
               "with the same feature columns.")
 @click.option("--hypothesis", default=None, help="--algorithm sspp: hypothesis class (threshold, interval, point, "
@@ -82,7 +84,12 @@ def learn_command(**o: Any) -> None:
     --algorithm learn-thresholds: the threshold 'x > theta' (or 'x <= theta' with --direction down)
     on one feature over --domain, theta chosen by RecConcave on the rows each threshold labels
     correctly ((eps, delta)-DP: Beimel-Nissim-Stemmer Theorem 3.18 and Lemma 3.12; see
-    pipeline/mechanisms/learn_thresholds.py)."""
+    pipeline/mechanisms/learn_thresholds.py).
+
+    --algorithm rectangle: the box 'lo_i < x_i <= hi_i' on every --features column, each edge
+    chosen by RecConcave to cut about alpha m / 4d positive rows off its side ((eps, delta)-DP:
+    Beimel-Nissim-Stemmer Theorem 3.22; the construction and its proof are in docs/privacy.md,
+    Mechanism 13; pipeline/mechanisms/learn_rectangle.py)."""
     if o["direction"] is not None and o["algorithm"] != "learn-thresholds":
         raise PcqrError("--direction is for --algorithm learn-thresholds")
     if o["algorithm"] != "sspp":

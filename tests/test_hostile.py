@@ -77,6 +77,7 @@ SPEC_PRIVACY = "epsilon: 100\ndelta: 0.001\ncutoff: 20\nsubsamples: 50\nqueries-
 RUN_SPEC = "run {spec} --cluster {cluster}"  # the cluster is the operator's, never a spec key
 LEARN_POINT = "learn --algorithm point --private {private} --features x0 --domain 0:100 --out {new}/p.json"
 LEARN_THRESHOLDS = "learn --algorithm learn-thresholds --private {private} --features x0 --domain 0:100 --out {new}/t.json"
+LEARN_RECTANGLE = "learn --algorithm rectangle --private {private} --features x0,x1 --domain 0:100 --out {new}/b.json"
 SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
@@ -344,6 +345,13 @@ CASES = [
     case("learn-point-direction", LEARN_POINT + " --direction up", "--direction", "learn-thresholds"),
     case("learn-thresholds-data-nan", LEARN_THRESHOLDS.replace("{private}", "{bad}"), "p.parquet", "'x0'",
          mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
+    # learn --algorithm rectangle (2d runs of RecConcave, issue 14)
+    case("learn-rectangle-too-few-rows", LEARN_RECTANGLE + " --alpha 1e-5", "--alpha", "needs at least 800,000 rows"),
+    case("learn-rectangle-domain-missing", LEARN_RECTANGLE.replace(" --domain 0:100", ""), "--domain"),
+    case("learn-rectangle-features-unknown", LEARN_RECTANGLE.replace("x0,x1", "x0,x9"), "x9"),
+    case("learn-rectangle-direction", LEARN_RECTANGLE + " --direction up", "--direction", "learn-thresholds"),
+    case("learn-rectangle-data-nan", LEARN_RECTANGLE.replace("{private}", "{bad}"), "p.parquet", "'x1'",
+         mutate=private_with(lambda c: c["x1"].__setitem__(5, np.nan))),
     # sanitize --algorithm san-points (Beimel-Nissim-Stemmer's SanPoints, issue 14)
     case("sanitize-too-few-rows", SANITIZE.replace("--alpha 0.5", "--alpha 0.1"), "needs at least 148,161 rows"),
     case("sanitize-domain-missing", SANITIZE.replace(" --domain 0:100", ""), "--domain"),

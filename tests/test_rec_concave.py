@@ -64,11 +64,12 @@ def _pass_probability(dist: int, params) -> float:
     return q**a / (1 + q) if a >= 1 else 1 - q ** (1 - a) / (1 + q)
 
 
-def exact_law(points: list[int], alpha: Fraction, params: RecConcaveParameters) -> dict:
+def exact_law(points: list[int], alpha: Fraction, params: RecConcaveParameters, promise: Fraction | None = None) -> dict:
     """{solution or None: probability} of Fig. 5 for T in (32, 64] (two levels), brute force over
     the points: the inner exponential mechanism over q on [0, log T'], then for each k the two
-    A_dist tests on the interval families and the exponential mechanism on the union released."""
-    last, r = len(points) - 1, Fraction(params.rows)
+    A_dist tests on the interval families and the exponential mechanism on the union released
+    (promise r: the rows unless given)."""
+    last, r = len(points) - 1, Fraction(params.rows) if promise is None else promise
     log_top = max(0, (last - 1).bit_length())
     padded = points + [min(0, points[-1])] * ((1 << log_top) - last)
     lows = [max(min(padded[a:a + 2**j]) for a in range(len(padded) - 2**j + 1)) for j in range(log_top + 1)]

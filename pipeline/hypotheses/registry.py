@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis, HypothesisClass
+from pcqr.pipeline.hypotheses.box import BoxHypothesis
 from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
 from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
 from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
@@ -36,6 +37,7 @@ _FROM_DICT: dict[str, Callable[[dict[str, Any]], Hypothesis]] = {
     "halfspace": HalfspaceHypothesis.from_dict,
     "linear": LinearHypothesis.from_dict,  # distilled students (pcqr.pipeline.models.portable)
     "trees": TreesHypothesis.from_dict,
+    "box": BoxHypothesis.from_dict,  # the rectangle learner's d-dimensional box (pcqr learn --algorithm rectangle)
 }
 
 

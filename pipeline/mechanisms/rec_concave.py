@@ -28,7 +28,9 @@ is a public function of T (Observation 3.10: at most log* T); the run invokes at
 mechanisms, each eps0-DP (the exponential mechanisms, through pcqr's exact sampler: plus its
 delta_EM) or (eps0, delta_adist) (the 2(N - 1) A_dist's). By Kairouz-Oh-Viswanath Theorem 3.5 they
 compose to (eps, delta_pure + sum of their deltas): eps0 is the largest with delta_pure <= delta/2,
-each A_dist gets a quarter of delta over N - 1 (minus a margin for the samplers' terms). Every
+the A_dist's share the other half (minus a margin for the samplers' terms). A learner that runs
+RecConcave several times on one database (the rectangle learner: 2d runs) certifies all the runs'
+mechanisms together (``runs``). Every
 quality in the run has sensitivity 1 because Q has (Observation 3.11: max and min of sensitivity-1
 functions, minus constants, floored).
 
@@ -46,7 +48,7 @@ from typing import Iterator, Sequence
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import AdistParameters, propose_test_release
 from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, sampler_delta
-from pcqr.pipeline.privacy.composition import largest_eps0
+from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, delta_certificate, round_up
 
@@ -170,21 +172,30 @@ class RecConcaveParameters:
     eps0: float
     adist: AdistParameters | None
     rows: int
+    runs: int = 1
 
     @classmethod
-    def create(cls, epsilon: float, delta: float, last: int, rows: int) -> RecConcaveParameters:
-        """Split (eps, delta) over the run's mechanisms (module docstring); refused in one line when
-        the range is beyond the exact sampler or the split cannot be certified."""
+    def create(cls, epsilon: float, delta: float, last: int, rows: int, runs: int = 1) -> RecConcaveParameters:
+        """Split (eps, delta) over the mechanisms of ``runs`` runs on the same database (module
+        docstring: one run unless a learner composes several, e.g. the rectangle learner's 2d);
+        refused in one line when the range is beyond the exact sampler or the split cannot be
+        certified."""
         check_epsilon_delta(epsilon, delta)
         if not (isinstance(last, int) and 1 <= last < MAX_CANDIDATES):
             raise PcqrError(f"RecConcave's range [0, T] needs 1 <= T < 2^64, got T = {last!r}")
         if not (isinstance(rows, int) and rows >= 1):
             raise PcqrError(f"RecConcave needs at least one row, got {rows!r}")
+        if not (isinstance(runs, int) and runs >= 1):
+            raise PcqrError(f"RecConcave needs at least one run, got {runs!r}")
         depth = recursion_depth(last)
-        mechanisms = 3 * depth - 2
+        mechanisms = runs * (3 * depth - 2)
+        if mechanisms > EXACT_MAX_COUNT:
+            raise PcqrError(f"{runs} runs of RecConcave at depth {depth} are {mechanisms:,} mechanisms; their optimal "
+                            f"composition is certified for at most {EXACT_MAX_COUNT:,}")
         eps0 = largest_eps0(mechanisms, epsilon, delta / 2)
-        adist = None if depth == 1 else AdistParameters.create(eps0, delta / (4 * (depth - 1)) * _ADIST_MARGIN)
-        params = cls(epsilon, delta, last, depth, eps0, adist, rows)
+        adists = 2 * runs * (depth - 1)
+        adist = None if depth == 1 else AdistParameters.create(eps0, delta / (2 * adists) * _ADIST_MARGIN)
+        params = cls(epsilon, delta, last, depth, eps0, adist, rows, runs)
         proven = params.certificate()["proven_delta"]
         if proven > delta:  # cannot happen with the split above; the last word
             raise PcqrError(f"RecConcave at eps {epsilon:g}, delta {delta:g}: proves only delta {proven:.3g}")
@@ -192,8 +203,9 @@ class RecConcaveParameters:
 
     @property
     def mechanisms(self) -> int:
-        """M = 3N - 2: an exponential mechanism per level, two A_dist's per level but the last."""
-        return 3 * self.depth - 2
+        """M = runs (3N - 2): per run an exponential mechanism per level, two A_dist's per level but
+        the last."""
+        return self.runs * (3 * self.depth - 2)
 
     def sampler_rows(self) -> int:
         """A bound on the quality levels besides the best that any one exponential mechanism of the
@@ -207,12 +219,12 @@ class RecConcaveParameters:
         tails), delta_sampler (the exponential mechanisms'), proven_delta, rounded up."""
         from pcqr.pipeline.privacy.composition import optimal_delta
 
-        adists = 2 * (self.depth - 1)
+        adists = 2 * self.runs * (self.depth - 1)
         tail = self.adist.certificate()["proven_delta"] if self.adist is not None else 0.0
         return delta_certificate(self.epsilon, {
             "composition": optimal_delta(self.eps0, self.mechanisms, self.epsilon),
             "stability": round_up(adists * tail),
-            "sampler": round_up(self.depth * sampler_delta(self.eps0, self.sampler_rows())),
+            "sampler": round_up(self.runs * self.depth * sampler_delta(self.eps0, self.sampler_rows())),
         })
 
     def promise_needed(self, alpha: float, beta: float) -> float:

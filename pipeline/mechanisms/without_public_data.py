@@ -25,7 +25,7 @@ from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.subsamp import check_fraction
 
 #: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
-LEARNERS = ("point", "learn-thresholds")
+LEARNERS = ("point", "learn-thresholds", "rectangle")
 SANITIZERS = ("san-points",)
 
 
@@ -44,13 +44,16 @@ def learn_without_public_data(
     out : str
         Where to write the released model (JSON; ``pcqr predict`` and
         :func:`pcqr.pipeline.models.released.load_model` read it).
-    algorithm : {"point", "learn-thresholds"}
+    algorithm : {"point", "learn-thresholds", "rectangle"}
         ``"point"``: the point function [x = j] via A_dist (Lemma 3.2). ``"learn-thresholds"``: the
         threshold 'x > theta' ('x <= theta' with ``direction="down"``) via RecConcave (Theorem 3.18).
+        ``"rectangle"``: the axis-aligned box 'lo_i < x_i <= hi_i' on every feature via 2d runs of
+        RecConcave (Theorem 3.22; docs/privacy.md Mechanism 13).
     domain : str
-        The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
+        The features' PUBLIC integer domain ``"LO:HI"``, never read from the rows.
     features : str or sequence of str, optional
-        The ONE feature column (default: the dataset's only numeric column besides ``label``).
+        The feature column (point, learn-thresholds: ONE; rectangle: one or more; default: every
+        numeric column besides ``label``).
     epsilon, delta : float
         The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
     alpha, beta : float
@@ -74,8 +77,24 @@ def learn_without_public_data(
     if direction not in ("up", "down"):
         raise PcqrError(f"--direction must be 'up' or 'down', got {direction!r}")
     parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, label, alpha, beta,
-                                             seed, insecure_seed)
-    if algorithm == "point":
+                                             seed, insecure_seed, one_feature=algorithm != "rectangle")
+    if algorithm == "rectangle":
+        from pcqr.pipeline.mechanisms.learn_rectangle import (
+            box_record, cut_size, learn_rectangle, merge_axis_counts, positive_axis_counts,
+        )
+        from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+
+        dimensions = len(dataset.features)
+        cut_size(dataset.rows, dimensions, alpha)  # refused before the charge when alpha m / 4d < 1
+        rec = RecConcaveParameters.create(epsilon, delta, parsed.size, dataset.rows, runs=2 * dimensions)
+        parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha,
+                      "domain": parsed.describe(), "out": out}
+        (hypothesis, edges), charged = _count_and_release(
+            dataset, cluster, ledger, note, "learn", (epsilon, rec.certificate()["proven_delta"]), parameters,
+            positive_axis_counts, merge_axis_counts, parsed,
+            lambda c: learn_rectangle(c, parsed, rec, alpha, noise), labelled=True)
+        model = box_record(hypothesis, edges, list(dataset.features), parsed, rec, alpha, beta, noise.private)
+    elif algorithm == "point":
         from pcqr.pipeline.mechanisms.adist import AdistParameters
         from pcqr.pipeline.mechanisms.integer_domain import merge_counts
         from pcqr.pipeline.mechanisms.learn_point import learn_point, point_record, positive_counts
@@ -182,7 +201,7 @@ def sanitize(
 
 def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
                     features: str | Sequence[str] | None, label: str | None, alpha: float, beta: float,
-                    seed: int | None, insecure_seed: bool) -> tuple[Domain, Dataset, NoiseSource]:
+                    seed: int | None, insecure_seed: bool, one_feature: bool = True) -> tuple[Domain, Dataset, NoiseSource]:
     """Every check that needs no private row: (the public domain, the dataset (metadata), the noise)."""
     if domain is None:
         raise PcqrError(f"--domain LO:HI is required by --algorithm {algorithm} (the feature's public integer "
@@ -194,7 +213,7 @@ def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
     noise = noise_source(seed, insecure_seed)
     columns = split_features(features) if isinstance(features, str) or features is None else list(features)
     dataset = open_dataset(private, "private", label=label, features=columns)
-    if len(dataset.features) != 1:
+    if one_feature and len(dataset.features) != 1:
         raise PcqrError(f"--private {dataset.uri}: --algorithm {algorithm} works on ONE feature column, found "
                         f"{len(dataset.features)} ({', '.join(dataset.features[:4])}...); pass --features COLUMN")
     return parsed, dataset, noise
