@@ -33,6 +33,7 @@ TITLES = {
     "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
     "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
     "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5) over --domain",
+    "rectangle": "the rectangle learner (BNS13 Thm 3.22; docs/privacy.md Mechanism 13), --dimensions over --domain",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
          "kept); O~() = constant 1 and the hidden log factors dropped")
@@ -173,6 +174,8 @@ def print_gate_table(summary: dict[str, Any]) -> None:
                    "(needs --epsilon and --alpha; uses --delta, --beta, --growth).")
 @click.option("--growth", type=int, default=1, show_default=True,
               help="--without-public-data: k, the choosing mechanism's growth bound (1 for point counts).")
+@click.option("--dimensions", type=int, default=None,
+              help="--without-public-data: d, the rectangle learner's features (default 2).")
 @click.option("--domain", default=None,
               help="--without-public-data: the feature's integer domain LO:HI (LearnThresholds' range; default "
                    "0:4294967295).")
@@ -181,7 +184,7 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
             beta: float | None, epsilon: float | None, delta: float | None,
             queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
             subsamples: int | None, private_rows: int | None, without_public_data: bool, growth: int,
-            domain: str | None, as_json: bool) -> None:
+            dimensions: int | None, domain: str | None, as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
 
     \b
@@ -208,15 +211,17 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
             if set_to is not None:
                 raise PcqrError(f"{other} does not apply to --without-public-data")
         assert epsilon is not None and alpha is not None and beta is not None and delta is not None
-        summary = no_public_plan(epsilon, delta, alpha, beta, growth, domain or "0:4294967295")
+        summary = no_public_plan(epsilon, delta, alpha, beta, growth, domain or "0:4294967295",
+                                 2 if dimensions is None else dimensions)
         if as_json:
             emit_summary(summary, as_json=True)
         else:
             print_blocks(summary, f"pcqr plan, no public data: alpha={_show(alpha)} beta={_show(beta)} "
                                   f"epsilon={_show(epsilon)} delta={_show(delta)} k={growth}")
         return
-    if domain is not None:
-        raise PcqrError("--domain applies to --without-public-data only")
+    for option, given in (("--domain", domain), ("--dimensions", dimensions)):
+        if given is not None:
+            raise PcqrError(f"{option} applies to --without-public-data only")
     if private_rows is not None:
         if rows_per_model is not None:
             raise PcqrError("give at most one of --private-rows and --rows-per-model")

@@ -155,3 +155,18 @@ def test_the_example_spec_is_a_learn_rectangle_job() -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     job, args = job_arguments(os.path.join(here, "jobs", "examples", "learn-rectangle.yaml"), (), None, False)
     assert job.name == "learn" and args[args.index("--algorithm") + 1] == "rectangle"
+
+
+def test_pcqr_plan_reports_the_rectangle_learner(capsys) -> None:
+    """pcqr plan --without-public-data --dimensions d: 2d runs' mechanisms, eps0 and certificate;
+    beyond the exact composition reported as none."""
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.1", "--dimensions", "3",
+                 "--domain", "0:999", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]["rectangle"]
+    assert plan["mechanisms"]["value"] == 24 and plan["proven_delta"]["value"] <= 1e-6
+    assert abs(plan["eps0"]["value"] - RecConcaveParameters.create(1.0, 1e-6, 1000, 1, runs=6).eps0) < 1e-12
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.1", "--dimensions", "500",
+                 "--json"]) == 0
+    too_many = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]["rectangle"]
+    assert str(too_many["mechanisms"]["value"]).startswith("none")
+    assert main(["plan", "--hypothesis", "threshold", "--epsilon", "1", "--alpha", "0.1", "--dimensions", "3"]) == 2

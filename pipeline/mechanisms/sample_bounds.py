@@ -9,6 +9,7 @@ from pcqr.pipeline.mechanisms.adist import AdistParameters
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
 from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.mechanisms.learn_point import paper_rows
+from pcqr.pipeline.mechanisms.learn_rectangle import rows_needed as box_rows
 from pcqr.pipeline.mechanisms.learn_thresholds import rows_needed as thresholds_rows
 from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
 from pcqr.pipeline.mechanisms.learn_point import rows_needed as point_rows
@@ -20,17 +21,19 @@ from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
 
 def without_public_data(epsilon: float, delta: float, alpha: float, beta: float, growth: int,
-                        domain: str = "0:4294967295") -> dict[str, Any]:
+                        domain: str = "0:4294967295", dimensions: int = 2) -> dict[str, Any]:
     """The sample sizes of Beimel-Nissim-Stemmer's mechanisms (no public data) at these parameters:
     the POINT_d learner (A_dist: its threshold, certified delta, Lemma 3.2's m with our constants and as
     the lemma states it) and the choosing mechanism for a ``growth``-bounded quality (the smallest m
     Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice) and SanPoints (the least m it
     certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated) and LearnThresholds
-    over ``domain`` (RecConcave's depth, mechanisms and eps0; Theorem 3.18's m with our parameters)."""
+    over ``domain`` (RecConcave's depth, mechanisms and eps0; Theorem 3.18's m with our parameters),
+    and the rectangle learner in ``dimensions`` dimensions over it (docs/privacy.md Mechanism 13)."""
     check_epsilon_delta(epsilon, delta)
     check_fraction(alpha, "--alpha")
     check_fraction(beta, "--beta")
     count_range("--growth (k)", growth, 1, MAX_COUNT, "an exact float")
+    count_range("--dimensions (d)", dimensions, 1, 10**6, "a count")
     thresholds_domain = Domain.parse(domain)
     adist = AdistParameters.create(epsilon, delta)
     src_point, src_choosing = "002 Lemma 3.2 (pcqr learn --algorithm point)", "002 Fig. 8, Lemmas 4.4-4.5"
@@ -70,9 +73,20 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
         }
     except (PcqrError, OverflowError, ValueError) as exc:
         thr_figures = {"recursion_depth": fig(f"none ({exc})", "exact", src_thr)}
+    src_box = "002 Thm 3.22; our construction, docs/privacy.md Mechanism 13 (pcqr learn --algorithm rectangle)"
+    try:
+        box = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1, runs=2 * dimensions)
+        box_figures = {
+            "mechanisms": fig(box.mechanisms, "exact", "2d runs of RecConcave, 3N - 2 mechanisms each"),
+            "eps0": fig(box.eps0, "exact", "each mechanism, by KOV's optimal composition"),
+            "proven_delta": fig(box.certificate()["proven_delta"], "exact", "the 2d runs' certificate"),
+            "rows_needed": fig(show_count(box_rows(box, dimensions, alpha, beta)), "exact", src_box),
+        }
+    except (PcqrError, OverflowError, ValueError) as exc:
+        box_figures = {"mechanisms": fig(f"none ({exc})", "exact", src_box)}
     return {
         "inputs": {"epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta, "growth": growth,
-                   "domain": thresholds_domain.describe()},
+                   "domain": thresholds_domain.describe(), "dimensions": dimensions},
         "algorithms": {
             "point": {
                 "adist_threshold": fig(adist.threshold, "exact", "002 Prop 2.26, gap sensitivity 2 counted"),
@@ -83,5 +97,6 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
             "choosing": choosing_figures,
             "san_points": san_figures,
             "learn_thresholds": thr_figures,
+            "rectangle": box_figures,
         },
     }
