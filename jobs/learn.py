@@ -47,17 +47,17 @@ ALGORITHMS = ("sspp", *LEARNERS)
               "with the same feature columns.")
 @click.option("--hypothesis", default=None, help="--algorithm sspp: hypothesis class (threshold, interval, point, "
               "stump, rectangle, halfspace).")
-@click.option("--domain", default=None, help="--algorithm point / learn-thresholds: the feature's public integer "
-              "domain LO:HI (e.g. 0:4294967295), given by you, never read from the rows; a row outside it counts for "
-              "no point (point) or is labelled like the domain's nearest end (thresholds).")
+@click.option("--domain", default=None, help="--algorithm point / learn-thresholds / rectangle: the features' "
+              "public integer domain LO:HI (e.g. 0:4294967295), given by you, never read from the rows; a row outside it "
+              "counts for no point (point) or is labelled like the domain's nearest end (thresholds, box edges).")
 @click.option("--direction", type=click.Choice(["up", "down"]), default=None, help="--algorithm learn-thresholds: "
               "the class, 'x > theta' (up, the default) or 'x <= theta' (down).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point / learn-thresholds: "
-              "delta (A_dist's probability of releasing an unstable answer, and the composition's).")
-@click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point / learn-thresholds: "
-              "target error alpha (learn-thresholds: RecConcave's approximation is alpha/2; point: only the reported "
-              "sample bounds).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point / learn-thresholds / "
+              "rectangle: delta (A_dist's probability of releasing an unstable answer, and the composition's).")
+@click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point / learn-thresholds / "
+              "rectangle: target error alpha (learn-thresholds: RecConcave's approximation is alpha/2; rectangle: each "
+              "edge cuts about alpha m / 4d positive rows; point: only the reported sample bounds).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported "
               "cover radius (sspp) or sample bounds (point).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
@@ -99,7 +99,8 @@ def learn_command(**o: Any) -> None:
         if o[key] is None:
             raise PcqrError(f"Missing option '{option}' (--algorithm sspp, the default, needs it)")
     if o["domain"] is not None:
-        raise PcqrError("--domain is for --algorithm point; A_SSPP's candidates come from --public")
+        raise PcqrError("--domain is for --algorithm point, learn-thresholds or rectangle; A_SSPP's candidates come "
+                        "from --public")
     _learn_sspp(o)
 
 

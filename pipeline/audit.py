@@ -17,6 +17,10 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
 * :func:`exponential_selection` -- independent draws of the exponential mechanism
   (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
+* :func:`learn_without_public_data_runs` -- independent runs of Beimel-Nissim-Stemmer's learners
+  (``point``, ``learn-thresholds``, ``rectangle``) on given rows, through the workers' counting code
+  and the parameters the CLI certifies: the released hypotheses' parameters.
+* :func:`san_points_runs` -- independent runs of SanPoints on given values: the released tables.
 
 Noise comes from :class:`pcqr.pipeline.privacy.noise.SecureNoise` unless the caller passes a source
 (a seeded one makes runs reproducible and is, as everywhere, not private).
@@ -306,3 +310,82 @@ def _mistake_levels(scores: np.ndarray, sensitivity: float) -> np.ndarray:
     if np.max(np.abs(rounded)) >= 2.0**53:
         raise PcqrError("scores / sensitivity must be below 2^53 in magnitude")
     return (rounded.max() - rounded).astype(np.int64)
+
+
+def learn_without_public_data_runs(
+    X: np.ndarray, y: np.ndarray, algorithm: str, domain: str, epsilon: float, delta: float, runs: int,
+    alpha: float = 0.1, direction: str = "up", noise: NoiseSource | None = None,
+) -> list[dict[str, object]]:
+    """``runs`` independent releases of ``pcqr learn --algorithm point|learn-thresholds|rectangle``
+    on the rows (``X`` of shape (n, d): one column for point and learn-thresholds; ``y`` labels 0/1),
+    through the code the command runs on each part (the workers' counts) and its mechanism, with
+    the parameters it certifies (refused alike: a one-line PcqrError). Each run draws fresh noise.
+
+    Returns
+    -------
+    list of dict
+        Each run's released hypothesis, as in the model file (``hypothesis.to_dict()``: ``value``
+        for a point, ``threshold`` and ``direction``, or ``lows`` and ``highs``).
+    """
+    from pcqr.pipeline.mechanisms.integer_domain import Domain
+
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(y)
+    if X.ndim != 2 or labels.shape != (X.shape[0],) or not np.all(np.isfinite(X)) or not np.isin(labels, (0, 1)).all():
+        raise PcqrError("X must be a finite (n, d) array and y n labels in {0, 1}")
+    if not (isinstance(runs, (int, np.integer)) and runs >= 0):
+        raise PcqrError(f"runs must be a non-negative integer, got {runs!r}")
+    parsed = Domain.parse(domain, "domain")
+    source = noise if noise is not None else SecureNoise()
+    rows = (X, labels.astype(np.int8))
+    if algorithm == "rectangle":
+        from pcqr.pipeline.mechanisms.learn_rectangle import cut_size, learn_rectangle, positive_axis_counts
+        from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+
+        cut_size(X.shape[0], X.shape[1], alpha)
+        params = RecConcaveParameters.create(epsilon, delta, parsed.size, X.shape[0], runs=2 * X.shape[1])
+        counts = positive_axis_counts(rows, parsed)
+        return [learn_rectangle(counts, parsed, params, alpha, source)[0].to_dict() for _ in range(int(runs))]
+    if X.shape[1] != 1:
+        raise PcqrError(f"algorithm {algorithm!r} learns on ONE feature column, X has {X.shape[1]}")
+    if algorithm == "point":
+        from pcqr.pipeline.mechanisms.adist import AdistParameters
+        from pcqr.pipeline.mechanisms.learn_point import learn_point, positive_counts
+
+        adist = AdistParameters.create(epsilon, delta)
+        point_counts = positive_counts(rows, parsed)
+        return [learn_point(point_counts, parsed, adist, source)[0].to_dict() for _ in range(int(runs))]
+    if algorithm == "learn-thresholds":
+        from pcqr.pipeline.mechanisms.learn_thresholds import learn_thresholds, threshold_counts
+        from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+
+        if direction not in ("up", "down"):
+            raise PcqrError(f"direction must be 'up' or 'down', got {direction!r}")
+        rec = RecConcaveParameters.create(epsilon, delta, parsed.size, X.shape[0])
+        both = threshold_counts(rows, parsed)
+        return [learn_thresholds(both, parsed, rec, alpha, source, direction == "up")[0].to_dict()
+                for _ in range(int(runs))]
+    raise PcqrError(f"algorithm must be point, learn-thresholds or rectangle, got {algorithm!r}")
+
+
+def san_points_runs(
+    x: np.ndarray, domain: str, epsilon: float, delta: float, alpha: float, beta: float, runs: int,
+    noise: NoiseSource | None = None,
+) -> list[dict[int, float]]:
+    """``runs`` independent releases of ``pcqr sanitize --algorithm san-points`` on the values ``x``
+    (one feature), through the workers' counting code and SanPoints with the parameters the command
+    certifies (refused alike): each run's table as {value: weight}."""
+    from pcqr.pipeline.mechanisms.integer_domain import Domain, value_counts
+    from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
+
+    values = np.asarray(x, dtype=np.float64)
+    if values.ndim != 1 or not np.all(np.isfinite(values)):
+        raise PcqrError("x must be a one-dimensional array of finite numbers")
+    if not (isinstance(runs, (int, np.integer)) and runs >= 0):
+        raise PcqrError(f"runs must be a non-negative integer, got {runs!r}")
+    parsed = Domain.parse(domain, "domain")
+    params = SanPointsParameters.create(epsilon, delta, alpha, beta, int(values.size))
+    seen, counts = value_counts(values[:, None], parsed)
+    source = noise if noise is not None else SecureNoise()
+    return [dict(san_points(seen, counts, params, source)) for _ in range(int(runs))]
+

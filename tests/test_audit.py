@@ -125,3 +125,43 @@ def test_subsamp_parameters_takes_the_profile() -> None:
     assert audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000).profile == "paper"
     tight = audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000, profile="tight")
     assert tight == SubSampParameters.tight(1.0, 1e-6, 50, 10_000, 0.05, 5_000)
+
+
+def test_learn_without_public_data_runs_draws_the_point_learners_law() -> None:
+    """audit.learn_without_public_data_runs("point") on 9 rows: the release rate of the best value
+    equals A_dist's closed-form pass probability (binomial, false failure 1e-6); the threshold and
+    rectangle learners give the model file's fields; settings the CLI refuses are refused."""
+    from pcqr.pipeline.mechanisms.adist import AdistParameters, distance_to_instability
+
+    x = np.array([[3.0], [5.0], [5.0], [5.0], [5.0], [5.0], [5.0], [5.0], [9.0]])
+    y = np.array([0, 1, 1, 1, 1, 1, 1, 1, 0])  # value 5: 7 positives, every other value 0: gap 7
+    params = AdistParameters.create(8.0, 0.01)
+    q = math.exp(-1 / params.scale)
+    a = params.threshold - distance_to_instability(7) + 1
+    passing = q**a / (1 + q) if a >= 1 else 1 - q ** (1 - a) / (1 + q)
+    out = audit.learn_without_public_data_runs(x, y, "point", "0:15", 8.0, 0.01, runs=4_000)
+    released = sum(o["value"] == 5.0 for o in out)
+    assert all(o["value"] in (5.0, None) for o in out)
+    assert stats.binomtest(released, 4_000, passing).pvalue > P_FAIL
+    rng = np.random.default_rng(0)
+    xs = rng.integers(0, 100, (20_000, 1)).astype(float)
+    thresholds = audit.learn_without_public_data_runs(xs, (xs[:, 0] > 40).astype(int), "learn-thresholds",
+                                                      "0:99", 1.0, 1e-6, runs=3)
+    assert all(t["class"] == "threshold" and abs(t["threshold"] - 40) <= 5 for t in thresholds)
+    boxes = audit.learn_without_public_data_runs(np.hstack([xs, xs[::-1]]), (xs[:, 0] > 40).astype(int),
+                                                 "rectangle", "0:99", 1.0, 1e-6, runs=2, alpha=0.5)
+    assert all(b["class"] == "box" and len(b["lows"]) == 2 for b in boxes)
+    with pytest.raises(PcqrError):
+        audit.learn_without_public_data_runs(x, y, "point", "0:15", 8.0, 0.0, runs=1)
+    with pytest.raises(PcqrError):
+        audit.learn_without_public_data_runs(np.hstack([x, x]), y, "point", "0:15", 8.0, 0.01, runs=1)
+
+
+def test_san_points_runs() -> None:
+    """audit.san_points_runs: each run's table ({value: weight}) from the real mechanism; a database
+    below the certified size is refused as the CLI refuses it."""
+    x = np.repeat([1.0, 2.0, 3.0], [12_000, 6_000, 2_000])
+    tables = audit.san_points_runs(x, "0:15", 1.0, 1e-6, 0.5, 0.05, runs=5)
+    assert len(tables) == 5 and all(abs(t.get(1, 0.0) - 0.6) <= 0.5 for t in tables)
+    with pytest.raises(PcqrError, match="needs at least"):
+        audit.san_points_runs(x[:1_000], "0:15", 1.0, 1e-6, 0.5, 0.05, runs=1)
