@@ -219,8 +219,8 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
             print_blocks(summary, f"pcqr plan, no public data: alpha={_show(alpha)} beta={_show(beta)} "
                                   f"epsilon={_show(epsilon)} delta={_show(delta)} k={growth}")
         return
-    for option, given in (("--domain", domain), ("--dimensions", dimensions)):
-        if given is not None:
+    for option, set_value in (("--domain", domain), ("--dimensions", dimensions)):
+        if set_value is not None:
             raise PcqrError(f"{option} applies to --without-public-data only")
     if private_rows is not None:
         if rows_per_model is not None:
