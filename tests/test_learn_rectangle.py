@@ -25,6 +25,7 @@ from pcqr.pipeline.mechanisms.learn_rectangle import (
 )
 from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
 from pcqr.pipeline.privacy.noise import SecureNoise
+from tests.test_learn_thresholds import random_rows
 from tests.test_rec_concave import _divergence, exact_law
 
 
@@ -40,12 +41,7 @@ def test_edge_quality_against_brute_force() -> None:
     theta in [lo - 1, hi], on random rows with fractions and values beyond the domain."""
     rng = np.random.default_rng(5)
     for _ in range(200):
-        lo = int(rng.integers(-10, 10))
-        domain = Domain(lo, lo + int(rng.integers(1, 25)))
-        n = int(rng.integers(1, 40))
-        x = np.where(rng.random(n) < 0.3, rng.uniform(lo - 4, domain.hi + 4, n),
-                     rng.integers(lo - 2, domain.hi + 3, n)).astype(float)
-        y = rng.integers(0, 2, n).astype(np.int8)
+        domain, x, y = random_rows(rng)
         t = int(rng.integers(1, 6))
         for low in (True, False):
             brute = []

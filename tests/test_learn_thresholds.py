@@ -35,17 +35,23 @@ def _quality_points(x: np.ndarray, y: np.ndarray, domain: Domain, up: bool = Tru
     return [quality.at(j) for j in range(quality.last + 1)]
 
 
+def random_rows(rng: np.random.Generator) -> tuple[Domain, np.ndarray, np.ndarray]:
+    """A small random domain and 1-39 labelled rows on one feature: integers and fractions, some
+    beyond the domain on both sides (shared with tests/test_learn_rectangle.py)."""
+    lo = int(rng.integers(-20, 20))
+    domain = Domain(lo, lo + int(rng.integers(1, 30)))
+    n = int(rng.integers(1, 40))
+    x = np.where(rng.random(n) < 0.3, rng.uniform(lo - 5, domain.hi + 5, n),
+                 rng.integers(lo - 3, domain.hi + 4, n)).astype(float)
+    return domain, x, rng.integers(0, 2, n).astype(np.int8)
+
+
 def test_the_step_quality_is_the_correct_count_of_every_threshold() -> None:
     """Random rows (integers, fractions, values beyond the domain on both sides) over a few domains,
     both directions: the step quality equals the brute-force count at every theta."""
     rng = np.random.default_rng(6)
     for _ in range(200):
-        lo = int(rng.integers(-20, 20))
-        domain = Domain(lo, lo + int(rng.integers(1, 30)))
-        n = int(rng.integers(1, 40))
-        x = np.where(rng.random(n) < 0.3, rng.uniform(lo - 5, domain.hi + 5, n),
-                     rng.integers(lo - 3, domain.hi + 4, n)).astype(float)
-        y = rng.integers(0, 2, n).astype(np.int8)
+        domain, x, y = random_rows(rng)
         for up in (True, False):
             assert _quality_points(x, y, domain, up) == _brute(x, y, domain, up)
 
