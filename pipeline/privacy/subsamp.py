@@ -117,7 +117,8 @@ GUESS_SPARE = 4
 #: The guess gate's default w: a query is charged (1 - g released) when about this share of the k
 #: models disagree with g, w = k (1/2 - share): 1/2 releases the noisy majority (w = 0). Any w is
 #: certifiable; a larger share (negative w) spends T on clear disagreements only and releases g on
-#: near-ties. On Adult at eps 1 (T 20, k 786, logistic models) 0.5 answered 214 of 2,000 queries at
+#: near-ties. On Adult at eps 1 (T 20, k 786 -- measured before issue 13's split, which made the default
+#: k 706 --, logistic models) 0.5 answered 214 of 2,000 queries at
 #: 83% before the halt, 0.75 answered 1,069 at 78%, 0.9 all at 76% (the majority class's rate).
 GUESS_DISAGREEMENT = 0.5
 #: The share of delta the tight profile gives the guess gate's composition term (the sampler's
