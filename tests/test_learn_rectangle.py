@@ -24,7 +24,7 @@ from pcqr.pipeline.mechanisms.learn_rectangle import (
     cut_quality, cut_size, learn_rectangle, merge_axis_counts, positive_axis_counts,
 )
 from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
-from pcqr.pipeline.privacy.noise import SecureNoise
+from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
 from tests.test_learn_thresholds import random_rows
 from tests.test_rec_concave import _divergence, exact_law
 
@@ -74,10 +74,52 @@ def test_exact_law_of_both_edges_is_within_the_certificate() -> None:
         x2, y2 = x.copy(), y.copy()
         i = int(rng.integers(0, 8))
         x2[i], y2[i] = rng.uniform(-2, 42), rng.integers(0, 2)
+        for low in (True, False):  # each edge's quality through the counting code moves by at most 1
+            moved = zip(_edge_points(x, y, domain, 2, low), _edge_points(x2, y2, domain, 2, low))
+            assert max(abs(p - q) for p, q in moved) <= 1
         a, b = law(x, y), law(x2, y2)
         worst = max(worst, _divergence(a, b, params.epsilon), _divergence(b, a, params.epsilon))
         worst_small = max(worst_small, _divergence(a, b, params.epsilon / 8))
     assert worst <= certified and worst_small > 0
+
+
+@pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(4)], ids=["secure", "seeded"])
+def test_learn_rectangle_draws_the_exact_law(noise_factory) -> None:
+    """3,000 runs of learn_rectangle (one feature over 0:39, 8 rows, t = 2) against the product of
+    RecConcave's exact laws for its two edges (the real index -> edge mapping, bottom -> hi):
+    chi-square over the (low, high) pairs expected >= 20 times, the rest pooled; false failure 1e-6."""
+    from scipy import stats
+
+    from tests.conftest import P_FAIL
+
+    domain = Domain(0, 39)
+    params = RecConcaveParameters.create(8.0, 0.05, domain.size, 8, runs=2)
+    x = np.array([3.0, 7.0, 12.0, 15.0, 21.0, 26.0, 30.0, 38.0])
+    y = np.array([0, 1, 1, 1, 1, 1, 1, 0], dtype=np.int8)
+    alpha = 4 * 2 / 8  # t = floor(alpha m / 4d) = 2
+    edge = {None: domain.hi}
+    low = exact_law(_edge_points(x, y, domain, 2, True), Fraction(1, 2), params, Fraction(2))
+    high = exact_law(_edge_points(x, y, domain, 2, False), Fraction(1, 2), params, Fraction(2))
+    law: dict = {}
+    for a, p in low.items():
+        for b, q in high.items():
+            key = (edge.get(a, domain.lo - 1 + (a or 0)), edge.get(b, domain.lo - 1 + (b or 0)))
+            law[key] = law.get(key, 0.0) + p * q
+    counts = merge_axis_counts(positive_axis_counts((x[:, None], y), domain))
+    noise = noise_factory()
+    trials = 3_000
+    seen: dict = {}
+    for _ in range(trials):
+        box, _ = learn_rectangle(counts, domain, params, alpha, noise)
+        key = (int(box.lows[0]), int(box.highs[0]))
+        seen[key] = seen.get(key, 0) + 1
+    assert set(seen) <= set(law)
+    common = [o for o in law if trials * law[o] >= 20]
+    rest, expected_rest = trials - sum(seen.get(o, 0) for o in common), trials * (1 - sum(law[o] for o in common))
+    observed = [seen.get(o, 0) for o in common] + ([rest] if expected_rest >= 5 else [])
+    expected = [trials * law[o] for o in common] + ([expected_rest] if expected_rest >= 5 else [])
+    expected = [e * sum(observed) / sum(expected) for e in expected]
+    assert stats.chisquare(observed, expected).pvalue > P_FAIL
 
 
 def _box_data(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -13,8 +13,10 @@ import pytest
 from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.mechanisms.adist import distance_to_instability
 from pcqr.pipeline.mechanisms.rec_concave import (
-    RecConcaveParameters, StepQuality, interval_best_two, rec_concave, recursion_depth, window_max_min,
+    RecConcaveParameters, StepQuality, inner_quality, interval_best_two, rec_concave, recursion_depth,
+    window_max_min,
 )
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
 from tests.conftest import P_FAIL
@@ -147,6 +149,53 @@ def test_exact_law_on_neighbouring_databases_is_within_the_certificate() -> None
 
 def _points(rows: list[tuple[int, int]], last: int) -> list[int]:
     return [sum(y == int(x >= i) for x, y in rows) for i in range(last + 1)]
+
+
+def _points_of(quality: StepQuality) -> list[int]:
+    return [quality.at(i) for i in range(quality.last + 1)]
+
+
+def test_each_mechanism_of_a_run_is_eps0_private_on_neighbours() -> None:
+    """The same 500 neighbouring pairs as above, one mechanism at a time, through the real code (the
+    top-level Q, inner_quality, interval_best_two), at eps0, where a factor of 2 shows (the
+    composed check at eps cannot see it): Q and the inner q move by at most 1; the inner exponential
+    mechanism's law moves by at most e^eps0; for every k and each interval family, A_dist's dist moves
+    by at most 1 (so its pass probability by at most e^eps0) and dist >= 1 on either side means the
+    same best interval; the final exponential mechanism's law on every union it can run on moves by
+    at most e^eps0."""
+    last, m, alpha = 40, 6, Fraction(1, 2)
+    params = RecConcaveParameters.create(6.0, 0.05, last, m)
+    bound = math.exp(params.eps0) * (1 + 1e-12)
+    rng = np.random.default_rng(8)
+    for _ in range(500):
+        rows, other = _rows_and_neighbour(rng, m, last)
+        q, q2 = threshold_quality(rows, last), threshold_quality(other, last)
+        assert max(abs(a - b) for a, b in zip(_points_of(q), _points_of(q2))) <= 1
+        inner, inner2 = inner_quality(q, Fraction(m), alpha), inner_quality(q2, Fraction(m), alpha)
+        a, b = _points_of(inner), _points_of(inner2)
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 1
+        assert (_em_law(a, params.eps0) / _em_law(b, params.eps0)).max() <= bound
+        for k in range(inner.last + 1):
+            width = 8 << k
+            unions = []
+            for offset in (0, width // 2):
+                if offset > last:
+                    continue
+                chosen, best, gap = interval_best_two(q, offset, width)
+                chosen2, best2, gap2 = interval_best_two(q2, offset, width)
+                assert (gap < 0) == (gap2 < 0)
+                if gap >= 0:
+                    dist, dist2 = distance_to_instability(gap), distance_to_instability(gap2)
+                    assert abs(dist - dist2) <= 1
+                    assert max(dist, dist2) == 0 or best == best2
+                    p, p2 = _pass_probability(dist, params.adist), _pass_probability(dist2, params.adist)
+                    assert p <= bound * p2 and p2 <= bound * p
+                unions += chosen + (chosen2 if chosen2 != chosen else [])
+            for lo, hi in unions:
+                solutions = list(range(lo, hi + 1))
+                law = _em_law([q.at(i) for i in solutions], params.eps0)
+                law2 = _em_law([q2.at(i) for i in solutions], params.eps0)
+                assert (law / law2).max() <= bound
 
 
 @pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(9)], ids=["secure", "seeded"])

@@ -102,13 +102,15 @@ def choosing_delta_exact(params: ChoosingParameters, rows: int) -> float:
     return worst
 
 
-def worst_divergence(params: SanPointsParameters, epsilons: list[float]) -> list[float]:
-    """max over every multiset of ``params.rows`` points of the tiny domain and every replace-one
-    neighbour of sum_o max(0, P(o|S) - e^eps P(o|S')), for each eps."""
-    law_of = lru_cache(maxsize=None)(lambda counts: san_points_law(counts, params))
+def worst_divergence(params: SanPointsParameters, epsilons: list[float], outside: bool = False) -> list[float]:
+    """max over every multiset of ``params.rows`` points of the tiny domain (with ``outside``, also
+    of a value outside it, which counts in m and for no point) and every replace-one neighbour of
+    sum_o max(0, P(o|S) - e^eps P(o|S')), for each eps."""
+    law_of = lru_cache(maxsize=None)(lambda counts: san_points_law(counts[:VALUES], params))
+    symbols = VALUES + outside
     worst = [0.0] * len(epsilons)
-    for split in itertools.combinations_with_replacement(range(VALUES), params.rows):
-        counts = tuple(split.count(a) for a in range(VALUES))
+    for split in itertools.combinations_with_replacement(range(symbols), params.rows):
+        counts = tuple(split.count(a) for a in range(symbols))
         law = law_of(counts)
         for other in neighbours(counts):
             law2 = law_of(other)
@@ -138,6 +140,19 @@ def test_exact_law_obeys_the_composition_its_certificate_is_built_from() -> None
                      / clipped_count_law(c + 1, params.rows, params.count_scale)) for c in range(params.rows)]
     loss = max(float(np.abs(x).max()) for x in losses)
     assert loss <= params.eps0 * (1 + 1e-12) and loss >= params.eps0 * (1 - 1e-9)
+
+
+def test_exact_law_with_rows_outside_the_domain() -> None:
+    """The same check on every multiset of 12 rows over the 3 values and one outside the domain (the
+    counts then sum to less than m) and every replace-one neighbour, moving rows in and out of the
+    domain: within KOV's bound with the exact delta0."""
+    params = tiny_parameters(4.0, 12, 0.9)
+    delta0 = choosing_delta_exact(params.choosing, params.rows)
+    epsilons = [4.0, 12.0, 24.0]
+    bounds = [min(1.0, optimal_delta(params.eps0, 2 * params.rounds, eps) + params.rounds * delta0) for eps in epsilons]
+    worst = worst_divergence(params, epsilons, outside=True)
+    assert all(w <= b * (1 + 1e-9) for w, b in zip(worst, bounds)), (worst, bounds)
+    assert worst[-1] > 0
 
 
 @pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(5)], ids=["secure", "seeded"])
@@ -183,6 +198,8 @@ def test_the_code_draws_the_exact_law(noise_factory) -> None:
 def test_certificate_fits_the_request_and_small_databases_are_refused() -> None:
     params = SanPointsParameters.create(1.0, 1e-6, 0.1, 0.05, 10**6)
     certificate = params.certificate()
+    # the counts' noise the command draws: DLap(b) with 1/b at most eps0 (and not far below it)
+    assert params.eps0 * (1 - 1e-12) <= 1 / params.count_scale <= params.eps0
     assert certificate["proven_epsilon"] == 1.0 and certificate["proven_delta"] <= 1e-6
     assert params.rounds == 20
     # KOV's composition beats basic composition's eps / 2r and the paper's eps / sqrt(32/alpha ln(5/delta))

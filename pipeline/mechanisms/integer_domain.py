@@ -15,8 +15,9 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 
-#: Integers beyond this are not exact in the float64 feature columns pcqr reads.
-MAX_EXACT_INTEGER = 2**53
+#: A domain's ends lie within +-this: float64 (the feature columns pcqr reads) holds every integer up
+#: to 2^53, and the counting code clips values to [lo - 1, hi + 1], which must stay exact too.
+MAX_EXACT_INTEGER = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Domain:
 
     @classmethod
     def parse(cls, text: str, option: str = "--domain") -> Domain:
-        """``lo:hi``, integers, lo < hi, both within +-2^53 (exact as float64); one line otherwise."""
+        """``lo:hi``, integers, lo < hi, both within +-(2^53 - 1) (lo - 1 and hi + 1 exact as float64);
+        one line otherwise."""
         lo_text, sep, hi_text = str(text).partition(":")
         try:
             lo, hi = int(lo_text), int(hi_text)
@@ -38,7 +40,7 @@ class Domain:
         if not sep:
             raise PcqrError(f"{option} must be LO:HI with integers LO < HI (e.g. 0:4294967295), got {text!r}")
         if not (-MAX_EXACT_INTEGER <= lo < hi <= MAX_EXACT_INTEGER):
-            raise PcqrError(f"{option} {text}: need LO < HI, both within +-2^53 (exact as float64 features)")
+            raise PcqrError(f"{option} {text}: need LO < HI, both within +-(2^53 - 1) (exact as float64 features)")
         return cls(lo, hi)
 
     @property

@@ -210,8 +210,9 @@ class RecConcaveParameters:
     def sampler_rows(self) -> int:
         """A bound on the quality levels besides the best that any one exponential mechanism of the
         run sees (the sampler's TV(rows), :func:`pcqr.pipeline.mechanisms.exponential.total_variation`):
-        the top level's Q takes at most rows + 1 values (a count of rows: the caller's contract), and
-        every lower level has at most log2 T' + 1 <= 65 solutions."""
+        the caller's contract is that the top level's Q takes at most rows + 1 distinct values (a
+        count of rows does, and so does the rectangle learner's min(C, 2t - C) with C a count), and
+        every lower level has at most log2 T' + 1 <= 65 solutions, so at most 64 levels besides the best."""
         return max(self.rows, 65)
 
     def certificate(self) -> dict[str, float]:
@@ -275,6 +276,18 @@ def interval_best_two(quality: StepQuality, offset: int, width: int) -> tuple[li
     return [bounds(best)], best, (top - second) if second is not None and count > 1 else -1
 
 
+def inner_quality(quality: StepQuality, promise: Fraction, alpha: Fraction) -> StepQuality:
+    """Fig. 5 steps 2-4: q over [0, log2 T'], q(j) = floor(min(L(j) - (1 - alpha) r, r - L(j + 1))),
+    L the window max-min of Q padded to T' (sensitivity 1 when Q has: Observation 3.11)."""
+    log_top = _log2_ceil_power(quality.last)
+    padded = quality.padded(1 << log_top)
+    lows = window_max_min(padded, [1 << j for j in range(log_top + 1)])
+    lows.append(min(0, lows[-1]))
+    low_cut = (1 - alpha) * promise
+    return StepQuality.of_points([math.floor(min(lows[j] - low_cut, promise - lows[j + 1]))
+                                  for j in range(log_top + 1)])
+
+
 def rec_concave(quality: StepQuality, promise: Fraction, alpha: Fraction, params: RecConcaveParameters,
                 noise: NoiseSource, depth: int | None = None) -> int | None:
     """Fig. 5 on [0, quality.last]: a solution, or None when both A_dist tests of step 9 refuse."""
@@ -282,13 +295,8 @@ def rec_concave(quality: StepQuality, promise: Fraction, alpha: Fraction, params
     last = quality.last
     if last <= BASE_RANGE or depth == 1:
         return exponential_choice(quality, [(0, last)], params.eps0, noise)
-    log_top = _log2_ceil_power(last)
-    padded = quality.padded(1 << log_top)
-    lows = window_max_min(padded, [1 << j for j in range(log_top + 1)])
-    lows.append(min(0, lows[-1]))
-    low_cut = (1 - alpha) * promise
-    inner = [math.floor(min(lows[j] - low_cut, promise - lows[j + 1])) for j in range(log_top + 1)]
-    k = rec_concave(StepQuality.of_points(inner), alpha * promise / 2, Fraction(1, 4), params, noise, depth - 1)
+    k = rec_concave(inner_quality(quality, promise, alpha), alpha * promise / 2, Fraction(1, 4), params, noise,
+                    depth - 1)
     if k is None:
         return None
     width = 8 << k
