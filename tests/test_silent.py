@@ -322,9 +322,9 @@ def test_fuzz_release_queries(text) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(hypothesis=st.one_of(_VALUES, st.fixed_dictionaries(
-    {"class": st.sampled_from(["threshold", "interval", "point", "rectangle", "halfspace", "stump"])},
+    {"class": st.sampled_from(["threshold", "interval", "point", "rectangle", "halfspace", "stump", "box"])},
     optional={k: _VALUES for k in ("feature", "features", "threshold", "direction", "low", "high", "value",
-                                   "w1", "w2", "b", "x_low", "x_high", "y_low", "y_high")})),
+                                   "w1", "w2", "b", "x_low", "x_high", "y_low", "y_high", "lows", "highs")})),
        features=_VALUES)
 def test_fuzz_model_files(hypothesis, features, tmp_path) -> None:
     from pcqr.pipeline.models.released import load_model
