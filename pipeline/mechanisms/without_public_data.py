@@ -35,7 +35,7 @@ def learn_without_public_data(
     direction: str = "up", cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
     insecure_seed: bool = False, note: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Release a point or threshold classifier learnt from private labelled rows alone.
+    """Release a point, threshold or box classifier learnt from private labelled rows alone.
 
     Parameters
     ----------

@@ -7,7 +7,7 @@ The Python API (docs/api.md):
 - :class:`SessionStatus` -- what ``Session.status()`` returns.
 - :class:`PrivateClassifier` -- the scikit-learn estimator over a session.
 - :func:`distill` -- a student of a session's public log, written as a model file (no budget).
-- :func:`learn_without_public_data` -- a point or threshold classifier from private rows alone
+- :func:`learn_without_public_data` -- a point, threshold or box classifier from private rows alone
   (Beimel-Nissim-Stemmer: A_dist, RecConcave), written as a model file.
 - :func:`sanitize` -- a synthetic database answering every point query within alpha (SanPoints).
 - :class:`Reporter` -- where progress and notes go.
