@@ -242,7 +242,7 @@ def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri
     (the member labelling the public points alike) and gets that member's answer; from a synthetic
     database (pcqr sanitize), the weights of the rows the query labels 1. Post-processing: no
     private data, no privacy cost."""
-    from pcqr.pipeline.hypotheses import hypothesis_from_dict, make_class
+    from pcqr.pipeline.hypotheses import make_class
     from pcqr.pipeline.hypotheses.representatives import representative_domain
     from pcqr.pipeline.mechanisms.pap import public_cells, public_key
     from pcqr.pipeline.models.synthetic import is_synthetic
@@ -267,25 +267,17 @@ def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri
     answers = table.column("answer").to_pylist()
     out = []
     for text, query in zip(queries, parsed):
-        try:
-            hypothesis = hypothesis_from_dict(query)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise PcqrError(f"--query {text!r}: incomplete query ({exc})") from None
+        hypothesis = _hypothesis(text, query)
         member = by_key.get(public_key(hypothesis.predict(representatives)))
         if member is None:  # cannot happen for a query of the class: every labelling has a member
             raise PcqrError(f"--query {text!r}: no member of the cover labels the public points alike")
         out.append({"query": text, "answer": answers[member], "member": member})
-    if as_json:
-        click.echo(json.dumps({"table": table_path, "answers": out}))
-        return
-    for row in out:
-        click.echo(f"{row['answer']:.6f}  {row['query']}  (member {row['member']})")
+    _emit(table_path, out, as_json)
 
 
 def _answer_synthetic(table_path: str, queries: tuple[str, ...], as_json: bool) -> None:
     """Answer queries of the sanitized class from a synthetic database (pcqr sanitize): the weights
     of the rows each query labels 1, summed."""
-    from pcqr.pipeline.hypotheses import hypothesis_from_dict
     from pcqr.pipeline.models.synthetic import answer, read_synthetic
 
     values, weights, metadata = read_synthetic(table_path)
@@ -301,16 +293,28 @@ def _answer_synthetic(table_path: str, queries: tuple[str, ...], as_json: bool) 
         if missing:
             raise PcqrError(f"--query {text!r}: a {metadata['class']} query needs {', '.join(missing)} (e.g. "
                             f"{missing[0]}=3)")
-        try:
-            hypothesis = hypothesis_from_dict(query)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise PcqrError(f"--query {text!r}: incomplete query ({exc})") from None
-        out.append({"query": text, "answer": answer(hypothesis, values, weights)})
+        out.append({"query": text, "answer": answer(_hypothesis(text, query), values, weights)})
+    _emit(table_path, out, as_json)
+
+
+def _hypothesis(text: str, query: dict[str, Any]) -> Any:
+    """The query's hypothesis, or one line naming the --query."""
+    from pcqr.pipeline.hypotheses import hypothesis_from_dict
+
+    try:
+        return hypothesis_from_dict(query)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise PcqrError(f"--query {text!r}: incomplete query ({exc})") from None
+
+
+def _emit(table_path: str, out: list[dict[str, Any]], as_json: bool) -> None:
+    """The answers: one JSON object, or a line each (with the cover member when there is one)."""
     if as_json:
         click.echo(json.dumps({"table": table_path, "answers": out}))
         return
     for row in out:
-        click.echo(f"{row['answer']:.6f}  {row['query']}")
+        member = f"  (member {row['member']})" if "member" in row else ""
+        click.echo(f"{row['answer']:.6f}  {row['query']}{member}")
 
 
 command = release_command

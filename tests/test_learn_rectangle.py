@@ -25,7 +25,7 @@ from pcqr.pipeline.mechanisms.learn_rectangle import (
 )
 from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
-from tests.test_learn_thresholds import random_rows
+from tests.test_learn_thresholds import neighbouring_rows, random_rows
 from tests.test_rec_concave import _divergence, exact_law
 
 
@@ -69,11 +69,7 @@ def test_exact_law_of_both_edges_is_within_the_certificate() -> None:
 
     worst = worst_small = 0.0
     for _ in range(300):
-        x = rng.uniform(-2, 42, 8).round(int(rng.integers(0, 2)))
-        y = rng.integers(0, 2, 8).astype(np.int8)
-        x2, y2 = x.copy(), y.copy()
-        i = int(rng.integers(0, 8))
-        x2[i], y2[i] = rng.uniform(-2, 42), rng.integers(0, 2)
+        x, y, x2, y2 = neighbouring_rows(rng, 8, -2, 42)
         for low in (True, False):  # each edge's quality through the counting code moves by at most 1
             moved = zip(_edge_points(x, y, domain, 2, low), _edge_points(x2, y2, domain, 2, low))
             assert max(abs(p - q) for p, q in moved) <= 1

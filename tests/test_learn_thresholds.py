@@ -46,6 +46,18 @@ def random_rows(rng: np.random.Generator) -> tuple[Domain, np.ndarray, np.ndarra
     return domain, x, rng.integers(0, 2, n).astype(np.int8)
 
 
+def neighbouring_rows(rng: np.random.Generator, n: int, low: float, high: float
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """n labelled rows uniform over [low, high] (integers or not), and a neighbour: one row replaced
+    (shared with tests/test_learn_rectangle.py)."""
+    x = rng.uniform(low, high, n).round(int(rng.integers(0, 2)))
+    y = rng.integers(0, 2, n).astype(np.int8)
+    x2, y2 = x.copy(), y.copy()
+    i = int(rng.integers(0, n))
+    x2[i], y2[i] = rng.uniform(low, high), rng.integers(0, 2)
+    return x, y, x2, y2
+
+
 def test_the_step_quality_is_the_correct_count_of_every_threshold() -> None:
     """Random rows (integers, fractions, values beyond the domain on both sides) over a few domains,
     both directions: the step quality equals the brute-force count at every theta."""
@@ -67,11 +79,7 @@ def test_exact_law_through_the_counting_code_is_within_the_certificate() -> None
     rng = np.random.default_rng(12)
     worst = 0.0
     for _ in range(300):
-        x = rng.uniform(-3, 43, 6).round(int(rng.integers(0, 2)))
-        y = rng.integers(0, 2, 6).astype(np.int8)
-        x2, y2 = x.copy(), y.copy()
-        i = int(rng.integers(0, 6))
-        x2[i], y2[i] = rng.uniform(-3, 43), rng.integers(0, 2)
+        x, y, x2, y2 = neighbouring_rows(rng, 6, -3, 43)
         q, q2 = _quality_points(x, y, domain), _quality_points(x2, y2, domain)
         assert max(abs(a - b) for a, b in zip(q, q2)) <= 1
         law, law2 = exact_law(q, Fraction(1, 20), params), exact_law(q2, Fraction(1, 20), params)
