@@ -109,8 +109,8 @@ def reopen_private(session: SessionState) -> Dataset | None:
 def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, learner: dict[str, Any],
                        features: list[str], modules: tuple[str, ...]) -> dict[str, Any] | None:
     """``--after-halt``: None (refuse) or the student's learner, checked now (before any charge or
-    answer) on a small public sample, as ``--learner`` is."""
-    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+    answer) on a small public sample, as ``--learner`` is. scikit-learn is imported only for a
+    student (about a second: an answer run by linear votes needs none of it)."""
     from pcqr.pipeline.session.distillation import AFTER_HALT, student_learner
 
     if answering.after_halt not in AFTER_HALT:
@@ -119,6 +119,8 @@ def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, l
         if answering.student_learner is not None or answering.student_learner_param:
             raise PcqrError("--student-learner applies only with --after-halt student")
         return None
+    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+
     params = parse_learner_params(answering.student_learner_param)
     if params and answering.student_learner is None:
         raise PcqrError("--student-learner-param needs --student-learner")
