@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sqlite3
 from fractions import Fraction
 from pathlib import Path
@@ -180,6 +181,10 @@ def test_sizes_and_first_rows_checks() -> None:
             check_first_rows(bad, 10, "--first-rows")  # type: ignore[arg-type]
     with pytest.raises(PcqrError, match="more rows than n"):
         check_first_rows(6, 6, "--first-rows")
+    huge = paper_first_rows(vc, 1e-300, beta)
+    assert isinstance(huge, str)
+    with pytest.raises(PcqrError, match=re.escape(f"Fig. 13's n = {huge} rows") + ".*more rows than n"):
+        check_first_rows(huge, 10**9, "Fig. 13's n")
 
 
 def _charges(ledger: str) -> list[tuple]:
