@@ -87,16 +87,19 @@ def paper_rows(vc: int, alpha: float, beta: float, epsilon: float) -> int | str:
 
 def check_first_rows(first_rows: int | str, rows: int, source: str) -> int:
     """n, refused in one line unless 1 <= n < m (S2 must hold a row); ``source`` names where n came from."""
-    beyond_float = isinstance(first_rows, str)  # paper_first_rows beyond a float: more than any dataset
-    if not beyond_float and (isinstance(first_rows, bool) or not isinstance(first_rows, (int, np.integer))
-                             or first_rows < 1):
+    if isinstance(first_rows, str):  # paper_first_rows beyond a float: more than any dataset
+        raise PcqrError(_too_few_rows(source, first_rows, rows))
+    if isinstance(first_rows, bool) or not isinstance(first_rows, (int, np.integer)) or first_rows < 1:
         raise PcqrError(f"--first-rows must be a positive integer (the rows whose features build the candidates), "
                         f"got {first_rows!r}")
-    if beyond_float or first_rows >= rows:
-        shown = first_rows if beyond_float else f"{first_rows:,}"
-        raise PcqrError(f"{source} = {shown} rows, but --private has {rows:,}: label-private scores the labels "
-                        "of the rows after the first n, so it needs more rows than n (give a smaller --first-rows)")
+    if first_rows >= rows:
+        raise PcqrError(_too_few_rows(source, f"{first_rows:,}", rows))
     return int(first_rows)
+
+
+def _too_few_rows(source: str, first_rows: str, rows: int) -> str:
+    return (f"{source} = {first_rows} rows, but --private has {rows:,}: label-private scores the labels of the rows "
+            "after the first n, so it needs more rows than n (give a smaller --first-rows)")
 
 
 def certificate(epsilon: float, first_rows: int, rows: int) -> dict[str, float]:
