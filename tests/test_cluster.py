@@ -138,6 +138,23 @@ def test_dashboard_auto_starts_one_for_processes_only(tmp_path: Path) -> None:
                                ).options["dashboard-address"] is None
 
 
+def test_worker_threads_run_one_blas_thread(tmp_path: Path) -> None:
+    """Workers that are threads of this process get one BLAS thread (as Dask gives worker
+    processes), restored when the cluster closes; worker processes leave this process's alone."""
+    import numpy  # noqa: F401 -- loads the BLAS threadpoolctl reports
+    from threadpoolctl import threadpool_info
+
+    def blas() -> list[int]:
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas()
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
+    with open_client(str(path), array_work=True) as client:
+        assert blas() and set(blas()) == {1}
+        assert set(client.submit(blas, pure=False).result()) == {1}  # inside a worker task too
+    assert blas() == before
+
+
 def test_threads_only_local_listens_on_loopback_only(tmp_path: Path) -> None:
     path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1, "processes": False}}})
     with open_client(str(path)) as client:
