@@ -1,6 +1,7 @@
 """Tests for pcqr.pipeline.data.cluster: cluster.yaml -> a Dask Client."""
 from __future__ import annotations
 
+import importlib
 import json
 import operator
 import os
@@ -141,8 +142,9 @@ def test_dashboard_auto_starts_one_for_processes_only(tmp_path: Path) -> None:
 def test_worker_threads_run_one_blas_thread(tmp_path: Path) -> None:
     """Workers that are threads of this process get one BLAS thread (as Dask gives worker
     processes), restored when the cluster closes; worker processes leave this process's alone."""
-    import numpy  # noqa: F401 -- loads the BLAS threadpoolctl reports
     from threadpoolctl import threadpool_info
+
+    importlib.import_module("numpy")  # loads the BLAS threadpoolctl reports
 
     def blas() -> list[int]:
         return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
