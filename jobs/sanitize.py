@@ -59,7 +59,7 @@ def sanitize_command(**o: Any) -> None:
       pcqr release-answer points.parquet --query value=42
       pcqr sanitize --algorithm san-thresholds --private big/private --features x0 --domain 0:4294967295 \\
         --epsilon 1 --alpha 0.5 --out cdf.parquet
-      pcqr release-answer cdf.parquet --query threshold=41,direction=down   # the share of rows below 42"""
+      pcqr release-answer cdf.parquet --query threshold=41,direction=down   # the share of rows x <= 41"""
     from pcqr.pipeline.mechanisms.without_public_data import sanitize
 
     summary = sanitize(o["private"], o["out"], domain=o["domain"], algorithm=o["algorithm"], features=o["features"],

@@ -60,10 +60,11 @@ def value_counts(X: np.ndarray, domain: Domain) -> tuple[np.ndarray, np.ndarray]
 
 def ceiling_counts(X: np.ndarray, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
     """Worker task for threshold queries: (values, counts) of every row of ``X`` (one feature column)
-    at ceil(x) clipped to [lo, hi], values sorted. For an integer j, x < j iff ceil(x) < j, and a
-    row below (above) the domain is below (above) every cut point j in (lo, hi]: so every query
-    'x < j' with lo < j <= hi counts the same rows on the clipped values as on the real ones.
-    Replace-one neighbours stay replace-one neighbours (a per-row map)."""
+    at ceil(x) clipped to [lo, hi], values sorted. For an integer theta, x <= theta iff ceil(x) <=
+    theta (pcqr's threshold hypotheses 'x <= theta' / 'x > theta'), and a row below (above) the
+    domain is below (above) every theta in [lo, hi - 1]: every such query counts the same rows on
+    the clipped values as on the real ones. Replace-one neighbours stay replace-one neighbours (a
+    per-row map)."""
     x = np.asarray(X, dtype=np.float64)[:, 0]
     return _distinct(np.clip(np.ceil(x), domain.lo, domain.hi))
 

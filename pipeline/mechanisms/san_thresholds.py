@@ -2,9 +2,11 @@
 section 4.3, Figure 11, Lemma 4.8, Claims 4.9-4.11, Lemma 4.12; ALGORITHMS.md section 8).
 
 For a database S of m rows and a public integer domain X = [lo, hi] (``--domain lo:hi``), every
-threshold query Q_j(S) = |{i : x_i < j}| / m (the paper's c_j(x) = 1 iff x < j; pcqr's threshold
-hypothesis 'x <= j - 1', ``direction=down``) is answered within alpha, with probability 1 - 3 c
-beta, by the released table {b: weight}: Q_j's answer is the weight of the points b < j.
+threshold query Q_j(S) = |{i : x_i < j}| / m (the paper's c_j(x) = 1 iff x < j) is answered within
+alpha, with probability 1 - 3 c beta, by the released table {b: weight}: Q_j's answer is the weight
+of the points b < j. pcqr states it in its threshold hypotheses' convention: ``pcqr release-answer
+TABLE --query threshold=theta,direction=down`` is 'x <= theta' (the weight of the points b <=
+theta), and 'x > theta' (``direction=up``) its complement; for integer rows 'x <= j - 1' is c_j.
 
 A global ``calls`` starts at c = :func:`call_bound` (alpha) = ceil(77 / alpha); the calls run on
 ranges [k, l] of X depth first, the left range before the right (an explicit stack, the paper's
@@ -31,9 +33,10 @@ Weights are clipped to [0, 1] (post-processing). When RecConcave or the choosing
 bottom (the paper's analysis assumes they do not: that is its failure event), [a, b] = [k, l]:
 step 11 counts the whole range and the call ends, so the ranges still partition X.
 
-The rows are mapped to ceil(x) clipped to [lo, hi] by the workers
-(:func:`pcqr.pipeline.mechanisms.integer_domain.ceiling_counts`): every query x < j with
-lo < j <= hi counts the same rows before and after the map.
+The workers take each row at ceil(x) clipped to [lo, hi]
+(:func:`pcqr.pipeline.mechanisms.integer_domain.ceiling_counts`): every query 'x <= theta' with
+theta an integer of [lo, hi - 1] counts the same rows before and after the map (fractional rows
+too; a row beyond the domain is below or above every such theta).
 
 Privacy (Lemma 4.8's argument under replace-one neighbours, with KOV's composition;
 :class:`SanThresholdsParameters`):

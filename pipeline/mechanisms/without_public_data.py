@@ -147,13 +147,14 @@ def sanitize(
         Where to write the synthetic database: one Parquet file, the feature column (int64) and
         ``weight`` (the value's share of the private rows); its schema metadata ``pcqr.sanitized``
         holds the parameters and the certificate. A point query's answer is the weight of its value;
-        a threshold query 'x < j' (pcqr: ``threshold=j-1,direction=down``) the weights of the values
-        below j summed.
+        a threshold query 'x <= theta' (``threshold=theta,direction=down``; the paper's 'x < j' at
+        theta = j - 1 for integer rows) the weights of the values up to theta summed.
     domain : str
         The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
     algorithm : {"san-points", "san-thresholds"}
         SanPoints (Beimel-Nissim-Stemmer Fig. 9, Theorem 4.6) or SanThresholds (Fig. 11, Lemma 4.8:
-        ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain).
+        ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain, so
+        'x <= theta' is exact for every integer theta of [lo, hi - 1]).
     features : str or sequence of str, optional
         The ONE feature column (default: the dataset's only numeric column).
     epsilon, delta, alpha, beta : float
@@ -227,8 +228,9 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta:
             "mechanism": "SanThresholds (Beimel-Nissim-Stemmer, Fig. 11, Lemma 4.8) with KOV's composition",
             "figures": {"rows_certified": SanThresholdsParameters.least_rows(epsilon, delta, alpha, beta, domain),
                         "paper_rows": thresholds_paper_rows(epsilon, delta, alpha, beta, domain)},
-            "answer": "the threshold query 'x < j' (the paper's c_j) is release-answer's threshold=j-1,direction=down: "
-                      "the weights of the values below j summed (rows taken at ceil(x) clipped to the domain)"}
+            "answer": "a threshold query 'x <= theta' (release-answer's threshold=theta,direction=down; for integer rows "
+                      "the paper's c_j(x) = [x < j] at theta = j - 1) is the weights of the values <= theta summed, "
+                      "'x > theta' (direction=up) those above; rows are taken at ceil(x) clipped to the domain"}
 
 
 def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
