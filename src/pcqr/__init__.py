@@ -9,7 +9,8 @@ The Python API (docs/api.md):
 - :func:`distill` -- a student of a session's public log, written as a model file (no budget).
 - :func:`learn_without_public_data` -- a point, threshold or box classifier from private rows alone
   (Beimel-Nissim-Stemmer: A_dist, RecConcave), written as a model file.
-- :func:`sanitize` -- a synthetic database answering every point query within alpha (SanPoints).
+- :func:`sanitize` -- a synthetic database answering every point query (SanPoints) or every threshold
+  query (SanThresholds) within alpha.
 - :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
