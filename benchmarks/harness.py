@@ -80,6 +80,7 @@ def process_marking(self, *args, **kwargs):
     return process(self, *args, **kwargs)
 sv.SparseVector.process = process_marking
 timed(sv.SparseVector, "process", "coordinator")
+timed(sv.SparseVector, "process_guess", "coordinator")  # the guess gate's sparse vector
 timed(noise.DiscreteLaplaceTail, "__init__", "tail_table_build")
 timed(distributed.Future, "result", "wait_for_votes", only_inside=True)
 timed(distributed.Client, "scatter", "scatter_models", only_inside=True)

@@ -15,10 +15,11 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``sspp_intervals``    A_SSPP with intervals, 1 and 2 workers
 * ``pap_thresholds``    ``pcqr release`` (A_PAP) with thresholds
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
-* ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 120 logistic models, 20 features, vs its ceiling
+* ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 100 logistic models, 20 features, vs its ceiling
 * ``bns_point``         issue 14: ``pcqr learn --algorithm point`` (A_dist) on 10^6 rows, and its sample complexity
 * ``bns_thresholds``    issue 14: ``pcqr learn --algorithm learn-thresholds`` on 10^6 rows, beside the EM over thresholds
-* ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram
+* ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram;
+                        ``--algorithm san-thresholds``, its error beside noisy counts on a binary tree
                         beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
                         learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
@@ -216,6 +217,10 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append((b, "ratio loop / ceiling", _fmt(r["ratio_loop_to_ceiling"]), ">= 0.9"))
         rows.append((b, "ratio whole command / ceiling", _fmt(r["ratio_wall_to_ceiling"]), ""))
         rows.append((b, "queries/s whole command, every run", ", ".join(_fmt(v) for v in r["queries_per_second_wall_all_runs"]), ""))
+        guess = r.get("default_gate")
+        if guess:
+            rows.append((b, f"queries/s whole command, no --gate (pcqr chose {guess['gate']})",
+                         _fmt(guess["queries_per_second_wall"]), ""))
         big = r.get("ten_million")
         if big:
             rows.append((b, f"queries/s whole command ({big['queries']:,} queries)", _fmt(big["queries_per_second_wall"]), ""))
@@ -248,6 +253,16 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         for t in r["errors"]["table"]:
             rows.append(("bns_sanitize", f"largest error, {t['rows']:,} rows: SanPoints / stable histogram",
                          f"{_fmt(t['san_points_error'])} / {_fmt(t['stable_histogram_error'])}", ""))
+        h = r.get("thresholds")
+        if h:
+            e = h["end_to_end"]
+            rows.append(("bns_sanitize", f"rows/s, pcqr sanitize --algorithm san-thresholds ({e['private_rows']:,} rows, "
+                         f"eps {e['epsilon']:g})", _fmt(e["rows_per_second"]), ""))
+            rows.append(("bns_sanitize", "largest threshold-query error of that table", _fmt(e["largest_error"]),
+                         f"<= {e['alpha']}"))
+            for t in h["errors"]["table"]:
+                rows.append(("bns_sanitize", f"largest error, {t['rows']:,} rows, eps 1: SanThresholds / binary tree",
+                             f"{_fmt(t['san_thresholds_error'])} / {_fmt(t['binary_tree_error'])}", ""))
     r = results.get("bns_thresholds")
     if r and "error" not in r:
         e = r["end_to_end"]

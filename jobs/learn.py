@@ -108,7 +108,7 @@ def learn_command(**o: Any) -> None:
     mechanism on the labels of the rows after them. LABEL privacy only: the output reveals those
     feature values. Refused unless --features-are-public states that the feature columns are public
     knowledge; under that statement it is (eps, delta_EM)-DP per record, charged so (guarantee
-    "label privacy: the feature columns are stated public"; docs/privacy.md, Mechanism 14;
+    "label privacy: the feature columns are stated public"; docs/privacy.md, Mechanism 15;
     pipeline/mechanisms/label_private.py)."""
     if o["direction"] is not None and o["algorithm"] != "learn-thresholds":
         raise PcqrError("--direction is for --algorithm learn-thresholds")

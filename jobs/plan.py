@@ -32,6 +32,7 @@ TITLES = {
     "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
     "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
     "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
+    "san_thresholds": "SanThresholds (BNS13 Fig. 11): a synthetic database for every threshold query over --domain",
     "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5) over --domain",
     "rectangle": "the rectangle learner (BNS13 Thm 3.22; docs/privacy.md Mechanism 13), --dimensions over --domain",
 }
@@ -177,8 +178,8 @@ def print_gate_table(summary: dict[str, Any]) -> None:
 @click.option("--dimensions", type=int, default=None,
               help="--without-public-data: d, the rectangle learner's features (default 2).")
 @click.option("--domain", default=None,
-              help="--without-public-data: the feature's integer domain LO:HI (LearnThresholds' range; default "
-                   "0:4294967295).")
+              help="--without-public-data: the feature's integer domain LO:HI (LearnThresholds' and SanThresholds' "
+                   "range; default 0:4294967295).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
@@ -191,8 +192,8 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     With --rows-per-model R: a table of the private rows A_SubSamp needs per eps instead.
     With --private-rows N: each gate (stability, guess, gnmax) at (N, k, m, eps, delta, T): its noise,
     k, rows per model, the vote margin for 95% correct answers, and the recommended gate.
-    With --without-public-data: Beimel-Nissim-Stemmer's POINT_d learner, choosing mechanism, SanPoints
-    and LearnThresholds (over --domain).
+    With --without-public-data: Beimel-Nissim-Stemmer's POINT_d learner, choosing mechanism, SanPoints,
+    SanThresholds and LearnThresholds (the last two over --domain).
 
     \b
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)

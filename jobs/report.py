@@ -7,7 +7,6 @@ self-contained HTML page and the PNG figures beside it. The work is the library'
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 

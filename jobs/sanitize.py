@@ -3,7 +3,9 @@ class within alpha, from private data alone (Beimel-Nissim-Stemmer, papers/002 s
 data). ``pcqr release-answer`` answers queries from it at no cost.
 
 --algorithm san-points: SanPoints (Fig. 9, Theorem 4.6) for point queries on one integer feature
-over the public --domain (pipeline/mechanisms/san_points.py). The job is
+over the public --domain (pipeline/mechanisms/san_points.py); --algorithm san-thresholds:
+SanThresholds (Fig. 11, Lemma 4.8) for threshold queries 'x < j' (pipeline/mechanisms/san_thresholds.py).
+The job is
 pcqr.pipeline.mechanisms.without_public_data.sanitize (also ``pcqr.sanitize``); the table is written
 by pipeline/models/synthetic.py.
 """
@@ -24,11 +26,14 @@ ALGORITHMS = SANITIZERS
 @click.option("--private", required=True, help="Private dataset (Parquet): read by the workers only; labels are not used.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="san-points", show_default=True,
               help="'san-points': SanPoints (Beimel-Nissim-Stemmer Fig. 9): every point query 'what share of rows "
-              "equal v' within alpha ((eps, delta)-DP, Theorem 4.6).")
+              "equal v' within alpha ((eps, delta)-DP, Theorem 4.6). 'san-thresholds': SanThresholds (Fig. 11): "
+              "every threshold query 'what share of rows are below j' within alpha (Lemma 4.8; ceil(77/alpha) "
+              "calls, so alpha >= 0.154 on a 2^32 domain, >= 0.271 beyond).")
 @click.option("--features", default=None, help="The ONE integer feature column to sanitize (default: the data's only "
               "numeric column).")
 @click.option("--domain", required=True, help="The feature's public integer domain LO:HI (e.g. 0:4294967295), given "
-              "by you, never read from the rows; a row outside it counts in the size and for no point.")
+              "by you, never read from the rows; a row outside it counts in the size and for no point (san-thresholds: "
+              "rows are taken at ceil(x) clipped to LO:HI).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha of every query's answer "
@@ -44,13 +49,17 @@ ALGORITHMS = SANITIZERS
 @json_option
 def sanitize_command(**o: Any) -> None:
     """Release a synthetic database from private data alone: a weighted table of feature values
-    whose weights answer every point query (the share of rows equal to a value) within --alpha,
-    with probability 1 - --beta, under (eps, delta)-DP. Charged to the ledger before any row is read.
+    whose weights answer every point query (the share of rows equal to a value; san-points) or
+    every threshold query (the share of rows below a value; san-thresholds) within --alpha, with
+    probability 1 - --beta, under (eps, delta)-DP. Charged to the ledger before any row is read.
 
     \b
     Example:
       pcqr sanitize --private data/private --features x0 --domain 0:4294967295 --epsilon 1 --out points.parquet
-      pcqr release-answer points.parquet --query value=42"""
+      pcqr release-answer points.parquet --query value=42
+      pcqr sanitize --algorithm san-thresholds --private big/private --features x0 --domain 0:4294967295 \\
+        --epsilon 1 --alpha 0.5 --out cdf.parquet
+      pcqr release-answer cdf.parquet --query threshold=41,direction=down   # the share of rows x <= 41"""
     from pcqr.pipeline.mechanisms.without_public_data import sanitize
 
     summary = sanitize(o["private"], o["out"], domain=o["domain"], algorithm=o["algorithm"], features=o["features"],

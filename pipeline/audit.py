@@ -22,6 +22,7 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
   workers' counting (or enumeration and scoring) code and the parameters the CLI certifies: the
   released hypotheses' parameters.
 * :func:`san_points_runs` -- independent runs of SanPoints on given values: the released tables.
+* :func:`san_thresholds_runs` -- independent runs of SanThresholds on given values: the released tables.
 
 Noise comes from :class:`pcqr.pipeline.privacy.noise.SecureNoise` unless the caller passes a source
 (a seeded one makes runs reproducible and is, as everywhere, not private).
@@ -51,6 +52,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogram, pick_in_shard
+from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.privacy.noise import NoiseSource, SecureNoise
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.session.sparse_vector import ABSTAINED as _ABSTAINED
@@ -404,17 +406,38 @@ def san_points_runs(
     """``runs`` independent releases of ``pcqr sanitize --algorithm san-points`` on the values ``x``
     (one feature), through the workers' counting code and SanPoints with the parameters the command
     certifies (refused alike): each run's table as {value: weight}."""
-    from pcqr.pipeline.mechanisms.integer_domain import Domain, value_counts
+    from pcqr.pipeline.mechanisms.integer_domain import value_counts
     from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
 
+    values, parsed, source = _one_feature_runs(x, domain, runs, noise)
+    params = SanPointsParameters.create(epsilon, delta, alpha, beta, int(values.size))
+    seen, counts = value_counts(values[:, None], parsed)
+    return [dict(san_points(seen, counts, params, source)) for _ in range(int(runs))]
+
+
+def san_thresholds_runs(
+    x: np.ndarray, domain: str, epsilon: float, delta: float, alpha: float, beta: float, runs: int,
+    noise: NoiseSource | None = None,
+) -> list[dict[int, float]]:
+    """``runs`` independent releases of ``pcqr sanitize --algorithm san-thresholds`` on the values
+    ``x`` (one feature), through the workers' counting code (ceil(x) clipped to the domain) and
+    SanThresholds with the parameters the command certifies (refused alike): each run's table as
+    {value: weight}; a threshold query 'x < j' is the sum of the weights of the values below j."""
+    from pcqr.pipeline.mechanisms.integer_domain import ceiling_counts
+    from pcqr.pipeline.mechanisms.san_thresholds import SanThresholdsParameters, san_thresholds
+
+    values, parsed, source = _one_feature_runs(x, domain, runs, noise)
+    params = SanThresholdsParameters.create(epsilon, delta, alpha, beta, int(values.size), parsed)
+    seen, counts = ceiling_counts(values[:, None], parsed)
+    return [dict(san_thresholds(seen, counts, params, source)) for _ in range(int(runs))]
+
+
+def _one_feature_runs(x: np.ndarray, domain: str, runs: int,
+                      noise: NoiseSource | None) -> tuple[np.ndarray, Domain, NoiseSource]:
+    """The checked inputs of a sanitizer's runs: (x as float64, the parsed domain, the noise source)."""
     values = np.asarray(x, dtype=np.float64)
     if values.ndim != 1 or not np.all(np.isfinite(values)):
         raise PcqrError("x must be a one-dimensional array of finite numbers")
     if not (isinstance(runs, (int, np.integer)) and runs >= 0):
         raise PcqrError(f"runs must be a non-negative integer, got {runs!r}")
-    parsed = Domain.parse(domain, "domain")
-    params = SanPointsParameters.create(epsilon, delta, alpha, beta, int(values.size))
-    seen, counts = value_counts(values[:, None], parsed)
-    source = noise if noise is not None else SecureNoise()
-    return [dict(san_points(seen, counts, params, source)) for _ in range(int(runs))]
-
+    return values, Domain.parse(domain, "domain"), noise if noise is not None else SecureNoise()

@@ -165,3 +165,22 @@ def test_san_points_runs() -> None:
     assert len(tables) == 5 and all(abs(t.get(1, 0.0) - 0.6) <= 0.5 for t in tables)
     with pytest.raises(PcqrError, match="needs at least"):
         audit.san_points_runs(x[:1_000], "0:15", 1.0, 1e-6, 0.5, 0.05, runs=1)
+
+
+def test_san_thresholds_runs() -> None:
+    """audit.san_thresholds_runs: each run's table ({value: weight}) from the real mechanism, every
+    'x <= theta' within alpha (fractional rows and rows beyond the domain are taken at ceil(x)
+    clipped to it); a database below the certified size, or an alpha beyond the exact composition,
+    is refused as the CLI refuses it."""
+    rng = np.random.default_rng(6)
+    x = np.concatenate([np.repeat([1.0, 7.0], [200_000, 50_000]), rng.uniform(-5.0, 20.0, 50_000)])
+    tables = audit.san_thresholds_runs(x, "0:15", 8.0, 1e-6, 0.9, 0.05, runs=3)
+    assert len(tables) == 3
+    for table in tables:
+        for theta in range(15):
+            answer = sum(w for v, w in table.items() if v <= theta)
+            assert abs(answer - float(np.mean(x <= theta))) <= 0.9
+    with pytest.raises(PcqrError, match="needs at least"):
+        audit.san_thresholds_runs(x[:10_000], "0:15", 8.0, 1e-6, 0.9, 0.05, runs=1)
+    with pytest.raises(PcqrError, match="--alpha must be at least"):
+        audit.san_thresholds_runs(x, "0:15", 8.0, 1e-6, 0.1, 0.05, runs=1)

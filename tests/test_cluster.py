@@ -1,6 +1,7 @@
 """Tests for pcqr.pipeline.data.cluster: cluster.yaml -> a Dask Client."""
 from __future__ import annotations
 
+import importlib
 import json
 import operator
 import os
@@ -8,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import pytest
 import yaml
 from distributed import Client
 
-from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config, local_processes, open_client
+from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config, local_dashboard, local_processes, open_client
 from pcqr.pipeline.errors import PcqrError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,9 +98,9 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
 def test_default_is_local_on_loopback() -> None:
     config = load_cluster_config(None)
     assert config == ClusterConfig(None, "local", config.options, config.dask_config)
-    assert config.options["dashboard-address"] == "127.0.0.1:0"
+    assert config.options["dashboard-address"] == "auto"
     lines: list[str] = []
-    with open_client(None, echo=lines.append) as client:
+    with open_client(None, echo=lines.append) as client:  # processes: a dashboard (auto)
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         workers = client.scheduler_info()["workers"]
         assert workers and all(addr.startswith("tcp://127.0.0.1:") for addr in workers)
@@ -106,6 +109,52 @@ def test_default_is_local_on_loopback() -> None:
         assert client.submit(operator.add, 1, 1).result() == 2
     assert client.status == "closed"
     assert len(lines) == 1 and lines[0].startswith("dashboard: http://127.0.0.1:")
+
+
+def _status_page(client: Any) -> int:
+    """The HTTP status of the scheduler's dashboard page (its HTTP server runs either way)."""
+    port = client.scheduler_info()["services"]["dashboard"]
+    try:
+        return int(urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10).status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_dashboard_auto_starts_one_for_processes_only(tmp_path: Path) -> None:
+    """``dashboard-address: auto`` (the default): none when the workers are threads (its start would
+    be ~0.4 s of a short answer run), and the line says so; an explicit port always starts one."""
+    assert local_dashboard("auto", processes=True) == "127.0.0.1:0" and local_dashboard("auto", processes=False) is None
+    assert local_dashboard(None, processes=True) is None and local_dashboard("127.0.0.1:8787", False) == "127.0.0.1:8787"
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
+    lines: list[str] = []
+    with open_client(str(path), echo=lines.append, array_work=True) as client:
+        assert _status_page(client) == 404
+    assert lines == ["dashboard: off (cluster.yaml dashboard-address: ':0' starts one)"]
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1, "dashboard-address": ":0"}}})
+    lines = []
+    with open_client(str(path), echo=lines.append, array_work=True) as client:
+        assert _status_page(client) == 200
+    assert len(lines) == 1 and lines[0].startswith("dashboard: http://127.0.0.1:")
+    assert load_cluster_config(str(_write(tmp_path, {"pcqr": {"cluster": {"dashboard-address": None}}}))
+                               ).options["dashboard-address"] is None
+
+
+def test_worker_threads_run_one_blas_thread(tmp_path: Path) -> None:
+    """Workers that are threads of this process get one BLAS thread (as Dask gives worker
+    processes), restored when the cluster closes; worker processes leave this process's alone."""
+    from threadpoolctl import threadpool_info
+
+    importlib.import_module("numpy")  # loads the BLAS threadpoolctl reports
+
+    def blas() -> list[int]:
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas()
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
+    with open_client(str(path), array_work=True) as client:
+        assert blas() and set(blas()) == {1}
+        assert set(client.submit(blas, pure=False).result()) == {1}  # inside a worker task too
+    assert blas() == before
 
 
 def test_threads_only_local_listens_on_loopback_only(tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ LEARN_RECTANGLE = "learn --algorithm rectangle --private {private} --features x0
 LEARN_LABEL_PRIVATE = ("learn --algorithm label-private --private {private} --features x0 --hypothesis threshold "
                        "--first-rows 1000 --features-are-public --out {new}/lp.json")
 SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
+SAN_THRESHOLDS = SANITIZE.replace("sanitize ", "sanitize --algorithm san-thresholds ")
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
 
@@ -395,6 +396,23 @@ CASES = [
     case("sanitize-seed-without-insecure", SANITIZE + " --seed 3", "--insecure-seed"),
     case("sanitize-data-nan", SANITIZE.replace("{private}", "{bad}"), "p.parquet", "'x0'",
          mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
+    # sanitize --algorithm san-thresholds (Beimel-Nissim-Stemmer's SanThresholds, issue 14)
+    case("sanitize-thresholds-too-few-rows", SAN_THRESHOLDS, "SanThresholds", "needs at least 4,477,441 rows"),
+    case("sanitize-thresholds-alpha-beyond-composition", SAN_THRESHOLDS.replace("--alpha 0.5", "--alpha 0.1"),
+         "--alpha", "at least 0.154"),
+    case("sanitize-thresholds-alpha-beyond-composition-wide-domain",
+         SAN_THRESHOLDS.replace("--alpha 0.5", "--alpha 0.25").replace("0:100", "-4294967296:4294967295"),
+         "--alpha", "at least 0.2702"),
+    case("sanitize-thresholds-domain-inverted", SAN_THRESHOLDS.replace("0:100", "9:1"), "--domain 9:1"),
+    case("sanitize-thresholds-domain-too-wide", SAN_THRESHOLDS.replace("0:100", "0:9007199254740993"), "--domain",
+         "2^53"),
+    case("sanitize-thresholds-data-empty", SAN_THRESHOLDS.replace("{private}", "{bad}"), "no rows",
+         mutate=lambda w: w.paths.__setitem__("bad", w.parquet("bad", threshold_data(0)))),
+    case("sanitize-thresholds-two-features", SAN_THRESHOLDS.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("sanitize-thresholds-data-nan",  # eps 400: 20,000 rows certified (15,645 needed), so the rows are read
+         SAN_THRESHOLDS.replace("{private}", "{bad}").replace("--alpha 0.5", "--alpha 0.9 --epsilon 400"),
+         "p.parquet", "'x0'", mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
+    case("sanitize-thresholds-beta-zero", SAN_THRESHOLDS + " --beta 0", "--beta"),
     # distill: the public log only
     case("distill-log-missing", "distill --log {root}/nothing --out {new}/s.json", "nothing"),
     case("distill-log-answers-flipped", "distill --log {log} --out {new}/s.json", "--log", "altered",

@@ -93,6 +93,71 @@ def test_refused_before_any_row_is_read_or_budget_spent(tmp_path, capsys, thread
     assert not out.exists() and _charges(ledger) == []
 
 
+def _thresholds_private(tmp_path, rows: int) -> tuple[str, np.ndarray]:
+    """Three files of one column ``v``: 40% at 1,000, 30% uniform integers over [0, 2^32), 30%
+    fractional values around 2^31 (taken at ceil(v)); the rows."""
+    rng = np.random.default_rng(8)
+    x = rng.permutation(np.concatenate([np.full(int(0.4 * rows), 1_000.0),
+                                        rng.integers(0, 2**32, int(0.3 * rows)).astype(float),
+                                        2.0**31 + 1e5 * rng.standard_normal(rows - int(0.4 * rows) - int(0.3 * rows))]))
+    folder = tmp_path / "private"
+    folder.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"v": x[i::3]}), folder / f"part-{i}.parquet")
+    return str(folder), x
+
+
+def test_san_thresholds_end_to_end_every_threshold_query_within_alpha(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """pcqr sanitize --algorithm san-thresholds on 300,000 rows (eps 8, alpha 0.9 over 2^32 values:
+    86 calls of 4 mechanisms; 275,343 rows certified): the summary's certificate, one charge of it;
+    pcqr release-answer answers 'x <= theta' and 'x > theta' from the table (the weights at or below
+    theta, above theta: checked against the table itself), each within alpha of the rows' true
+    share (the table's largest error measured here is about 0.1)."""
+    private, x = _thresholds_private(tmp_path, 300_000)
+    ledger = str(tmp_path / "ledger.sqlite")
+    out = str(tmp_path / "cdf.parquet")
+    assert main(["sanitize", "--algorithm", "san-thresholds", "--private", private, "--features", "v", "--domain",
+                 "0:4294967295", "--epsilon", "8", "--alpha", "0.9", "--ledger", ledger, "--cluster",
+                 thread_cluster_yaml, "--out", out, "--json"]) == 0
+    summary = _last_json(capsys)
+    assert summary["algorithm"] == "san-thresholds" and summary["class"] == "threshold"
+    assert summary["calls"] == 86 and summary["mechanisms"] == 344 and summary["recursion_depth"] == 1
+    assert summary["rows_certified"] == 275_343 and 0 < summary["proven_delta"] <= 1e-6
+    assert summary["privacy"] == "private" and summary["paper_rows"] > summary["rows_certified"]
+    assert _charges(ledger) == [("sanitize", 8.0, summary["proven_delta"])]
+    values, weights, metadata = read_synthetic(out)
+    assert metadata["class"] == "threshold" and metadata["algorithm"] == "san-thresholds"
+    assert summary["released_points"] == len(values) == len(set(values.tolist())) >= 1
+    assert ((weights >= 0) & (weights <= 1)).all() and (values >= 0).all() and (values <= 2**32 - 1).all()
+    thetas = [0, 999, 1_000, 2**31 - 1, 2**31, 2**31 + 100_000, 3_000_000_000, 2**32 - 2]
+    asked = [a for t in thetas for a in ("--query", f"threshold={t},direction=down", "--query", f"threshold={t}")]
+    assert main(["release-answer", out, *asked, "--json"]) == 0
+    answers = [a["answer"] for a in _last_json(capsys)["answers"]]
+    for i, theta in enumerate(thetas):
+        below, above = answers[2 * i], answers[2 * i + 1]
+        assert below == pytest.approx(weights[values <= theta].sum(), abs=1e-12)
+        assert above == pytest.approx(weights[values > theta].sum(), abs=1e-12)
+        assert abs(below - np.mean(x <= theta)) <= 0.9 and abs(above - np.mean(x > theta)) <= 0.9
+
+
+def test_san_thresholds_refused_before_any_row_is_read_or_budget_spent(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """Too few rows (the least certified number in the message), an alpha beyond the exact
+    composition (the smallest that fits), a domain beyond +-(2^53 - 1): exit 2, one line, no table,
+    no charge."""
+    private, _ = _thresholds_private(tmp_path, 30_000)
+    ledger = str(tmp_path / "ledger.sqlite")
+    out = tmp_path / "cdf.parquet"
+    base = ["sanitize", "--algorithm", "san-thresholds", "--private", private, "--features", "v", "--ledger", ledger,
+            "--cluster", thread_cluster_yaml, "--out", str(out)]
+    for extra, needle in ((["--domain", "0:4294967295", "--alpha", "0.5"], "needs at least 4,477,441 rows"),
+                          (["--domain", "0:4294967295", "--alpha", "0.15"], "--alpha must be at least 0.154"),
+                          (["--domain", "0:4294967296", "--alpha", "0.25"], "--alpha must be at least 0.2702"),
+                          (["--domain", "0:9007199254740992"], "--domain")):
+        assert main([*base, *extra]) == 2, extra
+        assert needle in capsys.readouterr().err
+    assert not out.exists() and _charges(ledger) == []
+
+
 def test_release_answer_from_a_synthetic_database(tmp_path, capsys) -> None:
     """Weights summed per value (a value listed twice counts twice); only point queries with a
     value; no --public; a file that is not a synthetic database is named."""
@@ -116,13 +181,15 @@ def test_release_answer_from_a_synthetic_database(tmp_path, capsys) -> None:
         read_synthetic(str(tmp_path / "plain.parquet"))
 
 
-def test_the_example_spec_is_a_sanitize_job() -> None:
-    """jobs/examples/sanitize-points.yaml: every key is one of pcqr sanitize's options (checked, nothing runs)."""
+@pytest.mark.parametrize("name", ["points", "thresholds"])
+def test_the_example_spec_is_a_sanitize_job(name: str) -> None:
+    """jobs/examples/sanitize-points.yaml and sanitize-thresholds.yaml: every key is one of pcqr
+    sanitize's options (checked, nothing runs)."""
     from pcqr.jobs.run import job_arguments
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    job, args = job_arguments(os.path.join(here, "jobs", "examples", "sanitize-points.yaml"), (), None, False)
-    assert job.name == "sanitize" and args[args.index("--algorithm") + 1] == "san-points"
+    job, args = job_arguments(os.path.join(here, "jobs", "examples", f"sanitize-{name}.yaml"), (), None, False)
+    assert job.name == "sanitize" and args[args.index("--algorithm") + 1] == f"san-{name}"
 
 
 def test_generate_integer_scale() -> None:

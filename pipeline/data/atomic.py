@@ -6,7 +6,9 @@ durable. Temporary names start with ``.`` so dataset readers skip them.
 """
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import tempfile
 
 from pcqr.pipeline.errors import PcqrError
@@ -28,6 +30,29 @@ def write_atomic(path: str, data: bytes) -> None:
             os.unlink(tmp)
         raise
     fsync_directory(directory)
+
+
+def link_atomic(source: str, path: str) -> bool:
+    """Make ``path`` a hard link to the (durable) file ``source``, atomically and durably: a link
+    under a temporary name, renamed over ``path``, then the directory fsynced. No byte is
+    rewritten. False (nothing changed) where the two cannot share a file (another filesystem, or
+    one without hard links): the caller then writes the bytes."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    try:
+        os.link(source, tmp)
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+        raise
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    fsync_directory(directory)
+    return True
 
 
 def fsync_directory(directory: str) -> None:

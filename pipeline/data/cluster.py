@@ -9,7 +9,7 @@
       cluster:
         backend: local        # default: LocalCluster on 127.0.0.1 only; n-workers,
         n-workers: 2          # threads-per-worker, memory-limit, processes and
-        memory-limit: 4GiB    # dashboard-address (":0": a free port on 127.0.0.1)
+        memory-limit: 4GiB    # dashboard-address (auto, null, ":0": a free port on 127.0.0.1)
     # backend: address          address: tls://host:8786, tls: {ca-file, cert, key}
     # backend: scheduler-file   scheduler-file: scheduler.json
     # backend: spec             class: dask_jobqueue.SLURMCluster, kwargs: {...},
@@ -62,7 +62,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str, int | None]] = {  # key: (types, 
     "n-workers": ((int, _NONE), "a whole number >= 1 or null", 1),  # 0: nothing would ever run
     "threads-per-worker": ((int, _NONE), "a whole number >= 1 or null", 1),
     "memory-limit": ((str, int, float, _NONE), _SIZE, 0),
-    "dashboard-address": ((str, int), "a port on 127.0.0.1 (':0', ':8787')", None),
+    "dashboard-address": ((str, int, _NONE), "auto, null or a port on 127.0.0.1 (':0', ':8787')", None),
     "processes": ((bool, str), "true, false or auto", None),
     "address": ((str, _NONE), "tcp://HOST:PORT or tls://HOST:PORT", None),
     "tls": ((dict, _NONE), "a mapping {ca-file, cert, key} of file paths", None),
@@ -126,10 +126,16 @@ def _check_local(where: _Where, o: dict[str, Any], base: Path) -> None:
         _ = parse_bytes(o["memory-limit"]) if o["memory-limit"] not in ("auto", None) else 0
     except (ValueError, TypeError):
         raise where.error("memory-limit", f"expected {_SIZE}, got {o['memory-limit']!r}") from None
+    if o["dashboard-address"] in (None, "auto"):
+        return _check_processes(where, o)
     host, _, port = str(o["dashboard-address"]).rpartition(":")
     if host not in ("", "127.0.0.1", "localhost") or not port.isdigit() or int(port) > 65535:
         raise where.error("dashboard-address", f"expected {_TYPES['dashboard-address'][1]}, got {o['dashboard-address']!r}")
     o["dashboard-address"] = f"127.0.0.1:{int(port)}"  # never another interface
+    _check_processes(where, o)
+
+
+def _check_processes(where: _Where, o: dict[str, Any]) -> None:
     if isinstance(o["processes"], str) and o["processes"] != "auto":
         raise where.error("processes", f"expected {_TYPES['processes'][1]}, got {o['processes']!r}")
 
@@ -306,14 +312,39 @@ def local_processes(setting: bool | str, array_work: bool) -> bool:
     return setting if isinstance(setting, bool) else not array_work
 
 
+def one_blas_thread() -> ContextManager[Any]:
+    """One BLAS thread in this process while a local cluster's workers are its threads: Dask's nanny
+    sets OMP/MKL/OPENBLAS_NUM_THREADS=1 for worker processes (distributed.nanny.pre-spawn-environ),
+    but worker threads share this process's pool, and each of their matrix products (the linear
+    votes) would start BLAS threads of its own on the same cores: 27% more CPU for the same votes
+    in benchmarks/answer_logistic."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def local_dashboard(setting: str | None, processes: bool) -> str | None:
+    """A local cluster's dashboard address, or None (no dashboard). ``auto`` (the default): one on
+    a free port of 127.0.0.1 when the workers are processes (training, the exponential mechanism:
+    the long jobs worth watching), none when they are threads of this process (answering with
+    array-counted models: the dashboard's start, ~0.4 s, would be a tenth of a 10^6-query run)."""
+    if setting == "auto":
+        return "127.0.0.1:0" if processes else None
+    return setting
+
+
 def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) -> Client:
     o = config.options
     if config.backend == "local":  # tcp even without processes: inproc binds workers' HTTP to all interfaces
+        processes = local_processes(o["processes"], array_work)
+        dashboard = local_dashboard(o["dashboard-address"], processes)
+        if not processes:  # worker threads x BLAS threads would oversubscribe the cores
+            stack.enter_context(one_blas_thread())
         cluster = stack.enter_context(LocalCluster(
-            host="127.0.0.1", protocol="tcp://", n_workers=o["n-workers"],
-            processes=local_processes(o["processes"], array_work),
+            host="127.0.0.1", protocol="tcp://", n_workers=o["n-workers"], processes=processes,
             threads_per_worker=o["threads-per-worker"], memory_limit=o["memory-limit"],
-            dashboard_address=o["dashboard-address"]))
+            # without a dashboard the scheduler's HTTP endpoints still take a free port, not 8787
+            dashboard_address=dashboard or "127.0.0.1:0", scheduler_kwargs={} if dashboard else {"dashboard": False}))
         return stack.enter_context(Client(cluster))
     if config.backend == "address":
         tls = {k: v for k, v in (o["tls"] or {}).items() if v}
@@ -379,10 +410,13 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
         client, link = _start(config, stack, array_work), None
         quiet_expected_errors(client)  # a worker's PcqrError: pcqr's one line, no "Compute Failed" block
         _wait_for_workers(config, client)
+        off = config.backend == "local" and local_dashboard(
+            config.options["dashboard-address"], local_processes(config.options["processes"], array_work)) is None
         with suppress(KeyError):  # a remote scheduler may have no HTTP server
-            link = client.dashboard_link
+            link = None if off else client.dashboard_link
         if echo is not None:
-            echo(f"dashboard: {link or 'unavailable'}")
+            echo("dashboard: off (cluster.yaml dashboard-address: ':0' starts one)" if off else
+                 f"dashboard: {link or 'unavailable'}")
         yield client
 
 

@@ -55,7 +55,22 @@ def value_counts(X: np.ndarray, domain: Domain) -> tuple[np.ndarray, np.ndarray]
     """Worker task: (values, counts) of the rows of ``X`` (one feature column) whose value is an
     integer of ``domain``, values sorted."""
     x = np.asarray(X, dtype=np.float64)[:, 0]
-    x = x[(x == np.floor(x)) & (x >= domain.lo) & (x <= domain.hi)]
+    return _distinct(x[(x == np.floor(x)) & (x >= domain.lo) & (x <= domain.hi)])
+
+
+def ceiling_counts(X: np.ndarray, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task for threshold queries: (values, counts) of every row of ``X`` (one feature column)
+    at ceil(x) clipped to [lo, hi], values sorted. For an integer theta, x <= theta iff ceil(x) <=
+    theta (pcqr's threshold hypotheses 'x <= theta' / 'x > theta'), and a row below (above) the
+    domain is below (above) every theta in [lo, hi - 1]: every such query counts the same rows on
+    the clipped values as on the real ones. Replace-one neighbours stay replace-one neighbours (a
+    per-row map)."""
+    x = np.asarray(X, dtype=np.float64)[:, 0]
+    return _distinct(np.clip(np.ceil(x), domain.lo, domain.hi))
+
+
+def _distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values as int64, their counts) of integer-valued floats."""
     values, counts = np.unique(x.astype(np.int64), return_counts=True)
     return values, counts.astype(np.int64)
 

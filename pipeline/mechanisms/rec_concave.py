@@ -55,7 +55,7 @@ from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, delta_certificate
 #: Fig. 5 step 1: at most this many solutions are chosen by the exponential mechanism directly.
 BASE_RANGE = 32
 #: A_dist's share of delta is scaled by this, leaving room for the samplers' delta_EM terms.
-_ADIST_MARGIN = 1 - 2**-20
+ADIST_MARGIN = 1 - 2**-20
 
 
 @dataclass(frozen=True)
@@ -194,12 +194,24 @@ class RecConcaveParameters:
                             f"composition is certified for at most {EXACT_MAX_COUNT:,}")
         eps0 = largest_eps0(mechanisms, epsilon, delta / 2)
         adists = 2 * runs * (depth - 1)
-        adist = None if depth == 1 else AdistParameters.create(eps0, delta / (2 * adists) * _ADIST_MARGIN)
+        adist = None if depth == 1 else AdistParameters.create(eps0, delta / (2 * adists) * ADIST_MARGIN)
         params = cls(epsilon, delta, last, depth, eps0, adist, rows, runs)
         proven = params.certificate()["proven_delta"]
         if proven > delta:  # cannot happen with the split above; the last word
             raise PcqrError(f"RecConcave at eps {epsilon:g}, delta {delta:g}: proves only delta {proven:.3g}")
         return params
+
+    @classmethod
+    def within(cls, eps0: float, adist_delta: float, last: int, rows: int) -> RecConcaveParameters:
+        """One run's parameters inside a larger composition that the caller certifies (SanThresholds
+        runs RecConcave once per call): every mechanism at ``eps0``, each A_dist at ``adist_delta``.
+        :meth:`certificate` then means nothing alone; the caller composes :attr:`mechanisms` and
+        adds :meth:`delta_terms`."""
+        if not (isinstance(last, int) and 1 <= last < MAX_CANDIDATES):
+            raise PcqrError(f"RecConcave's range [0, T] needs 1 <= T < 2^64, got T = {last!r}")
+        depth = recursion_depth(last)
+        adist = None if depth == 1 else AdistParameters.create(eps0, adist_delta)
+        return cls(eps0, adist_delta, last, depth, eps0, adist, rows)
 
     @property
     def mechanisms(self) -> int:
@@ -220,13 +232,16 @@ class RecConcaveParameters:
         tails), delta_sampler (the exponential mechanisms'), proven_delta, rounded up."""
         from pcqr.pipeline.privacy.composition import optimal_delta
 
+        return delta_certificate(self.epsilon, {
+            "composition": optimal_delta(self.eps0, self.mechanisms, self.epsilon), **self.delta_terms()})
+
+    def delta_terms(self) -> dict[str, float]:
+        """The runs' delta besides the pure composition, rounded up: "stability" (the 2 runs (N - 1)
+        A_dist's tails) and "sampler" (the runs N exponential mechanisms' delta_EM)."""
         adists = 2 * self.runs * (self.depth - 1)
         tail = self.adist.certificate()["proven_delta"] if self.adist is not None else 0.0
-        return delta_certificate(self.epsilon, {
-            "composition": optimal_delta(self.eps0, self.mechanisms, self.epsilon),
-            "stability": round_up(adists * tail),
-            "sampler": round_up(self.runs * self.depth * sampler_delta(self.eps0, self.sampler_rows())),
-        })
+        return {"stability": round_up(adists * tail),
+                "sampler": round_up(self.runs * self.depth * sampler_delta(self.eps0, self.sampler_rows()))}
 
     def promise_needed(self, alpha: float, beta: float) -> float:
         """Lemma 3.14's r >= 8^N 4/(alpha eps0) (log2(32/(beta delta_adist)) + log^(N) T)."""

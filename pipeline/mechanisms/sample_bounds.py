@@ -15,6 +15,8 @@ from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
 from pcqr.pipeline.mechanisms.learn_point import rows_needed as point_rows
 from pcqr.pipeline.mechanisms.san_points import SanPointsParameters
 from pcqr.pipeline.mechanisms.san_points import paper_rows as san_points_paper_rows
+from pcqr.pipeline.mechanisms.san_thresholds import SanThresholdsParameters
+from pcqr.pipeline.mechanisms.san_thresholds import paper_rows as san_thresholds_paper_rows
 from pcqr.pipeline.privacy.limits import MAX_COUNT, count_range, show_count
 from pcqr.pipeline.privacy.planner import fig
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
@@ -26,8 +28,9 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
     the POINT_d learner (A_dist: its threshold, certified delta, Lemma 3.2's m with our constants and as
     the lemma states it) and the choosing mechanism for a ``growth``-bounded quality (the smallest m
     Lemma 4.4 certifies, Lemma 4.5's m for an alpha-good choice) and SanPoints (the least m it
-    certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated) and LearnThresholds
-    over ``domain`` (RecConcave's depth, mechanisms and eps0; Theorem 3.18's m with our parameters),
+    certifies, eps0, the m of Theorem 4.6's proof with our noise and as stated), SanThresholds over
+    ``domain`` (c, the mechanisms, eps0, the least m it certifies, Claims 4.10-4.11's m as stated) and
+    LearnThresholds over it (RecConcave's depth, mechanisms and eps0; Theorem 3.18's m with our parameters),
     and the rectangle learner in ``dimensions`` dimensions over it (docs/privacy.md Mechanism 13)."""
     check_epsilon_delta(epsilon, delta)
     check_fraction(alpha, "--alpha")
@@ -61,6 +64,7 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
         }
     except (PcqrError, OverflowError, ValueError) as exc:
         san_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_san)}
+    san_thr_figures = san_thresholds_figures(epsilon, delta, alpha, beta, thresholds_domain)
     src_thr = "002 Thm 3.18, Fig. 5 (pcqr learn --algorithm learn-thresholds)"
     try:
         rec = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1)
@@ -96,7 +100,29 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
             },
             "choosing": choosing_figures,
             "san_points": san_figures,
+            "san_thresholds": san_thr_figures,
             "learn_thresholds": thr_figures,
             "rectangle": box_figures,
         },
+    }
+
+
+def san_thresholds_figures(epsilon: float, delta: float, alpha: float, beta: float, domain: Domain) -> dict[str, Any]:
+    """SanThresholds' figures over ``domain``: c, the mechanisms M = c (3N + 1), eps0, the least m
+    certified, Claims 4.10-4.11's m as stated; "none (the reason)" when alpha is beyond the exact
+    composition (the reason names the smallest alpha that fits)."""
+    src = "002 Fig. 11, Lemma 4.8 (pcqr sanitize --algorithm san-thresholds)"
+    try:
+        least = SanThresholdsParameters.least_rows(epsilon, delta, alpha, beta, domain)
+        params = SanThresholdsParameters.create(epsilon, delta, alpha, beta, least, domain)
+    except (PcqrError, OverflowError, ValueError) as exc:
+        return {"rows_certified": fig(f"none ({exc})", "exact", src)}
+    return {
+        "calls": fig(params.calls, "exact", "002 Fig. 11: calls initialised to ceil(77/alpha) (Claim 4.11)"),
+        "mechanisms": fig(params.mechanisms, "exact", "c (2 counts + a choosing mechanism + RecConcave's 3N - 2)"),
+        "eps0": fig(params.eps0, "exact", "each mechanism, by KOV's optimal composition"),
+        "rows_certified": fig(least, "exact", src + ": the least m whose choosing mechanisms are certified"),
+        "proven_delta": fig(params.certificate()["proven_delta"], "exact", "at that m"),
+        "paper_rows": fig(show_count(san_thresholds_paper_rows(epsilon, delta, alpha, beta, domain)), "exact",
+                          "002 Claims 4.10-4.11, as stated (log* d of the domain's bits, log base 2)"),
     }

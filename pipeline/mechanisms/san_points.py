@@ -84,13 +84,8 @@ class SanPointsParameters:
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
         rounds, eps0, delta0 = cls.budget(epsilon, delta, alpha)
-        try:
-            choosing = ChoosingParameters.create(eps0, delta0, alpha / 2, alpha * beta / 4, 1, rows)
-        except PcqrError:
-            least = ChoosingParameters.least_rows(eps0, delta0, alpha / 2, alpha * beta / 4, 1)
-            raise PcqrError(f"SanPoints at eps {epsilon:g}, delta {delta:g}, alpha {alpha:g} needs at least {least:,} "
-                            f"rows (each of its {rounds} choosing rounds at eps0 {eps0:.4g}, delta0 {delta0:.3g}: "
-                            f"Lemma 4.4); the private data has {rows:,}") from None
+        choosing = certified_choosing(f"SanPoints at eps {epsilon:g}, delta {delta:g}, alpha {alpha:g}",
+                                      f"{rounds} choosing rounds", eps0, delta0, alpha / 2, alpha * beta / 4, 1, rows)
         params = cls(epsilon, delta, alpha, beta, rows, rounds, eps0, noise_scale(eps0), choosing)
         proven = params.certificate()["proven_delta"]
         if proven > delta:  # cannot happen: delta/2 + r delta/(2r); kept as the last word
@@ -135,6 +130,30 @@ class SanPointsParameters:
                 "choosing_noise_scale": self.choosing.scale, "choosing_delta0": self.choosing.certificate()["proven_delta"]}
 
 
+def certified_choosing(what: str, calls: str, eps0: float, delta0: float, alpha: float, beta: float, growth: int,
+                       rows: int) -> ChoosingParameters:
+    """A sanitizer's choosing mechanism (Lemma 4.4) at (eps0, delta0) on m = ``rows``, or one line:
+    ``what`` needs at least the least m that is certified (each of its ``calls`` ...)."""
+    try:
+        return ChoosingParameters.create(eps0, delta0, alpha, beta, growth, rows)
+    except PcqrError:
+        least = ChoosingParameters.least_rows(eps0, delta0, alpha, beta, growth)
+        raise PcqrError(f"{what} needs at least {least:,} rows (each of its {calls} at eps0 {eps0:.4g}, delta0 "
+                        f"{delta0:.3g}: Lemma 4.4); the private data has {rows:,}") from None
+
+
+def noisy_count(count: int, scale: float, noise: NoiseSource) -> int:
+    """count + Z, Z ~ DLap(scale) exact (OpenDP through ``noise``): the Laplace mechanism on a count
+    of sensitivity 1 under replace-one, (1/scale)-DP."""
+    return int(count) + int(noise.discrete_laplace(scale))
+
+
+def clipped_share(noisy: int, rows: int) -> float:
+    """A noisy count as a share of the m rows, clipped to [0, 1]: post-processing (a true share lies
+    in [0, 1], so clipping never moves the estimate away from it)."""
+    return min(max(int(noisy), 0), rows) / rows
+
+
 def paper_rows(epsilon: float, delta: float, alpha: float, beta: float) -> int | float:
     """Theorem 4.6's m as its proof instantiates it (the paper's constants and composition): E1's
     6/(alpha^1.5 eps) ln(4/(alpha beta)) sqrt(ln(5/delta)) and Lemma 4.5 at approximation alpha/2,
@@ -166,7 +185,7 @@ def san_points(values: np.ndarray, counts: np.ndarray, params: SanPointsParamete
         chosen = choose_solution(remaining, params.choosing, noise)
         if chosen is None:
             continue
-        noisy = int(exact[chosen]) + int(noise.discrete_laplace(params.count_scale))
-        released.append((int(values[chosen]), min(max(noisy, 0), params.rows) / params.rows))
+        released.append((int(values[chosen]),
+                         clipped_share(noisy_count(int(exact[chosen]), params.count_scale, noise), params.rows)))
         remaining[chosen] = 0
     return released

@@ -1,7 +1,7 @@
 """Beimel-Nissim-Stemmer's jobs on a private dataset, without public data: the POINT_d, THRESH_d, box
 and generic label-private learners (:func:`learn_without_public_data`; ``pcqr learn --algorithm
 point|learn-thresholds|rectangle|label-private``, ``pcqr.learn_without_public_data``) and SanPoints
-(:func:`sanitize`; ``pcqr sanitize``, ``pcqr.sanitize``).
+and SanThresholds (:func:`sanitize`; ``pcqr sanitize``, ``pcqr.sanitize``).
 
 Every job runs in the certificate's order: every check that needs no private row (the options, the
 public --domain, the output path, the dataset's metadata: one feature column, its row count) and
@@ -27,7 +27,7 @@ from pcqr.pipeline.privacy.subsamp import check_fraction
 
 #: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
 LEARNERS = ("point", "learn-thresholds", "rectangle", "label-private")
-SANITIZERS = ("san-points",)
+SANITIZERS = ("san-points", "san-thresholds")
 
 
 def learn_without_public_data(
@@ -55,7 +55,7 @@ def learn_without_public_data(
         RecConcave (Theorem 3.22; docs/privacy.md Mechanism 13). ``"label-private"``: Fig. 13's
         generic label-private learner: the candidates from the feature values of the first
         ``first_rows`` rows, the exponential mechanism on the labels of the others (pure eps in the
-        LABELS; needs ``features_are_public=True``; docs/privacy.md Mechanism 14).
+        LABELS; needs ``features_are_public=True``; docs/privacy.md Mechanism 15).
     domain : str
         The features' PUBLIC integer domain ``"LO:HI"``, never read from the rows (not for
         ``"label-private"``).
@@ -221,7 +221,8 @@ def sanitize(
     beta: float = 0.05, cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
     insecure_seed: bool = False, note: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Release a synthetic database that answers every point query within alpha (SanPoints).
+    """Release a synthetic database that answers every point query (SanPoints) or every threshold
+    query (SanThresholds) within alpha.
 
     Parameters
     ----------
@@ -230,27 +231,32 @@ def sanitize(
     out : str
         Where to write the synthetic database: one Parquet file, the feature column (int64) and
         ``weight`` (the value's share of the private rows); its schema metadata ``pcqr.sanitized``
-        holds the parameters and the certificate. A point query's answer is the weight of its value.
+        holds the parameters and the certificate. A point query's answer is the weight of its value;
+        a threshold query 'x <= theta' (``threshold=theta,direction=down``; the paper's 'x < j' at
+        theta = j - 1 for integer rows) the weights of the values up to theta summed.
     domain : str
         The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
-    algorithm : {"san-points"}
-        SanPoints (Beimel-Nissim-Stemmer Fig. 9, Theorem 4.6).
+    algorithm : {"san-points", "san-thresholds"}
+        SanPoints (Beimel-Nissim-Stemmer Fig. 9, Theorem 4.6) or SanThresholds (Fig. 11, Lemma 4.8:
+        ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain, so
+        'x <= theta' is exact for every integer theta of [lo, hi - 1]).
     features : str or sequence of str, optional
         The ONE feature column (default: the dataset's only numeric column).
     epsilon, delta, alpha, beta : float
-        Privacy; every point query within alpha with probability 1 - beta. Fewer rows than certified
-        are refused, before anything is read, with the least number that is.
+        Privacy; every query of the class within alpha with probability 1 - beta (SanThresholds:
+        1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before anything is read,
+        with the least number that is; so is an alpha whose mechanisms are beyond the exact
+        composition (with the smallest alpha that fits).
     cluster, ledger, seed, insecure_seed, note
         As for :func:`learn_without_public_data`.
 
     Returns
     -------
     dict
-        The summary: ``epsilon``, ``proven_delta`` and its terms, ``rounds``, ``eps0``,
-        ``released_points``, ``rows_certified``, ``rows_for_utility``, ``ledger``...
+        The summary: ``epsilon``, ``proven_delta`` and its terms, ``eps0``, ``released_points``,
+        ``rows_certified``, ``paper_rows``, ``ledger``, and ``rounds`` (SanPoints) or ``calls``,
+        ``mechanisms`` (SanThresholds)...
     """
-    from pcqr.pipeline.mechanisms.integer_domain import merge_counts, value_counts
-    from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
     from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
 
     if algorithm not in SANITIZERS:
@@ -261,27 +267,55 @@ def sanitize(
     if feature == WEIGHT_COLUMN:
         raise PcqrError(f"--features {feature}: the synthetic database's own column is called {WEIGHT_COLUMN!r}; "
                         "rename the feature")
-    params = SanPointsParameters.create(epsilon, delta, alpha, beta, dataset.rows)
-    proven = params.certificate()
+    plan = _sanitizer(algorithm, epsilon, delta, alpha, beta, dataset.rows, parsed, noise)
+    proven = plan["params"].certificate()
     parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
                   "domain": parsed.describe(), "out": out}
     released, charged = _count_and_release(
-        dataset, cluster, ledger, note, "sanitize", (epsilon, proven["proven_delta"]), parameters, value_counts,
-        merge_counts, parsed, lambda c: san_points(c[0], c[1], params, noise), labelled=False)
+        dataset, cluster, ledger, note, "sanitize", (epsilon, proven["proven_delta"]), parameters, plan["count"],
+        plan["merge"], parsed, plan["release"], labelled=False)
     summary: dict[str, Any] = {
-        "out": out, "algorithm": algorithm, "class": "point", "feature": feature,
-        "mechanism": "SanPoints (Beimel-Nissim-Stemmer, Fig. 9, Theorem 4.6) with KOV's composition",
+        "out": out, "algorithm": algorithm, "class": plan["class"], "feature": feature, "mechanism": plan["mechanism"],
         "domain": parsed.describe(), "domain_size": parsed.size, "private_rows": dataset.rows,
         "released_points": len(released), "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
-        **proven, **params.to_dict(),
-        "rows_certified": SanPointsParameters.least_rows(epsilon, delta, alpha, beta),
-        "rows_for_utility": params.utility_rows(),
-        "answer": "a point query's answer is the weight of its value (0 if absent): a share of the private rows",
+        **proven, **plan["params"].to_dict(), **plan["figures"], "answer": plan["answer"],
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
     }
     write_synthetic(out, feature, [v for v, _ in released], [w for _, w in released], noise.private,
                     **{k: v for k, v in summary.items() if k not in ("out", "feature", "privacy")})
     return {**summary, "ledger": charge_note(charged)}
+
+
+def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta: float, rows: int,
+               domain: Domain, noise: NoiseSource) -> dict[str, Any]:
+    """The sanitizer's certified parameters (refused in one line otherwise: nothing is read yet),
+    the workers' count and merge, the release on the merged counts and the summary's own lines."""
+    from pcqr.pipeline.mechanisms.integer_domain import ceiling_counts, merge_counts, value_counts
+
+    if algorithm == "san-points":
+        from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
+        from pcqr.pipeline.mechanisms.san_points import paper_rows as points_paper_rows
+
+        points = SanPointsParameters.create(epsilon, delta, alpha, beta, rows)
+        return {"params": points, "count": value_counts, "merge": merge_counts, "class": "point",
+                "release": lambda c: san_points(c[0], c[1], points, noise),
+                "mechanism": "SanPoints (Beimel-Nissim-Stemmer, Fig. 9, Theorem 4.6) with KOV's composition",
+                "figures": {"rows_certified": SanPointsParameters.least_rows(epsilon, delta, alpha, beta),
+                            "rows_for_utility": points.utility_rows(),
+                            "paper_rows": points_paper_rows(epsilon, delta, alpha, beta)},
+                "answer": "a point query's answer is the weight of its value (0 if absent): a share of the private rows"}
+    from pcqr.pipeline.mechanisms.san_thresholds import SanThresholdsParameters, san_thresholds
+    from pcqr.pipeline.mechanisms.san_thresholds import paper_rows as thresholds_paper_rows
+
+    thresholds = SanThresholdsParameters.create(epsilon, delta, alpha, beta, rows, domain)
+    return {"params": thresholds, "count": ceiling_counts, "merge": merge_counts, "class": "threshold",
+            "release": lambda c: san_thresholds(c[0], c[1], thresholds, noise),
+            "mechanism": "SanThresholds (Beimel-Nissim-Stemmer, Fig. 11, Lemma 4.8) with KOV's composition",
+            "figures": {"rows_certified": SanThresholdsParameters.least_rows(epsilon, delta, alpha, beta, domain),
+                        "paper_rows": thresholds_paper_rows(epsilon, delta, alpha, beta, domain)},
+            "answer": "a threshold query 'x <= theta' (release-answer's threshold=theta,direction=down; for integer rows "
+                      "the paper's c_j(x) = [x < j] at theta = j - 1) is the weights of the values <= theta summed, "
+                      "'x > theta' (direction=up) those above; rows are taken at ceil(x) clipped to the domain"}
 
 
 def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,

@@ -10,7 +10,8 @@ The Python API (docs/api.md):
 - :func:`learn_without_public_data` -- a point, threshold or box classifier from private rows alone
   (Beimel-Nissim-Stemmer: A_dist, RecConcave), or any enumerable class's by their label-private
   learner when the feature columns are stated public (Fig. 13), written as a model file.
-- :func:`sanitize` -- a synthetic database answering every point query within alpha (SanPoints).
+- :func:`sanitize` -- a synthetic database answering every point query (SanPoints) or every threshold
+  query (SanThresholds) within alpha.
 - :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
