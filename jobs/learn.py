@@ -42,11 +42,22 @@ ALGORITHMS = ("sspp", *LEARNERS)
               "--domain, via A_dist ((eps, delta)-DP, Lemma 3.2; no --public). 'learn-thresholds': their proper "
               "learner for thresholds over --domain via RecConcave ((eps, delta)-DP, Theorem 3.18; no --public). "
               "'rectangle': an axis-aligned box on every --features column over --domain, 2d runs of RecConcave "
-              "((eps, delta)-DP, Theorem 3.22; no --public).")
+              "((eps, delta)-DP, Theorem 3.22; no --public). 'label-private': their generic label-private learner "
+              "(Fig. 13; needs --hypothesis and --features-are-public; no --public): candidates from the feature "
+              "values of the first --first-rows rows, which the output REVEALS, the exponential mechanism on the "
+              "labels of the others (pure eps in the labels, plus the sampler's delta).")
 @click.option("--public", "public_uri", default=None, help="--algorithm sspp: public unlabelled dataset (Parquet) "
               "with the same feature columns.")
-@click.option("--hypothesis", default=None, help="--algorithm sspp: hypothesis class (threshold, interval, point, "
-              "stump, rectangle, halfspace).")
+@click.option("--hypothesis", default=None, help="--algorithm sspp / label-private: hypothesis class (threshold, "
+              "interval, point, stump, rectangle, halfspace).")
+@click.option("--features-are-public", is_flag=True, help="--algorithm label-private (required): your statement that "
+              "the feature columns of --private are public knowledge (only the labels are private). The learner "
+              "reveals the first rows' feature values; under this statement its label guarantee is the record-level "
+              "one the ledger charges. Recorded in the model, the ledger charge and the summary.")
+@click.option("--first-rows", type=int, default=None, help="--algorithm label-private: n, the first rows (in dataset "
+              "order: files, then row groups) whose feature values build the candidates; their labels are never "
+              "read; the other rows' labels are scored. Default: Fig. 13's n = ceil(32/alpha (VC ln(64/alpha) + "
+              "ln(8/beta))). They should be a random sample of the rows for the utility bound.")
 @click.option("--domain", default=None, help="--algorithm point / learn-thresholds / rectangle: the features' "
               "public integer domain LO:HI (e.g. 0:4294967295), given by you, never read from the rows; a row outside it "
               "counts for no point (point) or is labelled like the domain's nearest end (thresholds, box edges).")
@@ -56,10 +67,11 @@ ALGORITHMS = ("sspp", *LEARNERS)
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point / learn-thresholds / "
               "rectangle: delta (A_dist's probability of releasing an unstable answer, and the composition's).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point / learn-thresholds / "
-              "rectangle: target error alpha (learn-thresholds: RecConcave's approximation is alpha/2; rectangle: each "
-              "edge cuts about alpha m / 4d positive rows; point: only the reported sample bounds).")
+              "rectangle / label-private: target error alpha (learn-thresholds: RecConcave's approximation is "
+              "alpha/2; rectangle: each edge cuts about alpha m / 4d positive rows; point: only the reported sample "
+              "bounds; label-private: the default --first-rows and the reported sizes).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported "
-              "cover radius (sspp) or sample bounds (point).")
+              "cover radius (sspp, label-private) or sample bounds (point, label-private's default --first-rows).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
 @click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
@@ -89,12 +101,23 @@ def learn_command(**o: Any) -> None:
     --algorithm rectangle: the box 'lo_i < x_i <= hi_i' on every --features column, each edge
     chosen by RecConcave to cut about alpha m / 4d positive rows off its side ((eps, delta)-DP:
     Beimel-Nissim-Stemmer Theorem 3.22; the construction and its proof are in docs/privacy.md,
-    Mechanism 13; pipeline/mechanisms/learn_rectangle.py)."""
+    Mechanism 13; pipeline/mechanisms/learn_rectangle.py).
+
+    --algorithm label-private: Beimel-Nissim-Stemmer's generic label-private learner (Fig. 13): one
+    --hypothesis per dichotomy of the class on the first n rows' feature values, the exponential
+    mechanism on the labels of the rows after them. LABEL privacy only: the output reveals those
+    feature values. Refused unless --features-are-public states that the feature columns are public
+    knowledge; under that statement it is (eps, delta_EM)-DP per record, charged so (guarantee
+    "label privacy: the feature columns are stated public"; docs/privacy.md, Mechanism 15;
+    pipeline/mechanisms/label_private.py)."""
     if o["direction"] is not None and o["algorithm"] != "learn-thresholds":
         raise PcqrError("--direction is for --algorithm learn-thresholds")
     if o["algorithm"] != "sspp":
         _learn_without_public_data(o)
         return
+    for option, key in (("--first-rows", "first_rows"), ("--features-are-public", "features_are_public")):
+        if o[key] not in (None, False):
+            raise PcqrError(f"{option} is for --algorithm label-private")
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
         if o[key] is None:
             raise PcqrError(f"Missing option '{option}' (--algorithm sspp, the default, needs it)")
@@ -136,15 +159,20 @@ def _learn_sspp(o: dict[str, Any]) -> None:
 
 
 def _learn_without_public_data(o: dict[str, Any]) -> None:
-    """--algorithm point / learn-thresholds: pcqr.pipeline.mechanisms.without_public_data does the job."""
+    """--algorithm point / learn-thresholds / rectangle / label-private:
+    pcqr.pipeline.mechanisms.without_public_data does the job."""
     from pcqr.pipeline.mechanisms.without_public_data import learn_without_public_data
 
+    if o["algorithm"] == "label-private" and o["public_uri"] is not None:
+        raise PcqrError("--public: label-private reads no public dataset: S1 is the first rows of --private "
+                        "(--first-rows); for a separate public sample use --algorithm sspp")
     for option, key in (("--public", "public_uri"), ("--hypothesis", "hypothesis")):
-        if o[key] is not None:
+        if o[key] is not None and o["algorithm"] != "label-private":
             raise PcqrError(f"{option} is for --algorithm sspp; --algorithm {o['algorithm']} reads no public data")
     summary = learn_without_public_data(
         o["private"], o["out"], algorithm=o["algorithm"], domain=o["domain"], features=o["features"], label=o["label"],
         epsilon=o["epsilon"], delta=o["delta"], alpha=o["alpha"], beta=o["beta"], direction=o["direction"] or "up",
+        hypothesis=o["hypothesis"], first_rows=o["first_rows"], features_are_public=o["features_are_public"],
         cluster=o["cluster"], ledger=o["ledger"], seed=o["seed"], insecure_seed=o["insecure_seed"], note=note)
     emit_summary(summary, o["as_json"])
 

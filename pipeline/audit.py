@@ -18,8 +18,9 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
   (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
 * :func:`learn_without_public_data_runs` -- independent runs of Beimel-Nissim-Stemmer's learners
-  (``point``, ``learn-thresholds``, ``rectangle``) on given rows, through the workers' counting code
-  and the parameters the CLI certifies: the released hypotheses' parameters.
+  (``point``, ``learn-thresholds``, ``rectangle``, ``label-private``) on given rows, through the
+  workers' counting (or enumeration and scoring) code and the parameters the CLI certifies: the
+  released hypotheses' parameters.
 * :func:`san_points_runs` -- independent runs of SanPoints on given values: the released tables.
 * :func:`san_thresholds_runs` -- independent runs of SanThresholds on given values: the released tables.
 
@@ -315,13 +316,18 @@ def _mistake_levels(scores: np.ndarray, sensitivity: float) -> np.ndarray:
 
 
 def learn_without_public_data_runs(
-    X: np.ndarray, y: np.ndarray, algorithm: str, domain: str, epsilon: float, delta: float, runs: int,
-    alpha: float = 0.1, direction: str = "up", noise: NoiseSource | None = None,
+    X: np.ndarray, y: np.ndarray, algorithm: str, domain: str | None, epsilon: float, delta: float, runs: int,
+    alpha: float = 0.1, direction: str = "up", noise: NoiseSource | None = None, hypothesis: str | None = None,
+    first_rows: int | None = None,
 ) -> list[dict[str, object]]:
-    """``runs`` independent releases of ``pcqr learn --algorithm point|learn-thresholds|rectangle``
+    """``runs`` independent releases of ``pcqr learn --algorithm point|learn-thresholds|rectangle|label-private``
     on the rows (``X`` of shape (n, d): one column for point and learn-thresholds; ``y`` labels 0/1),
     through the code the command runs on each part (the workers' counts) and its mechanism, with
     the parameters it certifies (refused alike: a one-line PcqrError). Each run draws fresh noise.
+
+    ``label-private`` (Fig. 13) needs ``hypothesis`` and ``first_rows`` (n: the candidates are the
+    dichotomies of the class on the first n rows' features, the exponential mechanism scores the
+    labels of the others, as one shard); ``domain`` and ``delta`` are not used (pass None).
 
     Returns
     -------
@@ -337,8 +343,10 @@ def learn_without_public_data_runs(
         raise PcqrError("X must be a finite (n, d) array and y n labels in {0, 1}")
     if not (isinstance(runs, (int, np.integer)) and runs >= 0):
         raise PcqrError(f"runs must be a non-negative integer, got {runs!r}")
-    parsed = Domain.parse(domain, "domain")
     source = noise if noise is not None else SecureNoise()
+    if algorithm == "label-private":
+        return _label_private_runs(X, labels.astype(np.int8), hypothesis, first_rows, epsilon, int(runs), source)
+    parsed = Domain.parse(domain or "", "domain")
     rows = (X, labels.astype(np.int8))
     if algorithm == "rectangle":
         from pcqr.pipeline.mechanisms.learn_rectangle import cut_size, learn_rectangle, positive_axis_counts
@@ -367,7 +375,28 @@ def learn_without_public_data_runs(
         both = threshold_counts(rows, parsed)
         return [learn_thresholds(both, parsed, rec, alpha, source, direction == "up")[0].to_dict()
                 for _ in range(int(runs))]
-    raise PcqrError(f"algorithm must be point, learn-thresholds or rectangle, got {algorithm!r}")
+    raise PcqrError(f"algorithm must be point, learn-thresholds, rectangle or label-private, got {algorithm!r}")
+
+
+def _label_private_runs(X: np.ndarray, y: np.ndarray, hypothesis: str | None, first_rows: int | None,
+                        epsilon: float, runs: int, source: NoiseSource) -> list[dict[str, object]]:
+    """Fig. 13's releases on in-memory rows (:func:`learn_without_public_data_runs`)."""
+    from pcqr.pipeline.hypotheses import make_class
+    from pcqr.pipeline.mechanisms.label_private import candidate_mistakes, check_first_rows
+    from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
+    from pcqr.pipeline.privacy.subsamp import check_epsilon
+
+    if hypothesis is None:
+        raise PcqrError("algorithm 'label-private' needs hypothesis (a class name)")
+    check_epsilon(epsilon, lowest=MIN_EM_EPSILON)
+    n = check_first_rows(first_rows if first_rows is not None else 0, X.shape[0], "first_rows")
+    enumeration, mistakes = candidate_mistakes(make_class(hypothesis, X.shape[1]), X[:n], X[n:], y[n:])
+    shard = histogram(mistakes, float(epsilon))
+    out: list[dict[str, object]] = []
+    for _ in range(runs):
+        choice = choose([shard], float(epsilon), source)
+        out.append(enumeration.hypothesis(pick_in_shard(mistakes, choice.mistakes, choice.rank)).to_dict())
+    return out
 
 
 def san_points_runs(

@@ -46,6 +46,8 @@ def test_the_examples_run(tmp_path) -> None:
     gnmax = re.search(r"gnmax: NaN (\d+), accuracy ([\d.]+)%", out)
     assert gnmax and int(gnmax.group(1)) == 0 and float(gnmax.group(2)) > 95, out
     assert "learnt: threshold 1.0" in out, out
+    assert "refused: --algorithm label-private reveals the feature values" in out, out
+    assert re.search(r"label-private: label privacy: the feature columns are stated public \d+ \d", out), out
     sanitized = re.search(r"sanitized: (\d+) \{(.*)\}", out)
     assert sanitized and int(sanitized.group(1)) == 4 and "11: 0.3" in sanitized.group(2), out
     thresholds = re.search(r"thresholds: 154 calls, share <= 60000 ([\d.]+), true ([\d.]+)", out)

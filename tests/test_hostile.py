@@ -78,6 +78,8 @@ RUN_SPEC = "run {spec} --cluster {cluster}"  # the cluster is the operator's, ne
 LEARN_POINT = "learn --algorithm point --private {private} --features x0 --domain 0:100 --out {new}/p.json"
 LEARN_THRESHOLDS = "learn --algorithm learn-thresholds --private {private} --features x0 --domain 0:100 --out {new}/t.json"
 LEARN_RECTANGLE = "learn --algorithm rectangle --private {private} --features x0,x1 --domain 0:100 --out {new}/b.json"
+LEARN_LABEL_PRIVATE = ("learn --algorithm label-private --private {private} --features x0 --hypothesis threshold "
+                       "--first-rows 1000 --features-are-public --out {new}/lp.json")
 SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
 SAN_THRESHOLDS = SANITIZE.replace("sanitize ", "sanitize --algorithm san-thresholds ")
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
@@ -353,6 +355,31 @@ CASES = [
     case("learn-rectangle-direction", LEARN_RECTANGLE + " --direction up", "--direction", "learn-thresholds"),
     case("learn-rectangle-data-nan", LEARN_RECTANGLE.replace("{private}", "{bad}"), "p.parquet", "'x1'",
          mutate=private_with(lambda c: c["x1"].__setitem__(5, np.nan))),
+    # learn --algorithm label-private (Fig. 13's generic label-private learner): each refused before any charge,
+    # but labels outside {0, 1}, which a worker finds after the charge (refunded)
+    case("learn-label-private-no-statement", LEARN_LABEL_PRIVATE.replace(" --features-are-public", ""),
+         "--features-are-public", "feature values of the first n rows"),
+    case("learn-label-private-public-given", LEARN_LABEL_PRIVATE + " --public {public}", "--public",
+         "label-private reads no public dataset"),
+    case("learn-label-private-first-rows-all", LEARN_LABEL_PRIVATE.replace("1000", "20000"), "--first-rows",
+         "20,000", "more rows than n"),
+    case("learn-label-private-first-rows-zero", LEARN_LABEL_PRIVATE.replace("1000", "0"), "--first-rows"),
+    case("learn-label-private-first-rows-text", LEARN_LABEL_PRIVATE.replace("1000", "many"), "'--first-rows'"),
+    case("learn-label-private-paper-n-too-large", LEARN_LABEL_PRIVATE.replace(" --first-rows 1000", "")
+         + " --alpha 0.01", "Fig. 13's n", "--alpha 0.01"),
+    case("learn-label-private-hypothesis-missing", LEARN_LABEL_PRIVATE.replace(" --hypothesis threshold", ""),
+         "--hypothesis"),
+    case("learn-label-private-domain", LEARN_LABEL_PRIVATE + " --domain 0:9", "--domain"),
+    case("learn-label-private-too-many-candidates", LEARN_LABEL_PRIVATE.replace("x0 --hypothesis threshold",
+         "x0,x1 --hypothesis halfspace").replace("1000", "19000"), "--hypothesis halfspace", "--first-rows"),
+    case("learn-label-private-empty", LEARN_LABEL_PRIVATE.replace("{private}", "{bad}"), "no rows",
+         mutate=lambda w: w.paths.__setitem__("bad", w.parquet("empty", {"x0": np.zeros(0),
+                                                                         "label": np.zeros(0, np.int8)}))),
+    case("learn-label-private-labels-outside", LEARN_LABEL_PRIVATE.replace("{private}", "{bad}"), "p.parquet",
+         "'label'", "outside {{0, 1}}", "refunded", mutate=private_with(lambda c: c["label"].__setitem__(5000, 2))),
+    case("learn-label-private-statement-elsewhere", LEARN_POINT + " --features-are-public", "--features-are-public",
+         "label-private"),
+    case("learn-sspp-first-rows", LEARN + " --first-rows 10", "--first-rows", "label-private"),
     # sanitize --algorithm san-points (Beimel-Nissim-Stemmer's SanPoints, issue 14)
     case("sanitize-too-few-rows", SANITIZE.replace("--alpha 0.5", "--alpha 0.1"), "needs at least 148,161 rows"),
     case("sanitize-domain-missing", SANITIZE.replace(" --domain 0:100", ""), "--domain"),

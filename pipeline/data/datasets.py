@@ -308,6 +308,17 @@ def load_features(part: Part, features: Sequence[str]) -> np.ndarray:
     return feature_matrix(read_part(part, features), features, part.file)
 
 
+def load_rows(part: Part, features: Sequence[str], label: str | None, lo: int, hi: int) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Worker task: the part's rows at global positions [lo, hi) of its dataset: the feature matrix,
+    or (features, labels) when ``label`` is given. Without ``label`` the label column is not read;
+    the part's other rows are dropped before any value is checked or used."""
+    table = read_part(part, [*features, *([label] if label is not None else [])])
+    first = min(max(lo - part.start, 0), part.rows)
+    table = table.slice(first, max(min(hi - part.start, part.rows) - first, 0))
+    X = feature_matrix(table, features, part.file)
+    return X if label is None else (X, label_vector(table, label, part.file))
+
+
 def read_public_features(public: Dataset, part_rows: int = 500_000) -> np.ndarray:
     """Every row of a PUBLIC dataset's features, in the driver (only ever for public data)."""
     pieces = [load_features(p, public.features) for p in public.parts(part_rows)]

@@ -61,25 +61,31 @@ def release_classifier(
     beta: float,
     noise: Any,
     mechanism: str = "A_SSPP (Alon-Bassily-Moran 2019)",
+    scored: tuple[list[Any], int] | None = None,
     **provenance: Any,
 ) -> tuple[Any, dict[str, Any]]:
     """A_SSPP on a private Dataset (its parts read by the workers) and ``public`` points:
     (h_priv, its public record in the released-model format, with |H_tilde|, the distinct
-    public points and Lemma 3.3's cover radius at ``beta``)."""
+    public points and Lemma 3.3's cover radius at ``beta``). ``scored``: the futures of the
+    labelled rows (X, y) the exponential mechanism scores and how many rows they hold (default:
+    every row of ``private``; the label-private learner scores only its rows n..m-1)."""
     from pcqr.pipeline.hypotheses import make_class
     from pcqr.pipeline.models.released import model_record
     from pcqr.pipeline.models.subsample import PART_ROWS, load_part
 
     hclass = make_class(hypothesis_name, len(private.features))
-    parts = [client.submit(load_part, p, private.features, private.label, pure=False) for p in private.parts(PART_ROWS)]
+    if scored is None:
+        scored = ([client.submit(load_part, p, private.features, private.label, pure=False)
+                   for p in private.parts(PART_ROWS)], private.rows)
+    parts, rows = scored
     h_priv, candidates = semi_private_learner(client, hclass, public, parts, epsilon, noise)
     distinct = int(np.unique(public, axis=0).shape[0])
     record = model_record(
         h_priv, list(private.features), noise.private, **{
-            "class": hypothesis_name, "mechanism": mechanism, "epsilon": epsilon, "private_rows": private.rows,
+            "class": hypothesis_name, "mechanism": mechanism, "epsilon": epsilon, "private_rows": rows,
             "public_points": distinct, "candidates": candidates,
             "cover_radius_bound": cover_radius(distinct, hclass.vc_dimension(), beta), "beta": beta,
-            **certificate(epsilon, private.rows), **provenance,
+            **certificate(epsilon, rows), **provenance,
         },
     )
     return h_priv, record

@@ -1,7 +1,7 @@
-"""Beimel-Nissim-Stemmer's jobs on a private dataset, without public data: the POINT_d and THRESH_d
-learners (:func:`learn_without_public_data`; ``pcqr learn --algorithm point|learn-thresholds``,
-``pcqr.learn_without_public_data``) and SanPoints and SanThresholds (:func:`sanitize`; ``pcqr
-sanitize``, ``pcqr.sanitize``).
+"""Beimel-Nissim-Stemmer's jobs on a private dataset, without public data: the POINT_d, THRESH_d, box
+and generic label-private learners (:func:`learn_without_public_data`; ``pcqr learn --algorithm
+point|learn-thresholds|rectangle|label-private``, ``pcqr.learn_without_public_data``) and SanPoints
+and SanThresholds (:func:`sanitize`; ``pcqr sanitize``, ``pcqr.sanitize``).
 
 Every job runs in the certificate's order: every check that needs no private row (the options, the
 public --domain, the output path, the dataset's metadata: one feature column, its row count) and
@@ -9,7 +9,8 @@ the mechanism's parameters (refused with the nearest certified value) first; the
 charge of the proven (eps, delta) before any row is read; then the workers' exact counts of their
 parts (:mod:`pcqr.pipeline.mechanisms.integer_domain`), summed on the driver, and the mechanism,
 inside the charge (a failure refunds it); then the released file, written atomically. The driver
-never reads a private row: only the counts.
+never reads a private row: only the counts (the label-private learner: S1's feature matrix, which the
+user has stated public, and the exponential mechanism's histograms; :mod:`.label_private`).
 """
 from __future__ import annotations
 
@@ -25,17 +26,20 @@ from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.subsamp import check_fraction
 
 #: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
-LEARNERS = ("point", "learn-thresholds", "rectangle")
+LEARNERS = ("point", "learn-thresholds", "rectangle", "label-private")
 SANITIZERS = ("san-points", "san-thresholds")
 
 
 def learn_without_public_data(
-    private: str, out: str, *, algorithm: str, domain: str, features: str | Sequence[str] | None = None,
-    label: str = "label", epsilon: float = 1.0, delta: float = 1e-6, alpha: float = 0.1, beta: float = 0.05,
-    direction: str = "up", cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
-    insecure_seed: bool = False, note: Callable[[str], None] | None = None,
+    private: str, out: str, *, algorithm: str, domain: str | None = None,
+    features: str | Sequence[str] | None = None, label: str = "label", epsilon: float = 1.0, delta: float = 1e-6,
+    alpha: float = 0.1, beta: float = 0.05, direction: str = "up", hypothesis: str | None = None,
+    first_rows: int | None = None, features_are_public: bool = False, cluster: str | None = None,
+    ledger: str | None = None, seed: int | None = None, insecure_seed: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Release a point, threshold or box classifier learnt from private labelled rows alone.
+    """Release a point, threshold or box classifier learnt from private labelled rows alone, or any
+    enumerable class's classifier by the label-private learner.
 
     Parameters
     ----------
@@ -44,13 +48,17 @@ def learn_without_public_data(
     out : str
         Where to write the released model (JSON; ``pcqr predict`` and
         :func:`pcqr.pipeline.models.released.load_model` read it).
-    algorithm : {"point", "learn-thresholds", "rectangle"}
+    algorithm : {"point", "learn-thresholds", "rectangle", "label-private"}
         ``"point"``: the point function [x = j] via A_dist (Lemma 3.2). ``"learn-thresholds"``: the
         threshold 'x > theta' ('x <= theta' with ``direction="down"``) via RecConcave (Theorem 3.18).
         ``"rectangle"``: the axis-aligned box 'lo_i < x_i <= hi_i' on every feature via 2d runs of
-        RecConcave (Theorem 3.22; docs/privacy.md Mechanism 13).
+        RecConcave (Theorem 3.22; docs/privacy.md Mechanism 13). ``"label-private"``: Fig. 13's
+        generic label-private learner: the candidates from the feature values of the first
+        ``first_rows`` rows, the exponential mechanism on the labels of the others (pure eps in the
+        LABELS; needs ``features_are_public=True``; docs/privacy.md Mechanism 15).
     domain : str
-        The features' PUBLIC integer domain ``"LO:HI"``, never read from the rows.
+        The features' PUBLIC integer domain ``"LO:HI"``, never read from the rows (not for
+        ``"label-private"``).
     features : str or sequence of str, optional
         The feature column (point, learn-thresholds: ONE; rectangle: one or more; default: every
         numeric column besides ``label``).
@@ -58,7 +66,18 @@ def learn_without_public_data(
         The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
     alpha, beta : float
         Target error and failure probability (``"learn-thresholds"``: RecConcave's approximation is
-        alpha/2; both: the reported sample sizes).
+        alpha/2; ``"label-private"``: Fig. 13's n when ``first_rows`` is not given; all: the reported
+        sample sizes).
+    hypothesis : str, optional
+        ``"label-private"`` only, and required there: the class (threshold, interval, point, stump,
+        rectangle, halfspace).
+    first_rows : int, optional
+        ``"label-private"``: n, how many of the first rows (in dataset order) build the candidates from
+        their features; their labels are never read. Default: Fig. 13's n from ``alpha`` and ``beta``.
+    features_are_public : bool
+        ``"label-private"``: your statement that the dataset's feature columns are public knowledge.
+        The learner reveals the first n rows' feature values and protects only the labels; only under
+        this statement is its label guarantee the record-level one the ledger charges. Refused without.
     cluster, ledger : str, optional
         The cluster.yaml and the ledger file (defaults as on the command line).
     seed, insecure_seed : optional
@@ -76,6 +95,15 @@ def learn_without_public_data(
         raise PcqrError(f"--algorithm must be one of {', '.join(LEARNERS)} here, got {algorithm!r}")
     if direction not in ("up", "down"):
         raise PcqrError(f"--direction must be 'up' or 'down', got {direction!r}")
+    if algorithm == "label-private":
+        model, charged = _learn_label_private(
+            private, out, domain, hypothesis, first_rows, features_are_public, features, label, epsilon, alpha, beta,
+            cluster, ledger, seed, insecure_seed, note)
+        return _written(out, model, charged)
+    for option, value in (("--hypothesis", hypothesis), ("--first-rows", first_rows),
+                          ("--features-are-public", features_are_public or None)):
+        if value is not None:
+            raise PcqrError(f"{option} is for --algorithm label-private, not {algorithm}")
     parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, label, alpha, beta,
                                              seed, insecure_seed, one_feature=algorithm != "rectangle")
     if algorithm == "rectangle":
@@ -89,11 +117,11 @@ def learn_without_public_data(
         rec = RecConcaveParameters.create(epsilon, delta, parsed.size, dataset.rows, runs=2 * dimensions)
         parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha,
                       "domain": parsed.describe(), "out": out}
-        (hypothesis, edges), charged = _count_and_release(
+        (learnt, edges), charged = _count_and_release(
             dataset, cluster, ledger, note, "learn", (epsilon, rec.certificate()["proven_delta"]), parameters,
             positive_axis_counts, merge_axis_counts, parsed,
             lambda c: learn_rectangle(c, parsed, rec, alpha, noise), labelled=True)
-        model = box_record(hypothesis, edges, list(dataset.features), parsed, rec, alpha, beta, noise.private)
+        model = box_record(learnt, edges, list(dataset.features), parsed, rec, alpha, beta, noise.private)
     elif algorithm == "point":
         from pcqr.pipeline.mechanisms.adist import AdistParameters
         from pcqr.pipeline.mechanisms.integer_domain import merge_counts
@@ -102,10 +130,10 @@ def learn_without_public_data(
         adist = AdistParameters.create(epsilon, delta)
         parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "domain": parsed.describe(),
                       "out": out}
-        (hypothesis, released), charged = _count_and_release(
+        (learnt, released), charged = _count_and_release(
             dataset, cluster, ledger, note, "learn", (epsilon, adist.certificate()["proven_delta"]), parameters,
             positive_counts, merge_counts, parsed, lambda c: learn_point(c, parsed, adist, noise), labelled=True)
-        model = point_record(hypothesis, released, list(dataset.features), dataset.rows, parsed, adist, alpha, beta,
+        model = point_record(learnt, released, list(dataset.features), dataset.rows, parsed, adist, alpha, beta,
                              noise.private)
     else:
         from pcqr.pipeline.mechanisms.learn_thresholds import (
@@ -117,17 +145,74 @@ def learn_without_public_data(
         up = direction == "up"
         parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha,
                       "domain": parsed.describe(), "direction": direction, "out": out}
-        (hypothesis, released), charged = _count_and_release(
+        (learnt, released), charged = _count_and_release(
             dataset, cluster, ledger, note, "learn", (epsilon, rec.certificate()["proven_delta"]), parameters,
             threshold_counts, merge_threshold_counts, parsed,
             lambda c: learn_thresholds(c, parsed, rec, alpha, noise, up), labelled=True)
-        model = threshold_record(hypothesis, released, list(dataset.features), parsed, rec, alpha, beta,
+        model = threshold_record(learnt, released, list(dataset.features), parsed, rec, alpha, beta,
                                  noise.private)
+    return _written(out, model, charged)
+
+
+def _written(out: str, model: dict[str, Any], charged: dict[str, Any]) -> dict[str, Any]:
+    """Write the released model; the summary: its public record (not the hypothesis) and the charge."""
     from pcqr.pipeline.models.released import write_model
 
     write_model(out, model)
     public = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
     return {"model": out, **public, "ledger": charge_note(charged)}
+
+
+def _learn_label_private(
+    private: str, out: str, domain: str | None, hypothesis: str | None, first_rows: int | None,
+    features_are_public: bool, features: str | Sequence[str] | None, label: str, epsilon: float, alpha: float,
+    beta: float, cluster: str | None, ledger: str | None, seed: int | None, insecure_seed: bool,
+    note: Callable[[str], None] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fig. 13 (:mod:`.label_private`), in the certificate's order: the statement, every check on
+    options and metadata (n < m, the candidates enumerable), the charge, then the workers' reads and
+    the release inside it: (the model record, the charge)."""
+    from pcqr.pipeline.hypotheses import CLASSES, check_enumerable, make_class
+    from pcqr.pipeline.mechanisms import label_private as lp
+    from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
+    from pcqr.pipeline.privacy.subsamp import check_epsilon
+
+    if not features_are_public:
+        raise PcqrError(lp.REFUSAL)
+    if domain is not None:
+        raise PcqrError("--domain is for --algorithm point, learn-thresholds or rectangle; label-private's "
+                        "candidates come from the first rows' feature values")
+    if hypothesis is None:
+        raise PcqrError(f"--algorithm label-private needs --hypothesis (one of {', '.join(CLASSES[:-1])})")
+    check_epsilon(epsilon, lowest=MIN_EM_EPSILON)
+    check_fraction(alpha, "--alpha")
+    check_fraction(beta, "--beta")
+    check_writable_file(out, "--out")
+    noise = noise_source(seed, insecure_seed)
+    columns = split_features(features) if isinstance(features, str) or features is None else list(features)
+    dataset = open_dataset(private, "private", label=label, features=columns)
+    hclass = make_class(hypothesis, len(dataset.features))
+    vc = hclass.vc_dimension()
+    sizes = {"paper_first_rows": lp.paper_first_rows(vc, alpha, beta), "paper_rows": lp.paper_rows(vc, alpha, beta,
+                                                                                                   epsilon)}
+    n = lp.check_first_rows(
+        first_rows if first_rows is not None else sizes["paper_first_rows"], dataset.rows,
+        "--first-rows" if first_rows is not None else f"Fig. 13's n at --alpha {alpha:g} --beta {beta:g} (VC {vc})")
+    check_enumerable(hclass, n, f"the first {n:,} rows of --private (--first-rows)")  # before the charge
+    proven = lp.certificate(epsilon, n, dataset.rows)
+    if proven["proven_delta"] >= 1:  # the ledger could not charge it
+        raise PcqrError(f"--epsilon {epsilon:g}: at {dataset.rows - n} scored rows the sampled exponential mechanism "
+                        "proves nothing (delta_EM = (1 + e^eps) TV >= 1); use a smaller --epsilon")
+    statement = {"features_are_public": True, "guarantee": lp.GUARANTEE}
+    parameters = {"algorithm": "label-private", "hypothesis": hypothesis, "epsilon": epsilon, "first_rows": n,
+                  **statement, "out": out}
+    load_cluster_config(cluster)
+    with open_client(cluster, echo=note) as client:  # the enumeration and scoring, as A_SSPP's
+        with provisional_charge(dataset.files, dataset.uri, "learn", epsilon, proven["proven_delta"], parameters,
+                                ledger, client, dataset.features) as charged:
+            _, model = lp.release_label_private(client, hypothesis, dataset, n, epsilon, beta, noise,
+                                                algorithm="label-private", alpha=alpha, **statement, **sizes)
+    return model, charged
 
 
 def sanitize(

@@ -8,7 +8,8 @@ The Python API (docs/api.md):
 - :class:`PrivateClassifier` -- the scikit-learn estimator over a session.
 - :func:`distill` -- a student of a session's public log, written as a model file (no budget).
 - :func:`learn_without_public_data` -- a point, threshold or box classifier from private rows alone
-  (Beimel-Nissim-Stemmer: A_dist, RecConcave), written as a model file.
+  (Beimel-Nissim-Stemmer: A_dist, RecConcave), or any enumerable class's by their label-private
+  learner when the feature columns are stated public (Fig. 13), written as a model file.
 - :func:`sanitize` -- a synthetic database answering every point query (SanPoints) or every threshold
   query (SanThresholds) within alpha.
 - :class:`Reporter` -- where progress and notes go.
