@@ -17,10 +17,11 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``safety_overhead``   the ledger and crash-safe commit on vs off
 * ``answer_logistic``   issue 12's setting: ``pcqr answer``, k = 100 logistic models, 20 features, vs its ceiling
 * ``bns_point``         issue 14: ``pcqr learn --algorithm point`` (A_dist) on 10^6 rows, and its sample complexity
+                        beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
 * ``bns_thresholds``    issue 14: ``pcqr learn --algorithm learn-thresholds`` on 10^6 rows, beside the EM over thresholds
 * ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram;
                         ``--algorithm san-thresholds``, its error beside noisy counts on a binary tree
-                        beside the exponential mechanism over the same class (domains of 2^32 and 2^64 points)
+* ``bns_label_private`` issue 14: ``pcqr learn --algorithm label-private`` on 10^6 rows beside A_SSPP on the same points
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
                         learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
 
@@ -45,6 +46,7 @@ from typing import Any, Callable
 
 from agnostic_at_scale import bench_agnostic_at_scale
 from answer_logistic import bench_answer_logistic
+from bns_label_private import bench_bns_label_private
 from bns_point import bench_bns_point
 from bns_sanitize import bench_bns_sanitize
 from bns_thresholds import bench_bns_thresholds
@@ -64,7 +66,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
-    "bns_thresholds",
+    "bns_thresholds", "bns_label_private",
 )
 
 
@@ -86,6 +88,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "bns_point": bench_bns_point,
     "bns_sanitize": bench_bns_sanitize,
     "bns_thresholds": bench_bns_thresholds,
+    "bns_label_private": bench_bns_label_private,
 }
 
 
@@ -263,6 +266,13 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             for t in h["errors"]["table"]:
                 rows.append(("bns_sanitize", f"largest error, {t['rows']:,} rows, eps 1: SanThresholds / binary tree",
                              f"{_fmt(t['san_thresholds_error'])} / {_fmt(t['binary_tree_error'])}", ""))
+    r = results.get("bns_label_private")
+    if r and "error" not in r:
+        for key, name in (("label_private", "label-private"), ("sspp_same_points", "sspp, the same points public")):
+            e = r[key]
+            rows.append(("bns_label_private", f"rows/s, pcqr learn --algorithm {name} ({r['private_rows']:,} rows)",
+                         _fmt(e["rows_per_second"]), ""))
+            rows.append(("bns_label_private", f"error on fresh rows, {name}", _fmt(e["error_on_10000_fresh_rows"]), ""))
     r = results.get("bns_thresholds")
     if r and "error" not in r:
         e = r["end_to_end"]
