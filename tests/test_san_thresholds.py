@@ -18,7 +18,8 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
 from pcqr.pipeline.mechanisms.integer_domain import Domain, ceiling_counts
-from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters
+from pcqr.pipeline.mechanisms.exponential import sampler_delta
+from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters, recursion_depth
 from pcqr.pipeline.mechanisms.san_thresholds import (
     GROWTH, Call, RangeCounts, SanThresholdsParameters, call_bound, candidates, log_top, san_thresholds,
     scale_quality, smallest_alpha, window_counts,
@@ -348,6 +349,96 @@ def test_certificate_refusals_and_the_smallest_alpha() -> None:
         args = {"epsilon": 1.0, "delta": 1e-6, "alpha": 0.5, "beta": 0.05, "rows": 10**7, "domain": wide, **bad}
         with pytest.raises(PcqrError):
             SanThresholdsParameters.create(**args)
+
+
+def test_every_piece_runs_at_eps0_and_the_certificate_sums_every_term() -> None:
+    """What create hands each mechanism, over 2^32 values (N = 1) and 2^54 (N = 2, A_dist's path), at
+    the least certified m: RecConcave's exponential mechanisms and the choosing mechanism (growth 2)
+    at eps0, A_dist's noise at most eps0, the depth the root range needs; and every certificate term
+    recomputed from the pieces' own certificates -- the choosing mechanism's larger case (b here) and
+    sampler term, c 2(N - 1) A_dist tails, c N exponential-mechanism sampler terms -- so that dropping
+    any of them, or building a piece at 2 eps0, fails here (an independent review's mutants did not)."""
+    wide, huge = Domain(0, 2**32 - 1), Domain(-(2**53 - 1), 2**53 - 1)
+    for domain, depth in ((wide, 1), (huge, 2)):
+        least = SanThresholdsParameters.least_rows(1.0, 1e-6, 0.5, 0.05, domain)
+        p = SanThresholdsParameters.create(1.0, 1e-6, 0.5, 0.05, least, domain)
+        assert p.rec.depth == depth == recursion_depth(log_top(domain.size))
+        assert p.rec.eps0 == p.choosing.epsilon == p.eps0 and p.choosing.growth == GROWTH == 2
+        assert (p.rec.adist is None) == (depth == 1)
+        tail = 0.0
+        if p.rec.adist is not None:
+            assert p.eps0 * (1 - 1e-12) <= 1 / p.rec.adist.scale <= p.eps0
+            tail = p.rec.adist.certificate()["proven_delta"]
+            assert tail > 0
+        terms, certificate = p.choosing.delta_terms(), p.certificate()
+        assert terms["case_b"] > terms["case_a"] > 0 and terms["sampler"] > 0  # so each is seen below
+        em = sampler_delta(p.eps0, p.rec.sampler_rows())
+        stability = p.calls * (terms["case_b"] + 2 * (depth - 1) * tail)
+        sampler = p.calls * (terms["sampler"] + depth * em)
+        assert stability <= certificate["delta_stability"] <= stability * (1 + 1e-9)
+        assert sampler <= certificate["delta_sampler"] <= sampler * (1 + 1e-9)
+        assert certificate["delta_composition"] >= optimal_delta(p.eps0, p.mechanisms, 1.0)
+        parts = certificate["delta_composition"] + certificate["delta_stability"] + certificate["delta_sampler"]
+        assert parts * (1 - 1e-12) <= certificate["proven_delta"] <= 1e-6
+
+
+@pytest.mark.parametrize("eps0", [0.05, 0.5, 5.0])
+def test_no_call_runs_more_than_its_3n_plus_1_mechanisms(monkeypatch: pytest.MonkeyPatch, eps0: float) -> None:
+    """Every mechanism a run executes, counted where it draws (the two counts, the choosing mechanism,
+    RecConcave's exponential mechanisms and A_dist's), per call, on domains of 2^32 and 2^54 values
+    and data that spikes, spreads and skews: at most 2 counts, one choosing, N exponential mechanisms
+    and 2(N - 1) A_dist's a call (the 3N + 1 of M = c (3N + 1)), and the whole run within M; some
+    call uses all 3N + 1 (so the counting sees them)."""
+    import collections
+
+    import pcqr.pipeline.mechanisms.rec_concave as rc
+    import pcqr.pipeline.mechanisms.san_thresholds as st
+
+    per_call: list[collections.Counter] = []
+
+    def counted(module, name: str, kind: str) -> None:
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            per_call[-1][kind] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for module, name, kind in ((st, "noisy_count", "count"), (st, "choose_solution", "choosing"),
+                               (rc, "exponential_choice", "em"), (rc, "propose_test_release", "adist")):
+        counted(module, name, kind)
+    start = st.sanitize_range
+
+    def call(*args, **kwargs):
+        per_call.append(collections.Counter())
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(st, "sanitize_range", call)
+    rng = np.random.default_rng(4)
+    for domain in (Domain(0, 2**32 - 1), Domain(-(2**53 - 1), 2**53 - 1)):
+        depth = recursion_depth(log_top(domain.size))
+        fullest = 0
+        for shape in ("spike", "spread", "skew"):
+            rows = 3000
+            if shape == "spike":
+                x = np.where(rng.random(rows) < 0.5, 7, rng.integers(0, 2**20, rows))
+            elif shape == "spread":
+                x = rng.integers(domain.lo // 2, domain.hi // 2, rows)
+            else:
+                x = np.floor(np.exp(rng.normal(3, 4, rows))).clip(0, domain.hi).astype(np.int64)
+            values, counts = np.unique(x.astype(np.int64), return_counts=True)
+            params = tiny_parameters(eps0, rows, 0.2, call_bound(0.2), domain)
+            for seed in range(3):
+                per_call.clear()
+                san_thresholds(values, counts, params, SeededNoise(seed))
+                assert len(per_call) <= params.calls
+                for c in per_call:
+                    assert c["count"] <= 2 and c["choosing"] <= 1 and c["em"] <= depth
+                    assert c["adist"] <= 2 * (depth - 1) and sum(c.values()) <= 3 * depth + 1
+                    fullest = max(fullest, sum(c.values()))
+                assert sum(sum(c.values()) for c in per_call) <= params.mechanisms
+        assert fullest == 3 * depth + 1
 
 
 def _largest_error(released: list[tuple[int, float]], values: np.ndarray, counts: np.ndarray) -> float:

@@ -59,7 +59,11 @@ Privacy (Lemma 4.8's argument under replace-one neighbours, with KOV's compositi
   the M-fold pure composition's delta at eps. eps0 is the largest with delta_pure <= delta/2
   (:func:`pcqr.pipeline.privacy.composition.largest_eps0`); each call's delta carriers (one
   choosing, 2(N - 1) A_dist's) get delta / (2c(2N - 1)) each, less 2^-20 of it (room for the
-  samplers' terms). M above EXACT_MAX_COUNT is refused with the smallest alpha that fits. The
+  samplers' terms). The theorem fixes each place's (eps_l, delta_l) while which mechanism runs
+  depends on earlier outputs: every call has the same template of 3N + 1 places, and a place whose
+  mechanism does not run (a halt, a bottom, a shallower range) holds a constant output, (0, 0)-DP,
+  so every run is one fixed sequence of M places. M above EXACT_MAX_COUNT is refused with the
+  smallest alpha that fits. The
   paper's Lemma 4.8 composes 4c (eps, delta) mechanisms by advanced composition, RecConcave
   counted as one.
 
