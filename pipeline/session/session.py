@@ -126,7 +126,10 @@ class Session:
         The private state directory.
     cluster : str, optional
         A cluster.yaml (see docs); default: ./cluster.yaml if present, else a local Dask cluster
-        started on first use and closed with the session.
+        started on first use and closed with the session. When that local cluster's workers are
+        threads of this process (answering with stump or linear models), this process's BLAS runs
+        one thread until :meth:`close`, as Dask's worker processes do (NumPy work of your own in
+        the same process meanwhile runs single-threaded BLAS).
     client : distributed.Client, optional
         Use this client instead of starting one (it is not closed by the session).
     ledger : str, optional
