@@ -96,6 +96,13 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
 
 
 def test_default_is_local_on_loopback() -> None:
+    # the session-wide `client` fixture's cluster.yaml (processes: false) stays in dask's config
+    # while it is open; this test is about the built-in default, processes: auto
+    with dask.config.set({"pcqr.cluster.processes": "auto"}):
+        _default_is_local_on_loopback()
+
+
+def _default_is_local_on_loopback() -> None:
     config = load_cluster_config(None)
     assert config == ClusterConfig(None, "local", config.options, config.dask_config)
     assert config.options["dashboard-address"] == "auto"

@@ -185,12 +185,7 @@ def _learn_label_private(
     if hypothesis is None:
         raise PcqrError(f"--algorithm label-private needs --hypothesis (one of {', '.join(CLASSES[:-1])})")
     check_epsilon(epsilon, lowest=MIN_EM_EPSILON)
-    check_fraction(alpha, "--alpha")
-    check_fraction(beta, "--beta")
-    check_writable_file(out, "--out")
-    noise = noise_source(seed, insecure_seed)
-    columns = split_features(features) if isinstance(features, str) or features is None else list(features)
-    dataset = open_dataset(private, "private", label=label, features=columns)
+    dataset, noise = _dataset_and_noise(private, out, features, label, alpha, beta, seed, insecure_seed)
     hclass = make_class(hypothesis, len(dataset.features))
     vc = hclass.vc_dimension()
     sizes = {"paper_first_rows": lp.paper_first_rows(vc, alpha, beta), "paper_rows": lp.paper_rows(vc, alpha, beta,
@@ -318,6 +313,18 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta:
                       "'x > theta' (direction=up) those above; rows are taken at ceil(x) clipped to the domain"}
 
 
+def _dataset_and_noise(private: str, out: str, features: str | Sequence[str] | None, label: str | None,
+                       alpha: float, beta: float, seed: int | None, insecure_seed: bool) -> tuple[Dataset, NoiseSource]:
+    """The checks every job here makes before any private row (--alpha, --beta, --out, the seed, the
+    dataset's metadata and columns): (the dataset, the noise source)."""
+    check_fraction(alpha, "--alpha")
+    check_fraction(beta, "--beta")
+    check_writable_file(out, "--out")
+    noise = noise_source(seed, insecure_seed)
+    columns = split_features(features) if isinstance(features, str) or features is None else list(features)
+    return open_dataset(private, "private", label=label, features=columns), noise
+
+
 def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
                     features: str | Sequence[str] | None, label: str | None, alpha: float, beta: float,
                     seed: int | None, insecure_seed: bool, one_feature: bool = True) -> tuple[Domain, Dataset, NoiseSource]:
@@ -326,12 +333,7 @@ def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
         raise PcqrError(f"--domain LO:HI is required by --algorithm {algorithm} (the feature's public integer "
                         "domain)")
     parsed = Domain.parse(domain)
-    check_fraction(alpha, "--alpha")
-    check_fraction(beta, "--beta")
-    check_writable_file(out, "--out")
-    noise = noise_source(seed, insecure_seed)
-    columns = split_features(features) if isinstance(features, str) or features is None else list(features)
-    dataset = open_dataset(private, "private", label=label, features=columns)
+    dataset, noise = _dataset_and_noise(private, out, features, label, alpha, beta, seed, insecure_seed)
     if one_feature and len(dataset.features) != 1:
         raise PcqrError(f"--private {dataset.uri}: --algorithm {algorithm} works on ONE feature column, found "
                         f"{len(dataset.features)} ({', '.join(dataset.features[:4])}...); pass --features COLUMN")
