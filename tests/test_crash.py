@@ -27,7 +27,9 @@ from tests.conftest import DENSE_BOTTOMS_PRIVACY
 from tests.fault_injection import cli_env, sigkill_at_a_random_moment
 
 KILLS = 50
-QUERIES, BATCH = 300_000, 250
+# All KILLS must land before the stream ends: at batches of 250 the faster answer loop of issue 12
+# had done 208,000 of 300,000 queries after the 50th kill on the dev machine; at 200, 131,000.
+QUERIES, BATCH = 300_000, 200
 _BATCH_FILE = re.compile(r"^batch-\d{8}\.parquet$")
 
 
