@@ -28,7 +28,7 @@ ALGORITHMS = SANITIZERS
               help="'san-points': SanPoints (Beimel-Nissim-Stemmer Fig. 9): every point query 'what share of rows "
               "equal v' within alpha ((eps, delta)-DP, Theorem 4.6). 'san-thresholds': SanThresholds (Fig. 11): "
               "every threshold query 'what share of rows are below j' within alpha (Lemma 4.8; ceil(77/alpha) "
-              "calls, so alpha >= 0.154 on a 2^32 domain, >= 0.271 beyond).")
+              "calls, so alpha >= 0.154 on a 2^32 domain, >= 0.2702 beyond).")
 @click.option("--features", default=None, help="The ONE integer feature column to sanitize (default: the data's only "
               "numeric column).")
 @click.option("--domain", required=True, help="The feature's public integer domain LO:HI (e.g. 0:4294967295), given "

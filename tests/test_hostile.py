@@ -187,6 +187,8 @@ CASES = [
          mutate=cluster_yaml("pcqr: [\n")),
     case("cluster-dashboard-interface", TRAIN + " --cluster {bad_cluster}", "pcqr.cluster.dashboard-address",
          mutate=cluster_yaml("pcqr:\n  cluster:\n    dashboard-address: 0.0.0.0:8787\n")),
+    case("cluster-dashboard-word", TRAIN + " --cluster {bad_cluster}", "pcqr.cluster.dashboard-address",
+         mutate=cluster_yaml("pcqr:\n  cluster:\n    dashboard-address: sometimes\n")),
     case("cluster-learners-allow", TRAIN + " --cluster {bad_cluster}", "pcqr.learners.allow",
          mutate=cluster_yaml("pcqr:\n  learners:\n    allow: [os; rm]\n")),
     # answer

@@ -333,7 +333,8 @@ def local_dashboard(setting: str | None, processes: bool) -> str | None:
     return setting
 
 
-def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) -> Client:
+def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) -> tuple[Client, bool]:
+    """(the client, whether a local cluster was started without a dashboard)."""
     o = config.options
     if config.backend == "local":  # tcp even without processes: inproc binds workers' HTTP to all interfaces
         processes = local_processes(o["processes"], array_work)
@@ -345,21 +346,21 @@ def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) ->
             threads_per_worker=o["threads-per-worker"], memory_limit=o["memory-limit"],
             # without a dashboard the scheduler's HTTP endpoints still take a free port, not 8787
             dashboard_address=dashboard or "127.0.0.1:0", scheduler_kwargs={} if dashboard else {"dashboard": False}))
-        return stack.enter_context(Client(cluster))
+        return stack.enter_context(Client(cluster)), dashboard is None
     if config.backend == "address":
         tls = {k: v for k, v in (o["tls"] or {}).items() if v}
         security = Security(tls_ca_file=tls.get("ca-file"), tls_client_cert=tls.get("cert"),
                             tls_client_key=tls.get("key"), require_encryption=True) if tls else None
-        return _connect(config, stack, "address", address=o["address"], security=security)
+        return _connect(config, stack, "address", address=o["address"], security=security), False
     if config.backend == "scheduler-file":
-        return _connect(config, stack, "scheduler-file", scheduler_file=o["scheduler-file"])
+        return _connect(config, stack, "scheduler-file", scheduler_file=o["scheduler-file"]), False
     module, _, attr = o["class"].rpartition(".")
     cluster = stack.enter_context(getattr(importlib.import_module(module), attr)(**(o["kwargs"] or {})))
     if o["adapt"] is not None:
         cluster.adapt(**o["adapt"])
     elif o["scale"] is not None:
         cluster.scale(o["scale"])
-    return stack.enter_context(Client(cluster))
+    return stack.enter_context(Client(cluster)), False
 
 
 def _wait_for_workers(config: ClusterConfig, client: Client) -> None:
@@ -407,11 +408,9 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
     """
     config = load_cluster_config(cluster_path)
     with dask.config.set(config.dask_config), ExitStack() as stack:
-        client, link = _start(config, stack, array_work), None
+        (client, off), link = _start(config, stack, array_work), None
         quiet_expected_errors(client)  # a worker's PcqrError: pcqr's one line, no "Compute Failed" block
         _wait_for_workers(config, client)
-        off = config.backend == "local" and local_dashboard(
-            config.options["dashboard-address"], local_processes(config.options["processes"], array_work)) is None
         with suppress(KeyError):  # a remote scheduler may have no HTTP server
             link = None if off else client.dashboard_link
         if echo is not None:

@@ -106,6 +106,11 @@ def log_top(size: int) -> int:
     return (size - 1).bit_length()
 
 
+def _count(n: int) -> str:
+    """A count for a message: 3,080, or 7.7e+301 when it is too long to read."""
+    return f"{n:,}" if n < 10**12 else f"{n:.2g}"
+
+
 def mechanisms_per_call(depth: int) -> int:
     """2 counts + one choosing mechanism + RecConcave's 3N - 2 at depth N."""
     return 3 * depth + 1
@@ -145,8 +150,8 @@ class SanThresholdsParameters:
         count = calls * mechanisms_per_call(depth)
         if count > EXACT_MAX_COUNT:
             raise PcqrError(f"--alpha {alpha:g}: SanThresholds over --domain {domain.describe()} makes up to "
-                            f"ceil(77/alpha) = {calls:,} calls of {mechanisms_per_call(depth)} mechanisms "
-                            f"({count:,}); their optimal composition is certified for at most {EXACT_MAX_COUNT:,}: "
+                            f"ceil(77/alpha) = {_count(calls)} calls of {mechanisms_per_call(depth)} mechanisms "
+                            f"({_count(count)}); their optimal composition is certified for at most {EXACT_MAX_COUNT:,}: "
                             f"--alpha must be at least {smallest_alpha(depth):.4g}")
         carriers = calls * (2 * depth - 1)
         return calls, depth, largest_eps0(count, epsilon, delta / 2), delta / (2 * carriers) * ADIST_MARGIN
