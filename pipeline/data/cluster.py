@@ -43,6 +43,7 @@ from distributed import Client, LocalCluster
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
+from pcqr.pipeline.data.private_folder import PrivateFolder
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.worker_errors import quiet_expected_errors
 
@@ -341,8 +342,13 @@ def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) ->
         dashboard = local_dashboard(o["dashboard-address"], processes)
         if not processes:  # worker threads x BLAS threads would oversubscribe the cores
             stack.enter_context(one_blas_thread())
+        # the scheduler's and workers' scratch (spilled data: private rows) in a 0700 folder, removed
+        # after the cluster
+        scratch = stack.enter_context(PrivateFolder())
+        stack.enter_context(dask.config.set({"temporary-directory": scratch.path}))
         cluster = stack.enter_context(LocalCluster(
             host="127.0.0.1", protocol="tcp://", n_workers=o["n-workers"], processes=processes,
+            local_directory=scratch.path,
             threads_per_worker=o["threads-per-worker"], memory_limit=o["memory-limit"],
             # without a dashboard the scheduler's HTTP endpoints still take a free port, not 8787
             dashboard_address=dashboard or "127.0.0.1:0", scheduler_kwargs={} if dashboard else {"dashboard": False}))
