@@ -12,7 +12,7 @@ the registered datasets it overlaps.
 from __future__ import annotations
 
 import json
-import math
+from contextlib import nullcontext
 from typing import Any, Callable, TypeVar
 
 import click
@@ -20,11 +20,8 @@ import click
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import open_dataset
-from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.fingerprint import Fingerprint, fingerprint_dataset
-from pcqr.pipeline.budget.ledger import Ledger, ledger_path, pair
-from pcqr.pipeline.budget.overlap import ROWS, Relation, describe, register, related_identities
-from pcqr.pipeline.privacy.subsamp import check_epsilon
+from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_path, pair
+from pcqr.pipeline.budget.overlap import Relation, describe, identify
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,15 +35,6 @@ def hashing_cluster_option(func: F) -> F:
     )(func)
 
 
-def check_budget(epsilon: float, delta: float, name: str | None) -> None:
-    """Refuse an impossible budget or an empty name, naming the option."""
-    check_epsilon(epsilon)
-    if not (math.isfinite(delta) and 0 <= delta < 1):
-        raise PcqrError(f"--delta must be in [0, 1), got {delta}")
-    if name is not None and not name.strip():
-        raise PcqrError("--name must not be empty")
-
-
 def resolve(dataset: str, ledger: Ledger, cluster: str | None,
             registering: bool = False) -> tuple[str, str, list[Relation]]:
     """(identity, label, registered datasets it overlaps) of DATASET: a name registered with
@@ -56,22 +44,9 @@ def resolve(dataset: str, ledger: Ledger, cluster: str | None,
         registration = ledger.registration(named)
         return named, str(registration["label"]) if registration else dataset, []
     files = open_dataset(dataset, "private").files  # metadata only
-    if cluster is None:
-        return _identify(files, dataset, ledger, None, registering)
-    with open_client(cluster, echo=note) as client:
-        return _identify(files, dataset, ledger, client, registering)
-
-
-def _identify(files: tuple[str, ...], label: str, ledger: Ledger, client: Any,
-              registering: bool) -> tuple[str, str, list[Relation]]:
-    found: Fingerprint = fingerprint_dataset(files, client, ledger, sketches=registering)
-    if registering:
-        register(ledger, found, label)
-    elif ledger.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
-        found = fingerprint_dataset(files, client, ledger)
-    if found.row_sketch is None:
-        return found.identity, label, []
-    return found.identity, label, related_identities(ledger, found, files, client)
+    with open_client(cluster, echo=note) if cluster is not None else nullcontext() as client:
+        identity, related = identify(files, dataset, ledger, client, registering)
+    return identity, dataset, related
 
 
 def overlap_summary(related: list[Relation]) -> list[dict[str, Any]]:

@@ -76,6 +76,17 @@ def _exceeds(total: float, bound: float) -> bool:
     return total > bound * (1.0 + RELATIVE_TOLERANCE)
 
 
+def check_budget(epsilon: float, delta: float, name: str | None) -> None:
+    """Refuse an impossible budget or an empty name, naming the option."""
+    from pcqr.pipeline.privacy.subsamp import check_epsilon
+
+    check_epsilon(epsilon)
+    if not (math.isfinite(delta) and 0 <= delta < 1):
+        raise PcqrError(f"--delta must be in [0, 1), got {delta}")
+    if name is not None and not name.strip():
+        raise PcqrError("--name must not be empty")
+
+
 class Ledger(LedgerStore):
     """The ledger's policy over its storage (pcqr.pipeline.budget.store): budgets, charges under
     basic composition, refunds. Use it as a context manager, or call :meth:`close`."""

@@ -121,9 +121,26 @@ def describe(related: list[Relation]) -> str:
     return "; ".join(described)
 
 
+def identify(files: Sequence[str], label: str, ledger: Ledger, client: Any = None,
+             registering: bool = False) -> tuple[str, list[Relation]]:
+    """(identity, registered datasets it overlaps) of the dataset made of ``files``, labelled
+    ``label``; ``registering`` stores its row sketch first (``pcqr budget set``)."""
+    found = fingerprint_dataset(files, client, ledger, sketches=registering)
+    if registering:
+        register(ledger, found, label)
+    elif ledger.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
+        found = fingerprint_dataset(files, client, ledger)
+    if found.row_sketch is None:
+        return found.identity, []
+    return found.identity, related_identities(ledger, found, files, client)
+
+
+OVERLAP_NOTE = "overlaps registered data, also charged to "
+
+
 def relation_note(related: list[Relation]) -> str:
     """Which registered datasets a charge also went to, and why (a part of the charge's one line)."""
-    return "overlaps registered data, also charged to " + describe(related)
+    return OVERLAP_NOTE + describe(related)
 
 
 # --- identities of earlier versions (SHA-256 of the files' bytes) ---------------------------------
