@@ -190,10 +190,11 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     array_work = ensemble is not None and ensemble.array_counted and session.universal is None  # type: ignore[union-attr]
     with connect(array_work=array_work) as client:
         validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)  # before any charge
-        guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
-                                                      if answering.truth else None)],
-                            answering.allow_private_overlap, training.ledger, plan.private if plan else None,
-                            client, note)  # misuse guard, before any charge
+        if not answering.private_log:  # misuse guard, before any charge: no private row into a public log
+            guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
+                                                          if answering.truth else None)],
+                                answering.allow_private_overlap, training.ledger, plan.private if plan else None,
+                                client, note)
         if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
             check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
         if plan is not None:  # refunded if this command fails before a batch is committed

@@ -64,6 +64,7 @@ class AnswerOptions:
     fallback_label: int | None = None
     truth: str | None = None
     allow_private_overlap: bool = False
+    private_log: bool = False  # Python API only: the log is the caller's private folder, never published
     after_halt: str = "refuse"  # refuse | student (pcqr.pipeline.session.distillation)
     student_learner: str | None = None  # None: the guess gate's student learner, else the session's
     student_learner_param: tuple[str, ...] = ()

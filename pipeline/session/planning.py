@@ -74,10 +74,7 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
                             "Algorithm 5's parameters only; use --profile paper (or leave it out)")
         return _plan_agnostic(options, private, noise, reporter)
     gate, why = (gate, None) if gate else choose_gate(options, private.rows)
-    params = SubSampParameters.create(
-        options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
-        options.beta, options.subsamples, options.threshold, gate,
-    ).for_rows(private.rows)
+    params = realizable_parameters(options, gate, private.rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
         raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
                         f"--queries-max answers ({options.queries_max}); leave --cutoff out")
@@ -94,6 +91,22 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
     warn_if_useless(params, reporter)
     return TrainingPlan(params, learner, private, noise, options.seed, guess=guess, gate_chosen=why)
+
+
+def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> SubSampParameters:
+    """A realizable session's parameters through ``gate`` on ``rows`` private rows (n is public): the
+    certificate's check of every value, k by the gate's rule unless ``options.subsamples`` is given."""
+    return SubSampParameters.create(
+        options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
+        options.beta, options.subsamples, options.threshold, gate,
+    ).for_rows(rows)
+
+
+def default_subsamples(options: TrainingOptions, rows: int) -> int:
+    """The k a realizable session on ``rows`` private rows gets when ``subsamples`` is not given (the
+    gate as ``plan_training`` chooses it; public parameters and n only, no row read)."""
+    gate = options.gate or ("guess" if options.guess is not None else None)
+    return realizable_parameters(options, gate or choose_gate(options, rows)[0], rows).subsamples
 
 
 def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:

@@ -70,6 +70,11 @@ class SessionStatus:
         Queries the coordinator tested per instance spent so far (None before the first abstention).
     forecast_more_queries : int or None
         At that rate, how many more queries the rest of the budget should test.
+    queries_max : int
+        m, the most queries the session tests (beyond it every query is refused).
+    queries_seen : int
+        The queries the coordinator has tested so far (answered or abstained; duplicates and
+        refusals are not tested).
     """
 
     used: int
@@ -90,6 +95,8 @@ class SessionStatus:
     flipped: int = 0
     queries_per_instance: float | None = None
     forecast_more_queries: int | None = None
+    queries_max: int = 0
+    queries_seen: int = 0
 
 
 def session_status(state: str) -> SessionStatus:
@@ -109,7 +116,8 @@ def session_status(state: str) -> SessionStatus:
         refused=session.totals["refused"], log=session.log_dir, mode=session.mode, private=session.private,
         profile=session.params.profile, gate=session.params.gate, flipped=session.totals.get("flipped", 0),
         queries_per_instance=meter["queries_per_instance"],
-        forecast_more_queries=meter["forecast_more_queries"],
+        forecast_more_queries=meter["forecast_more_queries"], queries_max=session.params.queries_max,
+        queries_seen=session.sparse_vector.queries_seen,
     )
 
 
@@ -321,7 +329,8 @@ class Session:
     def answer(self, queries: QueryInput, *, log: str | None = None, batch_size: int = AnswerOptions.batch_size,
                id_column: str | None = None, fallback_label: int | None = None, truth: str | None = None,
                allow_private_overlap: bool = False, after_halt: str = AnswerOptions.after_halt,
-               student_learner: str | None = None, student_learner_params: Mapping[str, Any] | None = None) -> pa.Table:
+               student_learner: str | None = None, student_learner_params: Mapping[str, Any] | None = None,
+               private_log: bool = False) -> pa.Table:
         """Answer a batch of queries privately; returns the answers as the public log records them.
 
         Each answer passes the session's sparse-vector coordinator and is committed to the public
@@ -354,6 +363,10 @@ class Session:
             The student's learner (default: the guess gate's student learner, else the session's).
         student_learner_params : mapping, optional
             Its parameters.
+        private_log : bool
+            ``log`` is a private folder of the caller's that is never published (PrivateClassifier's
+            temporary folder): the misuse guard, which keeps private rows out of public logs, does
+            not run. Never pass it for a log anyone else reads.
 
         Returns
         -------
@@ -374,7 +387,8 @@ class Session:
             training = TrainingOptions(state=self.state, ledger=self.ledger, cluster=self.cluster)
             answering = AnswerOptions(queries=os.fspath(path), log_dir=log, id_column=id_column, batch_size=batch_size,
                                       fallback_label=fallback_label, truth=truth,
-                                      allow_private_overlap=allow_private_overlap, after_halt=after_halt,
+                                      allow_private_overlap=allow_private_overlap, private_log=private_log,
+                                      after_halt=after_halt,
                                       student_learner=student_learner,
                                       student_learner_param=_param_items(student_learner_params))
             try:
