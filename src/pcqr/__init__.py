@@ -12,6 +12,10 @@ The Python API (docs/api.md):
   learner when the feature columns are stated public (Fig. 13), written as a model file.
 - :func:`sanitize` -- a synthetic database answering every point query (SanPoints) or every threshold
   query (SanThresholds) within alpha.
+- :func:`privacy_cost` -- what a cross-validation or a search over ``PrivateClassifier`` will charge,
+  before it runs; :func:`set_budget` -- a ledger budget on rows in memory that caps it.
+- :class:`PrivacyCostWarning`, :class:`UnansweredWarning`, :class:`SmallDataWarning` -- what
+  ``PrivateClassifier`` warns of (a fit's charge; queries without an answer; too few rows).
 - :class:`Reporter` -- where progress and notes go.
 - :class:`PcqrError` -- every refusal: one line naming the parameter, file or column.
 
@@ -33,13 +37,21 @@ if TYPE_CHECKING:  # what the names below resolve to, for type checkers and read
     from pcqr.pipeline.errors import PcqrError
     from pcqr.pipeline.mechanisms.without_public_data import learn_without_public_data, sanitize
     from pcqr.pipeline.session.distillation import distill
-    from pcqr.pipeline.session.estimator import PrivateClassifier
+    from pcqr.pipeline.session.estimator import (PrivacyCostWarning, PrivateClassifier, SmallDataWarning,
+                                                 UnansweredWarning)
+    from pcqr.pipeline.session.model_selection import PrivacyCost, privacy_cost, set_budget
     from pcqr.pipeline.session.reporting import Reporter
     from pcqr.pipeline.session.session import Session, SessionStatus
 
 _HOMES = {
     "PcqrError": "pcqr.pipeline.errors",
     "PrivateClassifier": "pcqr.pipeline.session.estimator",
+    "PrivacyCostWarning": "pcqr.pipeline.session.estimator",
+    "UnansweredWarning": "pcqr.pipeline.session.estimator",
+    "SmallDataWarning": "pcqr.pipeline.session.estimator",
+    "PrivacyCost": "pcqr.pipeline.session.model_selection",
+    "privacy_cost": "pcqr.pipeline.session.model_selection",
+    "set_budget": "pcqr.pipeline.session.model_selection",
     "distill": "pcqr.pipeline.session.distillation",
     "learn_without_public_data": "pcqr.pipeline.mechanisms.without_public_data",
     "sanitize": "pcqr.pipeline.mechanisms.without_public_data",
@@ -48,8 +60,9 @@ _HOMES = {
     "SessionStatus": "pcqr.pipeline.session.session",
 }
 
-__all__ = ["PcqrError", "PrivateClassifier", "Reporter", "Session", "SessionStatus", "__version__", "distill",
-           "learn_without_public_data", "sanitize"]
+__all__ = ["PcqrError", "PrivacyCost", "PrivacyCostWarning", "PrivateClassifier", "Reporter", "Session",
+           "SessionStatus", "SmallDataWarning", "UnansweredWarning", "__version__", "distill",
+           "learn_without_public_data", "privacy_cost", "sanitize", "set_budget"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,176 @@
+"""PrivateClassifier the way a data scientist uses it (issue 26): scikit-learn's cross-validation and
+grid search give real numbers, their cost is known before they run and capped by the ledger, and no
+private row is left behind in $TMPDIR -- after a fit, a predict, a score, a cross-validation, a
+search, a fit that fails, a pickled copy."""
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import stat
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+
+import pcqr
+from pcqr.pipeline.budget.ledger import Ledger
+from tests.conftest import MECHANICS
+
+SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private
+SMALL = {"epsilon": 8.0, "delta": 1e-6, "cutoff": 10, "subsamples": 50}
+
+
+def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, (X[:, 0] > 0.1).astype(int)
+
+
+@pytest.fixture
+def empty_tmpdir(tmp_path, monkeypatch) -> Path:
+    """$TMPDIR (and Python's cached tempfile.tempdir) pointed at an empty folder."""
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def quiet_charges() -> None:
+    warnings.simplefilter("ignore", pcqr.PrivacyCostWarning)
+
+
+def test_no_private_row_is_left_in_tmpdir(empty_tmpdir, thread_cluster_yaml) -> None:
+    X, y = _data(3000, 1)
+    clf = pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    made = list(empty_tmpdir.iterdir())  # while fitted: one private folder, 0700, no copy of the rows
+    assert len(made) == 1 and made[0].name.startswith("pcqr-private-")
+    assert stat.S_IMODE(made[0].stat().st_mode) == 0o700
+    assert not list(made[0].rglob("*.parquet")) or all("fit-private" not in p.name for p in made[0].rglob("*"))
+    Q, truth = _data(500, 2)
+    assert 0.9 < clf.score(Q, truth) <= 1.0
+    copy = pickle.loads(pickle.dumps(clf))  # a copy shares the session while the original lives
+    assert np.array_equal(np.isnan(copy.predict(Q[:10])), np.zeros(10, dtype=bool))
+    clf.close()
+    assert list(empty_tmpdir.iterdir()) == []
+    with pytest.raises(pcqr.PcqrError, match="its session was removed"):
+        copy.predict(Q[:10])
+
+    with pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED) as scoped:
+        scoped.fit(X, y).predict(Q)
+    assert list(empty_tmpdir.iterdir()) == []
+
+    collected = pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    del collected
+    gc.collect()
+    assert list(empty_tmpdir.iterdir()) == []
+
+    with pytest.raises(pcqr.PcqrError):  # refused after the rows were written: nothing stays
+        pcqr.PrivateClassifier(**{**SMALL, "subsamples": 5000}, cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    assert list(empty_tmpdir.iterdir()) == []
+
+    scores = cross_val_score(pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED), X, y, cv=3)
+    search = GridSearchCV(pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED),
+                          {"cutoff": [5, 10]}, cv=2).fit(X, y)
+    assert np.isfinite(scores).all() and np.isfinite(search.cv_results_["mean_test_score"]).all()
+    del search
+    gc.collect()
+    assert list(empty_tmpdir.iterdir()) == []
+
+
+def test_cross_validation_scores_are_real_numbers_near_the_non_private_ones(thread_cluster_yaml) -> None:
+    """Each fold's test rows are other folds' training rows, which the ledger has registered as
+    private: without a log of the caller's nothing is published, so they are answered."""
+    X, y = _data(6000, 3)
+    clf = pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pcqr.UnansweredWarning)  # every query answered (the guess gate, the student)
+        scores = cross_val_score(clf, X, y, cv=KFold(3, shuffle=True, random_state=0))
+    baseline = cross_val_score(LogisticRegression(), X, y, cv=KFold(3, shuffle=True, random_state=0))
+    assert np.isfinite(scores).all() and scores.min() > 0.95 and baseline.min() > 0.99
+
+
+def test_a_search_costs_what_privacy_cost_said_and_the_budget_caps_it(tmp_path, thread_cluster_yaml) -> None:
+    ledger = str(tmp_path / "ledger.sqlite")
+    X, y = _data(4000, 4)
+    clf = pcqr.PrivateClassifier(**SMALL, ledger=ledger, cluster=thread_cluster_yaml, **SEED)
+    search = GridSearchCV(clf, {"cutoff": [5, 10]}, cv=3)
+    cost = pcqr.privacy_cost(search)
+    assert (cost.fits, cost.epsilon, cost.delta) == (7, 56.0, pytest.approx(7e-6))
+    assert pcqr.privacy_cost(clf, cv=4).fits == 4 and pcqr.privacy_cost(clf).epsilon == 40.0  # cv=5 by default
+    budget = pcqr.set_budget(X, y, epsilon=cost.epsilon, delta=1e-4, name="rows", ledger=ledger)
+    assert budget["spent_epsilon"] == 0
+    search.fit(X, y)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    with Ledger(ledger) as book:
+        identity = book.find_name("rows")
+        assert book.spent(identity)[0] == pytest.approx(cost.epsilon)  # every fit charged to the rows
+    with pytest.raises(pcqr.PcqrError, match="privacy budget of rows exceeded"):  # the budget is spent
+        cross_val_score(clf, X, y, cv=3, error_score="raise")
+    with Ledger(ledger) as book:
+        assert book.spent(book.find_name("rows"))[0] == pytest.approx(cost.epsilon)  # and never exceeded
+
+
+def test_predict_refuses_up_front_what_the_session_cannot_answer(tmp_path, thread_cluster_yaml) -> None:
+    X, y = _data(3000, 5)
+    Q, _ = _data(300, 6)
+    clf = pcqr.PrivateClassifier(**SMALL, queries_max=200, after_halt="refuse", cluster=thread_cluster_yaml,
+                                 **SEED).fit(X, y)
+    with pytest.raises(pcqr.PcqrError, match=r"300 queries, but the session answers at most 200 more"):
+        clf.predict(Q)
+    with pcqr.Session.open(clf.state_, cluster=thread_cluster_yaml) as session:
+        assert session.status().answered == 0  # nothing was asked
+    assert not np.isnan(clf.predict(Q[:200])).any()
+    student = pcqr.PrivateClassifier(**SMALL, queries_max=200, cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    assert not np.isnan(student.predict(Q)).any()  # after_halt='student' (the default): beyond m, the student
+
+
+def test_score_says_how_many_queries_got_no_answer(thread_cluster_yaml) -> None:
+    """The stability gate abstains near the boundary: score counts those as wrong, and says so."""
+    X, y = _data(6000, 7)
+    Q, truth = _data(400, 8)
+    clf = pcqr.PrivateClassifier(**MECHANICS, gate="stability", cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    with pytest.warns(pcqr.UnansweredWarning, match=r"of 400 queries got no answer \(abstained or refused\) and count as wrong"):
+        score = clf.score(Q, truth)
+    assert 0.5 < score < 1.0
+
+
+def test_a_public_log_never_gets_private_rows(tmp_path, thread_cluster_yaml) -> None:
+    """With log= (public), predicting the training rows is refused by the misuse guard; without, it is
+    answered into the private folder's log."""
+    X, y = _data(3000, 9)
+    public = pcqr.PrivateClassifier(**SMALL, log=str(tmp_path / "log"), cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    with pytest.raises(pcqr.PcqrError, match="holds private rows"):
+        public.predict(X[:100])
+    assert not (tmp_path / "log").exists() or not any((tmp_path / "log").glob("*.parquet"))
+    private = pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    assert not np.isnan(private.predict(X[:100])).any()
+    assert os.path.dirname(private.log_) == os.path.dirname(private.state_)  # in the private folder
+
+
+def test_too_few_rows_for_the_default_k_train_one_row_a_model_and_say_so(thread_cluster_yaml) -> None:
+    X, y = _data(60, 10)
+    with pytest.warns(pcqr.SmallDataWarning, match="60 private rows are too few"):
+        clf = pcqr.PrivateClassifier(cluster=thread_cluster_yaml).fit(X, y)
+    with pcqr.Session.open(clf.state_, cluster=thread_cluster_yaml) as session:
+        assert session.summary()["subsamples"] == 60
+    assert not np.isnan(clf.predict(X)).any()
+
+
+def test_learner_auto_is_a_tree_as_deep_as_the_rows_a_model_get(thread_cluster_yaml) -> None:
+    from pcqr.pipeline.session.estimator import auto_learner
+
+    assert [auto_learner(r)[1]["max_depth"] for r in (1, 22, 23, 91, 181, 182, 10**6)] == [1, 1, 2, 4, 4, 5, 6]
+    X, y = _data(4000, 11)
+    clf = pcqr.PrivateClassifier(**SMALL, learner="auto", cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    with pcqr.Session.open(clf.state_, cluster=thread_cluster_yaml) as session:
+        summary = session.summary()
+    assert summary["learner"] == "sklearn.tree.DecisionTreeClassifier" and summary["subsamples"] == 50
+    Q, truth = _data(300, 12)
+    assert clf.score(Q, truth) > 0.95
