@@ -22,7 +22,8 @@ def test_the_page_has_examples_of_every_exported_name() -> None:
 
     code = "\n".join(blocks())
     assert len(blocks()) >= 5
-    for name in ("Session.create", "Session.open", ".answer(", ".status()", "PrivateClassifier", "PcqrError"):
+    for name in ("Session.create", "Session.open", ".answer(", ".status()", "PrivateClassifier", "PcqrError",
+                 "cross_val_score(", "GridSearchCV(", "privacy_cost(", "set_budget(", 'learner="auto"'):
         assert name in code, name
     assert set(pcqr.__all__) - {"__version__"} <= set(re.findall(r"`pcqr\.(\w+)`", DOC.read_text()))
 
@@ -43,6 +44,13 @@ def test_the_examples_run(tmp_path) -> None:
     assert re.search(r"--threshold", out)  # the refused parameter is named
     accuracy = re.search(r"answered ([\d.]+)%, accuracy of the answers ([\d.]+)%", out)
     assert accuracy and float(accuracy.group(1)) > 80 and float(accuracy.group(2)) > 95, out
+    assert "3 fits: (epsilon=3, delta=3e-06) in all" in out, out
+    folds = re.search(r"cross-validation: \[([\d. ]+)\]", out)  # every fold scored: a real number
+    assert folds and len(folds.group(1).split()) == 3 and min(map(float, folds.group(1).split())) > 0.9, out
+    assert re.search(r"search: \{'cutoff': (20|50)\} \[0\.9\d* 0\.9\d*\]", out), out
+    assert "refused: privacy budget of rows-in-memory exceeded" in out, out
+    auto = re.search(r"auto: ([\d.]+)", out)
+    assert auto and float(auto.group(1)) > 0.9, out
     gnmax = re.search(r"gnmax: NaN (\d+), accuracy ([\d.]+)%", out)
     assert gnmax and int(gnmax.group(1)) == 0 and float(gnmax.group(2)) > 95, out
     assert "learnt: threshold 1.0" in out, out
