@@ -19,7 +19,7 @@ from tests.conftest import DENSE_BOTTOMS_PRIVACY, threshold_data, write_parquet,
 pytest.importorskip("matplotlib")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pcqr.pipeline.session.figures import DATA  # noqa: E402
+from pcqr.pipeline.session.axes import DATA  # noqa: E402
 from pcqr.pipeline.session.render import draw  # noqa: E402
 
 

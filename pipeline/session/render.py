@@ -10,7 +10,8 @@ from typing import Any
 
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.figures import DRAW, caption, figure_names, frame
+from pcqr.pipeline.session.axes import frame
+from pcqr.pipeline.session.figures import DRAW, caption, figure_names
 from pcqr.pipeline.session.report import SessionReport
 
 
@@ -30,10 +31,10 @@ def draw(report: SessionReport) -> dict[str, Any]:
     plt = pyplot()
     drawn = {}
     for name in figure_names(report):
-        function, height, left = DRAW[name]
-        fig = plt.figure(figsize=(10, height), dpi=100)
-        function(report, fig)
-        frame(fig, left=left)
+        spec = DRAW[name]
+        fig = plt.figure(figsize=(10, spec.height), dpi=100)
+        spec.draw(report, fig)
+        frame(fig, left=spec.left, right=spec.right)
         drawn[name] = fig
     return drawn
 
