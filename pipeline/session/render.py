@@ -67,8 +67,9 @@ def totals(report: SessionReport) -> dict[str, Any]:
     rows: dict[str, Any] = {"queries": report.total_queries, "batches": report.batches}
     rows.update({name: int(counts.sum()) for name, counts in report.statuses.items()})
     rows.update({f"answered by {name}": int(counts.sum()) for name, counts in report.sources.items()})
-    rows["instances spent (c)"] = f"{report.budget_used} of {report.limit}"
-    rows["halted"] = "no" if report.halt_at is None else f"before query {report.halt_at:,}"
+    rows["instances spent (c)"] = (f"{report.budget_used:,} of {report.limit_name} = {report.limit:,}"
+                                   if report.limit is not None else f"{report.budget_used:,}")
+    rows["halted"] = "no" if report.halt_at is None else f"before query {report.halt_at:,} ({report.halt_reason()})"
     if report.truth is not None and report.truth.evaluated.sum():
         rows["accuracy of the answers"] = float(report.truth.correct.sum() / report.truth.evaluated.sum())
         rows.update({f"accuracy of {name} answers": right / n for name, (n, right) in report.truth.by_source.items() if n})
