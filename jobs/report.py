@@ -1,4 +1,4 @@
-"""``pcqr report``: look at a session: its budget over the stream, what it answered, how well.
+"""``pcqr report``: look at a session: its budget over the query stream, what it answered, how well.
 
 Reads the public log (and a truth file, and the state's summary, only when given); writes one
 self-contained HTML page and the PNG figures beside it. The work is the library's
@@ -25,9 +25,11 @@ from pcqr.pipeline.errors import PcqrError
               help="The HTML report to write; the figures go beside it as OUT-STEM-<figure>.png.")
 @json_option
 def command(log_dir: str, state: str | None, truth: str | None, out: str, as_json: bool) -> None:
-    """Write a session report: budget used over the query stream (c of T, eps certified),
-    answered / abstained / refused per batch, released labels per batch, answer rate (and accuracy,
-    with --truth) over time. Matplotlib is needed: pip install 'pcqr[report]'."""
+    """Write a session report, every figure against the position in the query stream (binned):
+    the budget odometer (c of T, or answers of m under gnmax; eps certified), what each query got
+    (answered by source, abstained, refused), the gate's figure, the answer rate (and with --truth
+    accuracy, per bin and by source) and the labels released. Matplotlib is needed: pip install
+    'pcqr[report]'."""
     from pcqr.pipeline.session.render import pyplot, write_report
     from pcqr.pipeline.session.report import session_report
 

@@ -1,17 +1,22 @@
-"""A session report's data: what the public log shows about a session, batch by batch.
+"""A session report's data: what the public log shows about a session, over the query stream.
 
-Everything here comes from public files: the log's batch files (statuses, released labels, the
-provenance in their metadata, from which the certificate is recomputed from public parameters) and,
-when given, a truth file of the user's. The private state is read only when the caller passes it
-(``--state``), and then only its public summary (the certificate and counts, as ``pcqr train``
+Everything here comes from public files: the log's batch files (statuses, sources, released labels,
+the provenance in their metadata, from which the certificate is recomputed from public parameters)
+and, when given, a truth file of the user's. The private state is read only when the caller passes
+it (``--state``), and then only its public summary (the certificate and counts, as ``pcqr train``
 prints them). Every file read is listed in ``files_read``.
 
+The x axis of every figure is the position in the query stream (the log's order), cut into at most
+``BINS`` bins of equal width (a round number of queries; the last bin may hold fewer): batches are
+how the queries were submitted, not what a reader compares.
+
 What the report cannot show: the k models' vote counts (or margins) are private -- only the
-released label and the status of each query are in the log -- so there is no vote-margin
-histogram; the released labels per batch are shown instead.
+released label, the status and the source of each query are in the log -- so there is no
+vote-margin histogram; the released labels over the stream are shown instead.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,59 +27,141 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
 from pcqr.pipeline.mechanisms.universal import UniversalParameters
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.log import batch_files
-from pcqr.pipeline.session.replay import read_answers, verify_log
+from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
+from pcqr.pipeline.session.replay import STATUSES, read_answers, verify_log
 
-CERTIFICATE_KEYS = ("mode", "epsilon", "delta", "proven_epsilon", "proven_delta", "cutoff", "subsamples", "threshold",
-                    "privacy")
+CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "cutoff", "queries_max",
+                    "subsamples", "threshold", "privacy")
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
-                     "only each query's released label and status.")
+                     "only each query's released label, status and source.")
+BINS = 100  # the most bins the stream is cut into
+SPENDING_SOURCES = (FLIPPED, GNMAX)  # answers that spent an instance (besides every abstention)
+GATED_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)  # answers the k models' votes decided
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
+@dataclass(frozen=True)
+class Truth:
+    """How the answers compare with the user's truth file. Per bin: ``evaluated`` (answered queries
+    whose true label is known), ``correct`` (how many of them were right), ``true_ones`` (how many of
+    them are labelled 1 in the truth); ``by_source``: (evaluated, correct) over the whole log."""
+
+    evaluated: np.ndarray
+    correct: np.ndarray
+    true_ones: np.ndarray
+    by_source: dict[str, tuple[int, int]]
 
 
 @dataclass
 class SessionReport:
-    """The figures' data. Per batch (in log order): ``batches`` (numbers), ``queries``, ``answered``,
-    ``abstained``, ``refused``, ``duplicates`` (answered from the log at no cost), ``ones`` and
-    ``zeros`` (released labels), and with a truth file ``evaluated`` and ``correct`` (answered
-    queries whose true label is known, and how many of them were right). ``abstention_at``: the
-    position in the stream (1-based) of each abstention, i.e. of each spent sparse-vector instance."""
+    """The figures' data. ``edges``: the bins' boundaries in the stream (bin i holds the queries at
+    1-based positions ``edges[i] + 1 .. edges[i + 1]``). Per bin: ``statuses`` (answered, abstained,
+    refused), ``sources`` (answered queries by the log's source, only the sources present), ``ones``
+    (answers released as 1). ``spent_at``: the position of each instance spent (an abstention, a
+    flipped or a gnmax answer); ``limit``: the instances allowed (T; m under ``--gate gnmax``);
+    ``halt_at``: the position of the first query after the session halted (its first refused or
+    student answer), or None; ``tested``: the queries the k models' votes decided (the odometer's
+    rate is ``tested / budget_used``)."""
 
     log: str
     files_read: list[str]
     certificate: dict[str, Any]
-    batches: np.ndarray
-    queries: np.ndarray
-    answered: np.ndarray
-    abstained: np.ndarray
-    refused: np.ndarray
-    duplicates: np.ndarray
+    batches: int
+    edges: np.ndarray
+    statuses: dict[str, np.ndarray]
+    sources: dict[str, np.ndarray]
     ones: np.ndarray
-    zeros: np.ndarray
-    abstention_at: np.ndarray
-    evaluated: np.ndarray | None = None
-    correct: np.ndarray | None = None
+    spent_at: np.ndarray
+    tested: int
+    halt_at: int | None
+    truth: Truth | None = None
     state_summary: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def total_queries(self) -> int:
-        return int(self.queries.sum())
+        return int(self.edges[-1])
+
+    @property
+    def gate(self) -> str:
+        return str(self.certificate.get("gate") or "stability")
+
+    @property
+    def limit(self) -> int | None:
+        cutoff = self.certificate.get("cutoff")
+        return None if cutoff is None else int(cutoff)
 
     @property
     def budget_used(self) -> int:
-        """c: the sparse-vector instances spent over the whole log."""
-        return int(self.abstention_at.size)
+        """c: the instances spent over the whole log."""
+        return int(self.spent_at.size)
 
-    def answer_rate(self) -> np.ndarray:
-        """Answered share of each batch."""
-        return self.answered / np.maximum(self.queries, 1)
+    @property
+    def bin_width(self) -> int:
+        return int(self.edges[1] - self.edges[0])
 
-    def accuracy(self) -> np.ndarray | None:
-        """Share of each batch's evaluated answers that were right (NaN where none were evaluated)."""
-        if self.evaluated is None or self.correct is None:
+    @property
+    def bin_sizes(self) -> np.ndarray:
+        return np.diff(self.edges)
+
+    def centers(self) -> np.ndarray:
+        """Each bin's middle position in the stream (1-based)."""
+        return (self.edges[:-1] + 1 + self.edges[1:]) / 2
+
+    @property
+    def limit_name(self) -> str:
+        """What the limit is called: m under ``--gate gnmax`` (one instance per answer), else T."""
+        return "m" if self.gate == "gnmax" else "T"
+
+    def halt_reason(self) -> str | None:
+        """Why the session halted (None if it did not): its budget, or m queries decided."""
+        if self.halt_at is None:
             return None
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.evaluated > 0, self.correct / self.evaluated, np.nan)
+        if self.limit is not None and self.budget_used >= self.limit:
+            return f"{self.limit_name} = {self.limit:,} reached"
+        queries_max = self.certificate.get("queries_max")
+        if queries_max is not None and self.tested >= int(queries_max):
+            return f"m = {int(queries_max):,} queries decided"
+        return "the session had halted"
+
+    def forecast_more_queries(self) -> int | None:
+        """At the rate so far, how many more queries the rest of the budget should decide (as
+        ``pcqr status``'s odometer); None before the first instance, after the halt or without T."""
+        if not self.budget_used or self.halt_at is not None or self.limit is None:
+            return None
+        return math.floor(self.tested / self.budget_used * max(self.limit - self.budget_used, 0))
+
+
+def share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """part / whole, NaN where whole is 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(whole > 0, part / np.maximum(whole, 1), np.nan)
+
+
+def wilson(correct: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a binomial share (NaN where n is 0)."""
+    correct, n = np.asarray(correct, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = correct / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def stream_edges(queries: int, bins: int = BINS) -> np.ndarray:
+    """Bin boundaries over ``queries`` positions: a round width (1, 2 or 5 times a power of ten)
+    giving at most ``bins`` bins; the last bin holds what is left."""
+    width = 1
+    while math.ceil(queries / width) > bins:
+        width = _next_round(width)
+    return np.append(np.arange(0, queries, width), queries).astype(np.int64)
+
+
+def _next_round(width: int) -> int:
+    """The next of 1, 2, 5, 10, 20, 50, ..."""
+    magnitude = 10 ** int(math.floor(math.log10(width)))
+    step = width // magnitude
+    return {1: 2, 2: 5}.get(step, 10) * magnitude
 
 
 def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -90,11 +177,11 @@ def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
         proven = parameters.certificate()
     except (KeyError, TypeError, ValueError) as exc:
         raise PcqrError(f"the log's provenance does not describe a pcqr session's parameters ({exc})") from None
-    found = {**provenance, **proven}
-    return {key: found[key] for key in CERTIFICATE_KEYS if key in found}
+    found = {"queries_max": (provenance.get("parameters") or {}).get("queries_max"), **provenance, **proven}
+    return {key: found[key] for key in CERTIFICATE_KEYS if found.get(key) is not None}
 
 
-def session_report(log_dir: str, state: str | None = None, truth: str | None = None) -> SessionReport:
+def session_report(log_dir: str, state: str | None = None, truth: str | None = None, bins: int = BINS) -> SessionReport:
     """Read a session's public log (and, if given, its truth file and its state's summary).
 
     Raises
@@ -111,9 +198,11 @@ def session_report(log_dir: str, state: str | None = None, truth: str | None = N
         raise PcqrError(f"--log {log_dir}: its batch files carry no pcqr provenance")
     files = [path for _, path in batch_files(log_dir)]
     answers = read_answers(log_dir)
-    report = _per_batch(log_dir, answers, certificate_of(checked.provenance), files)
+    if answers.num_rows == 0:
+        raise PcqrError(f"--log {log_dir}: its batch files hold no queries")
+    report = _over_the_stream(log_dir, answers, certificate_of(checked.provenance), files, bins)
     if truth is not None:
-        _add_truth(report, answers, truth)
+        report.truth = _truth(report, answers, truth)
     if state is not None:
         report.state_summary = _state_summary(state)
         report.files_read.append(_state_file(state))
@@ -121,41 +210,54 @@ def session_report(log_dir: str, state: str | None = None, truth: str | None = N
     return report
 
 
-def _per_batch(log_dir: str, answers: Any, certificate: dict[str, Any], files: list[str]) -> SessionReport:
+def _over_the_stream(log_dir: str, answers: Any, certificate: dict[str, Any], files: list[str],
+                     bins: int) -> SessionReport:
     status = answers.column("status").to_numpy(zero_copy_only=False)
     source = answers.column("source").to_numpy(zero_copy_only=False)
     label = answers.column("answer").to_numpy(zero_copy_only=False)
-    batch = answers.column("batch").to_numpy()
-    numbers, index = np.unique(batch, return_inverse=True)
-
-    def count(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(index, weights=mask.astype(np.float64), minlength=numbers.size).astype(np.int64)
-
+    edges = stream_edges(status.size, bins)
     answered = status == "answered"
+    spent = (status == "abstained") | (answered & np.isin(source, SPENDING_SOURCES))
+    after_halt = np.flatnonzero((status == "refused") | (answered & (source == STUDENT)))
     return SessionReport(
-        log=log_dir, files_read=list(files), certificate=certificate, batches=numbers,
-        queries=np.bincount(index, minlength=numbers.size).astype(np.int64),
-        answered=count(answered), abstained=count(status == "abstained"), refused=count(status == "refused"),
-        duplicates=count(source == "duplicate"), ones=count(answered & (label == 1)),
-        zeros=count(answered & (label == 0)), abstention_at=np.flatnonzero(status == "abstained") + 1,
+        log=log_dir, files_read=list(files), certificate=certificate,
+        batches=int(np.unique(answers.column("batch").to_numpy()).size), edges=edges,
+        statuses={name: _per_bin(status == name, edges) for name in STATUSES},
+        sources={name: _per_bin(answered & (source == name), edges) for name in _in_order_of_appearance(source[answered])},
+        ones=_per_bin(answered & (label == 1), edges), spent_at=np.flatnonzero(spent) + 1,
+        tested=int(np.count_nonzero((status == "abstained") | (answered & np.isin(source, GATED_SOURCES)))),
+        halt_at=int(after_halt[0]) + 1 if after_halt.size else None,
     )
 
 
-def _add_truth(report: SessionReport, answers: Any, truth: str) -> None:
+def _in_order_of_appearance(sources: np.ndarray) -> list[str]:
+    names, first = np.unique(sources, return_index=True)
+    return [str(name) for _, name in sorted(zip(first, names)) if name in SOURCE_NAMES]
+
+
+def _per_bin(mask: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many positions of each bin ``mask`` holds."""
+    return np.add.reduceat(mask.astype(np.int64), edges[:-1]) if mask.size else np.zeros(0, np.int64)
+
+
+def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     from pcqr.pipeline.data.datasets import open_dataset
     from pcqr.pipeline.session.evaluation import load_truth
 
     lookup = load_truth(truth)
     expected = lookup(answers.column("query_id").to_numpy())
     status = answers.column("status").to_numpy(zero_copy_only=False)
+    source = answers.column("source").to_numpy(zero_copy_only=False)
     released = answers.column("answer").to_numpy(zero_copy_only=False)
     evaluated = (status == "answered") & (expected >= 0)
     right = evaluated & (np.where(evaluated, released, -2) == expected)
-    _, index = np.unique(answers.column("batch").to_numpy(), return_inverse=True)
-    size = report.batches.size
-    report.evaluated = np.bincount(index, weights=evaluated.astype(float), minlength=size).astype(np.int64)
-    report.correct = np.bincount(index, weights=right.astype(float), minlength=size).astype(np.int64)
     report.files_read.extend(open_dataset(truth, "truth").files)
+    return Truth(
+        evaluated=_per_bin(evaluated, report.edges), correct=_per_bin(right, report.edges),
+        true_ones=_per_bin(evaluated & (expected == 1), report.edges),
+        by_source={name: (int(np.count_nonzero(evaluated & (source == name))),
+                          int(np.count_nonzero(right & (source == name)))) for name in report.sources},
+    )
 
 
 def _state_file(state: str) -> str:
