@@ -78,12 +78,27 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
     sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
     assert sizes == [300, 300, 100, 300, 300, 100, 300, 300]
-    # continue: same state, no training, the log grows and the budget carries over
+    # the same command again: the queries were answered in full, nothing is asked, the log stays
+    code, out, err = run(capsys, *answer_args(data, thread_cluster_yaml, "--truth", str(data / "truth"),
+                                             "--batch-size", "300"))
+    assert code == 0, err
+    again = last_json(out)
+    assert (again["already_answered"], again["already_answered_batches"], again["batches"]) == (2000, [0, 7], 0)
+    assert again["answered"] == again["abstained"] == again["refused"] == 0
+    assert again["budget_used"] == first["budget_used"] and again["session_totals"] == first["session_totals"]
+    assert f"all 2,000 queries of {data / 'queries'} were already answered in {data / 'log'} (batches 0-7); " \
+        "nothing asked" in err
+    assert "continuing the session" in err  # --private and the training options are not used
+    assert sorted(os.listdir(data / "log")) == [f"batch-{i:08d}.parquet" for i in range(8)]
+    # continue with a new query file (the same rows, reversed): same state, no training, the log
+    # grows, repeats of answered queries get their logged answers and the budget carries over
+    reverse = pq.read_table(str(data / "queries")).take(np.arange(1999, -1, -1))
+    write_parquet(str(data / "queries2/part-0.parquet"), {c: reverse.column(c) for c in reverse.column_names})
     code, out, err = run(capsys, "answer", "--state", str(data / "state"), "--queries",
-                         str(data / "queries"), "--cluster", thread_cluster_yaml, "--json")
+                         str(data / "queries2"), "--cluster", thread_cluster_yaml, "--json")
     assert code == 0, err
     second = last_json(out)
-    assert second["resumed_after"] == 0  # the first run finished: the queries are asked again
+    assert second["resumed_after"] == 0 and "already_answered" not in second  # another input: asked from its start
     assert second["duplicates"] == first["answered"]  # repeats of answered queries: logged answers, free
     assert second["budget_used"] - first["budget_used"] <= first["abstained"] + first["refused"]
     assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
