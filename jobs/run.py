@@ -22,6 +22,7 @@ from typing import Any
 import click
 import yaml
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -158,5 +159,7 @@ def job_arguments(
         raise PcqrError(f"{spec_path}: key 'job' must be one of {', '.join(sorted(jobs))}, got {job!r}")
     if cluster is not None and not any("--cluster" in p.opts for p in jobs[job].params if isinstance(p, click.Option)):
         raise PcqrError(f"{spec_path}: job {job!r} does not use a cluster; run it with pcqr run")
+    if any("--ledger" in p.opts for p in jobs[job].params) and isinstance(spec.get("ledger"), (str, type(None))):
+        ledger_setting(spec.get("ledger"))  # an empty $PCQR_LEDGER: refused before pcqr submit contacts anything
     base = os.path.dirname(os.path.abspath(spec_path))
     return jobs[job], spec_arguments(spec, jobs[job], spec_path, base, frozenset(operator))

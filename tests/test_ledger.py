@@ -68,6 +68,19 @@ def test_ledger_path_is_the_option_then_the_environment_then_the_default(tmp_pat
         assert ledger.budget(dataset_identity(open_dataset(uri, "private").files)) == (1.0, 0.0)
 
 
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_setting_is_refused_not_the_home_ledger(tmp_path, monkeypatch, empty: str) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PCQR_LEDGER", empty)
+    with pytest.raises(PcqrError, match="^PCQR_LEDGER is set but empty: set it to the ledger file's path, or unset"):
+        ledger_path(None)
+    assert ledger_path(str(tmp_path / "l.sqlite")) == str(tmp_path / "l.sqlite")  # --ledger wins, as always
+    monkeypatch.delenv("PCQR_LEDGER")
+    with pytest.raises(PcqrError, match="^--ledger is empty"):
+        ledger_path(empty)
+    assert not (tmp_path / "home").exists()
+
+
 def test_a_file_that_is_not_a_ledger_is_refused_in_one_line(tmp_path) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not a database" * 100)

@@ -62,6 +62,7 @@ def test_a_finished_input_is_not_asked_again_in_any_copy(session, capsys) -> Non
         assert again["session_totals"] == first["session_totals"] and again["budget_used"] == first["budget_used"]
         assert f"all 600 queries of {root / queries} were already answered in {root / 'log'} (batches 0-5); " \
             "nothing asked" in err
+        assert "dashboard" not in err  # none was asked for
     assert log_batches(root) == 6 and pq.read_table(root / "log").column("answer").to_pylist() == answers
 
 

@@ -54,12 +54,29 @@ RELATIVE_TOLERANCE = 1e-9
 DEFAULT_LEDGER = os.path.join("~", ".local", "share", "pcqr", "ledger.sqlite")
 
 
-def ledger_path(option: str | None) -> str:
-    """The ledger file: ``--ledger PATH``, else ``$PCQR_LEDGER``, else ~/.local/share/pcqr/ledger.sqlite.
+LEDGER_VARIABLE = "PCQR_LEDGER"
 
-    Its parent directories are created.
-    """
-    path = os.path.abspath(os.path.expanduser(option or os.environ.get("PCQR_LEDGER") or DEFAULT_LEDGER))
+
+def ledger_setting(option: str | None) -> str:
+    """The ledger file as the user named it: ``--ledger PATH``, else ``$PCQR_LEDGER``, else
+    ~/.local/share/pcqr/ledger.sqlite. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but
+    empty is refused (it would otherwise fall back to the home folder's ledger, unnoticed): every
+    command that takes ``--ledger`` and every Python API entry point calls this first, before
+    anything is read or charged."""
+    if option is not None:
+        if not option.strip():
+            raise PcqrError("--ledger is empty: give the ledger file's path")
+        return option
+    named = os.environ.get(LEDGER_VARIABLE)
+    if named is not None and not named.strip():
+        raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path, or unset it "
+                        f"to use {DEFAULT_LEDGER}")
+    return named or DEFAULT_LEDGER
+
+
+def ledger_path(option: str | None) -> str:
+    """The ledger file (:func:`ledger_setting`), absolute. Its parent directories are created."""
+    path = os.path.abspath(os.path.expanduser(ledger_setting(option)))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as exc:

@@ -22,6 +22,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.session import Session
 
@@ -163,6 +164,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         if not np.isin(y, (0, 1)).all():  # classes_ is public and fixed, never read from the labels
             raise ValueError("y: labels must be 0 or 1 (pcqr answers binary queries; map your two classes to 0/1)")
         y = np.asarray(y, dtype=np.int8)
+        ledger_setting(self.ledger)  # an empty ledger setting: refused before the rows are written
         self.classes_ = np.array([0, 1])
         names = self._feature_names()
         state = self.state if self.state is not None else tempfile.mkdtemp(prefix="pcqr-state-")

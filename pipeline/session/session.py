@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.session.log import batch_files
@@ -296,6 +297,7 @@ class Session:
     def _locked(cls, state: str, *, create: bool, wait: bool, **kwargs: Any) -> Session:
         """The state's OS lock (other processes) and this process's claim (other Session objects:
         the OS lock is re-entrant within a process, a session's owner is one object)."""
+        ledger_setting(kwargs.get("ledger"))  # an empty ledger setting: refused before anything is touched
         held = contextlib.ExitStack()
         try:
             held.enter_context(_claim(state))
