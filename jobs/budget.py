@@ -22,7 +22,7 @@ from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import Fingerprint, fingerprint_dataset
-from pcqr.pipeline.budget.ledger import Ledger, ledger_path, pair
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, ledger_path, pair
 from pcqr.pipeline.budget.overlap import ROWS, Relation, describe, register, related_identities
 from pcqr.pipeline.privacy.subsamp import check_epsilon
 
@@ -138,7 +138,7 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
         return
     emit_summary({
         "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
-        "budget": pair(*budget) if budget else f"none (pcqr budget set {label} --epsilon E --delta D)",
+        "budget": pair(*budget) if budget else f"none ({budget_command('set', label, path, '--epsilon', 'E', '--delta', 'D')})",
         "spent": pair(*spent), "remaining": pair(max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])) if budget else "-",
         "charges": len(charges), "ledger": path,
     }, False)

@@ -355,3 +355,22 @@ def test_an_empty_ledger_is_refused_by_the_python_api(tmp_path: Path, monkeypatc
     with pytest.raises(PcqrError, match="^--ledger is empty"):
         pcqr.Session.open(state, ledger="")
     assert os.listdir(tmp_path) == []
+
+
+def test_demo_keep_prints_commands_that_paste_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], thread_cluster_yaml: str) -> None:
+    """Every path pcqr prints for pasting is shell-quoted: a kept demo in a folder with a space and a
+    quote says where it is, and each command it suggests runs as pasted."""
+    import shlex
+
+    folder = tmp_path / "it's a demo"
+    monkeypatch.setattr(demo, "temporary_folder", lambda: (folder.mkdir(), str(folder))[1])
+    assert main(["demo", *DEMO_SMALL, "--cluster", thread_cluster_yaml, "--keep", "--json"]) == 0
+    lines = _stderr_lines(capsys.readouterr().err)
+    assert lines[0].startswith(f"demo: working in {shlex.quote(str(folder))} with its own privacy ledger")
+    where = f"demo: the data, state, log and ledger are in {shlex.quote(str(folder))}; look with: "
+    assert lines[-1].startswith(where)
+    for pasted in lines[-1][len(where):].split("; "):
+        words = shlex.split(pasted)
+        assert words[0] == "pcqr" and main(words[1:]) == 0, pasted
+    assert (folder / "replayed.parquet").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 
 import numpy as np
@@ -52,16 +53,16 @@ def test_a_finished_input_is_not_asked_again_in_any_copy(session, capsys) -> Non
     assert first["batches"] == 6 and "already_answered" not in first
     answers = pq.read_table(root / "log").column("answer").to_pylist()
     # the same file, a copy elsewhere, the same rows re-encoded in other row groups, another batch size
-    shutil.copytree(root / "queries", root / "copy")
+    shutil.copytree(root / "queries", root / "it's a copy")  # printed shell-quoted: pasted back, one word
     table = pq.read_table(root / "queries")
     os.makedirs(root / "recoded")
     pq.write_table(table, root / "recoded/other-name.parquet", row_group_size=77, compression="zstd")
-    for queries, extra in (("queries", ()), ("copy", ()), ("recoded", ()), ("queries", ("--batch-size", "7"))):
+    for queries, extra in (("queries", ()), ("it's a copy", ()), ("recoded", ()), ("queries", ("--batch-size", "7"))):
         again, err = answer(capsys, root, cluster, queries, *extra)
         assert (again["already_answered"], again["already_answered_batches"], again["batches"]) == (QUERIES, [0, 5], 0)
         assert again["session_totals"] == first["session_totals"] and again["budget_used"] == first["budget_used"]
-        assert f"all 600 queries of {root / queries} were already answered in {root / 'log'} (batches 0-5); " \
-            "nothing asked" in err
+        assert f"all 600 queries of {shlex.quote(str(root / queries))} were already answered in {root / 'log'} " \
+            "(batches 0-5); nothing asked" in err
         assert "dashboard" not in err  # none was asked for
     assert log_batches(root) == 6 and pq.read_table(root / "log").column("answer").to_pylist() == answers
 

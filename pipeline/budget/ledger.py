@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -84,6 +85,16 @@ def ledger_path(option: str | None) -> str:
     return path
 
 
+def budget_command(verb: str, dataset: str, ledger: str | None, *options: str) -> str:
+    """A ``pcqr budget`` command line for the user to paste: every word shell-quoted (a path with a
+    space or a quote pastes back as one word), with ``--ledger`` unless ``ledger`` is the one the
+    command finds by itself ($PCQR_LEDGER, else the default)."""
+    words = ["pcqr", "budget", verb, dataset, *options]
+    if ledger is not None and os.path.abspath(ledger) != os.path.abspath(os.path.expanduser(ledger_setting(None))):
+        words += ["--ledger", ledger]
+    return shlex.join(words)
+
+
 def pair(epsilon: float, delta: float) -> str:
     """``(eps, delta)`` as the ledger's messages print it: ``(1, 1e-06)``."""
     return f"({epsilon:.6g}, {delta:.6g})"
@@ -107,7 +118,7 @@ class Ledger(LedgerStore):
             spent = self.spent(identity)
             if _exceeds(spent[0], epsilon) or _exceeds(spent[1], delta):
                 raise PcqrError(f"--epsilon/--delta {pair(epsilon, delta)} is below what {label} has already "
-                                f"spent {pair(*spent)}; see pcqr budget show {label}")
+                                f"spent {pair(*spent)}; see {budget_command('show', label, self.path)}")
             if name is not None:
                 owner = self.find_name(name)
                 if owner is not None and owner != identity:
@@ -145,7 +156,8 @@ class Ledger(LedgerStore):
         total = (spent[0] + epsilon, spent[1] + delta)
         if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
             raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
-                            f"{pair(epsilon, delta)} > budget {pair(*budget)}; see pcqr budget show {label}")
+                            f"{pair(epsilon, delta)} > budget {pair(*budget)}; "
+                            f"see {budget_command('show', label, self.path)}")
         return self.insert_charge(identity, label, record)
 
     def refund(self, charge_id: int, reason: str) -> None:
@@ -188,7 +200,7 @@ def charge_private_use(
         if earlier and not charged["limited"]:
             echo(f"ledger: warning: {uri} has other contents on record ({len(earlier)} earlier identities): "
                  "a changed dataset that does not overlap them gets a new identity with no budget; "
-                 "see pcqr budget show")
+                 f"see {budget_command('show', uri, path)}")
     return charged
 
 
@@ -237,6 +249,7 @@ def charge_note(charged: dict[str, Any]) -> str:
     if charged["limited"]:
         head = f"{head} of {pair(charged['budget_epsilon'], charged['budget_delta'])}"
     else:
-        head = f"{head}; no budget set for {label} (pcqr budget set {label} --epsilon E --delta D)"
+        head = (f"{head}; no budget set for {label} "
+                f"({budget_command('set', label, charged.get('ledger'), '--epsilon', 'E', '--delta', 'D')})")
     return f"{head}; {charged['overlaps']}" if charged.get("overlaps") else head
 
