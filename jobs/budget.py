@@ -103,7 +103,9 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
                 cluster: str | None, as_json: bool) -> None:
     """Set DATASET's total privacy budget (basic composition: the eps and the deltas of its jobs add up).
 
-    A budget below what DATASET has already spent is refused."""
+    DATASET: a private dataset (Parquet file or directory; only its rows' fingerprint is computed, on
+    the workers with --cluster) or its --name. The ledger is private (the operator's record). A budget
+    below what DATASET has already spent is refused."""
     check_budget(epsilon, delta, name)
     path = ledger_path(ledger)
     with Ledger(path) as book:
@@ -123,7 +125,10 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
 @hashing_cluster_option
 @json_option
 def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json: bool) -> None:
-    """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent."""
+    """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent.
+
+    DATASET: a private dataset (Parquet file or directory; only its rows' fingerprint is computed) or
+    its --name. What it prints is the private ledger's: the operator's, not for publication."""
     path = ledger_path(ledger)
     with Ledger(path) as book:
         identity, label, related = resolve(dataset, book, cluster)

@@ -57,6 +57,11 @@ def _checked_ledger(ctx: click.Context, param: click.Parameter, value: str | Non
     return value
 
 
+#: ``--truth`` of answer, replay and report: the user's labels of the queries.
+TRUTH_HELP = ("Public input: your true labels of the queries (Parquet of query_id + label), checked like --queries "
+              "for private rows and used only to score the answers: {what}. Never copied into the log.")
+
+
 def allow_overlap_option(func: F) -> F:
     """``--allow-private-overlap``: run although a public input holds rows of a private dataset."""
     return click.option(

@@ -119,8 +119,10 @@ def _workspace(out: str | None, keep: bool) -> tuple[str, bool]:
 
 @click.command("demo")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
-              help="Work in this new or empty folder and keep it (default: a temporary folder, removed at the end).")
-@click.option("--keep", is_flag=True, help="Keep the temporary folder (data, state, log, ledger) and say where it is.")
+              help="Work in this new or empty folder and keep it (default: a temporary folder, removed at the end). "
+              "It holds private files (data, state, ledger) beside the public log: keep it private.")
+@click.option("--keep", is_flag=True, help="Keep the temporary folder (private: data, state, ledger; public: the log) "
+              "and say where it is.")
 @click.option("--rows", type=int, default=3_000_000, show_default=True, help="Private rows to generate.")
 @click.option("--queries", type=int, default=10_000, show_default=True, help="Queries to generate and answer.")
 @click.option("--noise", type=float, default=0.0, show_default=True, help="Label noise (0 = realizable).")

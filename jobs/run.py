@@ -125,7 +125,10 @@ def load_spec(path: str) -> dict[str, Any]:
 @click.option("--cluster", default=None, help="cluster.yaml (overrides the spec's 'cluster' key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (last line).")
 def command(spec_path: str, overrides: tuple[str, ...], cluster: str | None, as_json: bool) -> None:
-    """Run the job a YAML spec describes (`job:` plus the command's options)."""
+    """Run the job a YAML spec describes (`job:` plus the command's options).
+
+    SPEC.yaml: the job's options; its files are public or private as that command's --help says
+    (private, state: private; queries, log, public, out: public)."""
     job, args = job_arguments(spec_path, overrides, cluster, as_json)
     job.main(args=args, prog_name=f"pcqr {job.name}", standalone_mode=False)
 

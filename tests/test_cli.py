@@ -306,3 +306,52 @@ def test_profile_tight_is_refused_in_agnostic_mode(data, capsys, thread_cluster_
                          "--profile", "tight")
     assert code == 2 and err.count("\n") == 1 and "--profile tight: --mode agnostic" in err and "--profile paper" in err
     assert not (data / "ag").exists() or not any((data / "ag").iterdir())
+
+
+#: Each data option's help starts by saying what its data is (issue 26, item 5).
+DATA_OPTIONS = {"--private": "Private:", "--state": "Private:", "--into": "Private:", "--queries": "Public:",
+                "--public": "Public:", "--log": "Public:", "--out": "Public:", "--truth": "Public input:"}
+
+
+def _commands():
+    import click
+
+    from pcqr.jobs.cli import COMMANDS, pcqr
+
+    ctx = click.Context(pcqr)
+    for name in COMMANDS:
+        command = pcqr.get_command(ctx, name)
+        subcommands = getattr(command, "commands", None)
+        yield from ((f"{name} {sub}", c) for sub, c in subcommands.items()) if subcommands else [(name, command)]
+
+
+def test_every_data_option_says_whether_it_is_public_or_private() -> None:
+    import click
+
+    checked = 0
+    for name, command in _commands():
+        for param in command.params:
+            if not isinstance(param, click.Option) or isinstance(param.type, click.types.IntParamType):
+                continue  # generate/demo --queries N: a count, not data
+            text = " ".join((param.help or "").split())
+            if "--ledger" in param.opts:
+                assert "private" in text and "empty $PCQR_LEDGER is an error" in text, (name, text)
+            for opt in set(param.opts) & set(DATA_OPTIONS):
+                mixed = "private" in text.lower() and "public" in text.lower() and opt == "--out"
+                assert text.startswith(DATA_OPTIONS[opt]) or (mixed and name in ("generate", "demo")), (name, opt, text)
+                checked += 1
+        if isinstance(command, click.Command) and any(isinstance(p, click.Argument) for p in command.params):
+            doc = " ".join((command.help or "").split())
+            for argument in (p for p in command.params if isinstance(p, click.Argument)):
+                shown = argument.metavar or argument.name.upper()
+                assert f"{shown}:" in doc and ("public" in doc or "private" in doc), (name, shown)
+    assert checked >= 25
+    assert "private features" not in _help("answer", "--queries")  # public queries, with the private data's columns
+
+
+def _help(command: str, option: str) -> str:
+    from pcqr.jobs.cli import pcqr
+    import click
+
+    found = pcqr.get_command(click.Context(pcqr), command)
+    return next(p.help for p in found.params if option in getattr(p, "opts", ()))

@@ -154,7 +154,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         assert session is not None
         guess, learner = session.guess, session.learner
     student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
-    queries = open_matching(answering.queries, "queries", features, "the private features", answering.id_column)
+    queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
