@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from pcqr.jobs.common import (
-    CLI_REPORTER, allow_overlap_option, cluster_option, connect_to, emit_summary, json_option, ledger_option,
-    privacy_options, wait_option,
+    CLI_REPORTER, TRUTH_HELP, allow_overlap_option, cluster_option, connect_to, emit_summary, json_option,
+    ledger_option, privacy_options, wait_option,
 )
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
@@ -21,15 +21,24 @@ from pcqr.pipeline.session.state_lock import lock_state
 
 
 @click.command("answer")
-@click.option("--state", required=True, type=click.Path(file_okay=False), help="Private state directory of the session.")
-@click.option("--queries", required=True, help="Query dataset (Parquet): the private features, plus query_id.")
-@click.option("--log", "log_dir", default=None, type=click.Path(file_okay=False), help="Public directory of the answered-query log.")
-@click.option("--private", default=None, help="Private labelled dataset: train a new session in --state first.")
+@click.option("--state", required=True, type=click.Path(file_okay=False),
+              help="Private: the session's state directory (its models, budget state and key); keep it with the "
+              "private data, never under a public folder.")
+@click.option("--queries", required=True,
+              help="Public: the queries (Parquet file or directory): the session's feature columns (the private "
+              "dataset's column names), optionally a query_id column; each row is copied into the public log. "
+              "Queries answered in full before are not asked again.")
+@click.option("--log", "log_dir", default=None, type=click.Path(file_okay=False),
+              help="Public: the directory of the answered-query log (the queries, their answers, the provenance); "
+              "required on a session's first answer, then its own.")
+@click.option("--private", default=None,
+              help="Private: a labelled dataset to train a new session in --state first (the one-shot form); read "
+              "by the workers only, charged to the ledger.")
 @click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
               "else row positions; a column given here must exist.")
 @click.option("--batch-size", type=int, default=AnswerOptions.batch_size, show_default=True, help="Queries per batch (one log file each).")
 @click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
-@click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+@click.option("--truth", default=None, help=TRUTH_HELP.format(what="the accuracy of the answered queries"))
 @click.option("--after-halt", type=click.Choice(["refuse", "student"]), default=AnswerOptions.after_halt, show_default=True,
               help="After the T-th instance: refuse every later query, or answer it with a student fitted on the "
               "answers the session released (post-processing of the public log: no budget; log source 'student').")

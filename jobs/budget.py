@@ -20,7 +20,7 @@ import click
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import open_dataset
-from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_path, pair
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, check_budget, ledger_path, pair
 from pcqr.pipeline.budget.overlap import Relation, describe, identify
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,7 +78,9 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
                 cluster: str | None, as_json: bool) -> None:
     """Set DATASET's total privacy budget (basic composition: the eps and the deltas of its jobs add up).
 
-    A budget below what DATASET has already spent is refused."""
+    DATASET: a private dataset (Parquet file or directory; only its rows' fingerprint is computed, on
+    the workers with --cluster) or its --name. The ledger is private (the operator's record). A budget
+    below what DATASET has already spent is refused."""
     check_budget(epsilon, delta, name)
     path = ledger_path(ledger)
     with Ledger(path) as book:
@@ -98,7 +100,10 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
 @hashing_cluster_option
 @json_option
 def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json: bool) -> None:
-    """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent."""
+    """List every charge to DATASET (job, time, eps, delta, parameters), its budget and the total spent.
+
+    DATASET: a private dataset (Parquet file or directory; only its rows' fingerprint is computed) or
+    its --name. What it prints is the private ledger's: the operator's, not for publication."""
     path = ledger_path(ledger)
     with Ledger(path) as book:
         identity, label, related = resolve(dataset, book, cluster)
@@ -113,7 +118,7 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
         return
     emit_summary({
         "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
-        "budget": pair(*budget) if budget else f"none (pcqr budget set {label} --epsilon E --delta D)",
+        "budget": pair(*budget) if budget else f"none ({budget_command('set', label, path, '--epsilon', 'E', '--delta', 'D')})",
         "spent": pair(*spent), "remaining": pair(max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])) if budget else "-",
         "charges": len(charges), "ledger": path,
     }, False)

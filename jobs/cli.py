@@ -67,6 +67,10 @@ def pcqr() -> None:
       pcqr status --state st                         # the session's privacy odometer (read-only)
       pcqr distill --log answers --out student.json  # a student of the log's answers (no budget)
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
+
+    Each command's --help says which of its files are private (the private dataset, the state
+    directory, the ledger: keep them where the private data lives) and which are public (queries,
+    logs, released models, tables and reports: safe to publish).
     """
 
 

@@ -40,11 +40,26 @@ def json_option(func: F) -> F:
 
 
 def ledger_option(func: F) -> F:
-    """``--ledger PATH``: the ledger database (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite)."""
+    """``--ledger PATH``: the ledger database (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite);
+    an empty one, or an empty $PCQR_LEDGER, is refused while the options are parsed (before anything is read)."""
     return click.option(
-        "--ledger", "ledger", type=click.Path(dir_okay=False), default=None,
-        help="Privacy-budget ledger (SQLite; default: $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite).",
+        "--ledger", "ledger", type=click.Path(dir_okay=False), default=None, callback=_checked_ledger,
+        help="Privacy-budget ledger (SQLite; private: the operator's record of every charge; default: $PCQR_LEDGER, "
+        "else ~/.local/share/pcqr/ledger.sqlite; an empty $PCQR_LEDGER is an error).",
     )(func)
+
+
+def _checked_ledger(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from pcqr.pipeline.budget.ledger import ledger_setting
+
+    if not ctx.resilient_parsing:  # not while completing or listing help
+        ledger_setting(value)
+    return value
+
+
+#: ``--truth`` of answer, replay and report: the user's labels of the queries.
+TRUTH_HELP = ("Public input: your true labels of the queries (Parquet of query_id + label), checked like --queries "
+              "for private rows and used only to score the answers: {what}. Never copied into the log.")
 
 
 def allow_overlap_option(func: F) -> F:

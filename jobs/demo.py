@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import shlex
 import shutil
 import tempfile
 from typing import Any
@@ -118,8 +119,10 @@ def _workspace(out: str | None, keep: bool) -> tuple[str, bool]:
 
 @click.command("demo")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
-              help="Work in this new or empty folder and keep it (default: a temporary folder, removed at the end).")
-@click.option("--keep", is_flag=True, help="Keep the temporary folder (data, state, log, ledger) and say where it is.")
+              help="Work in this new or empty folder and keep it (default: a temporary folder, removed at the end). "
+              "It holds private files (data, state, ledger) beside the public log: keep it private.")
+@click.option("--keep", is_flag=True, help="Keep the temporary folder (private: data, state, ledger; public: the log) "
+              "and say where it is.")
 @click.option("--rows", type=int, default=3_000_000, show_default=True, help="Private rows to generate.")
 @click.option("--queries", type=int, default=10_000, show_default=True, help="Queries to generate and answer.")
 @click.option("--noise", type=float, default=0.0, show_default=True, help="Label noise (0 = realizable).")
@@ -137,12 +140,14 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
     check_options(rows, queries, noise, epsilon, subsamples, cutoff, threshold)  # one line, before anything
     work, kept = _workspace(out, keep)
     where = "kept at the end" if kept else "removed at the end (--keep keeps it)"
-    note(f"demo: working in {work} with its own privacy ledger (yours is not charged); {where}")
+    note(f"demo: working in {shlex.quote(work)} with its own privacy ledger (yours is not charged); {where}")
     try:
         summary = _demo(work, rows, queries, noise, epsilon, subsamples, cutoff, threshold, cluster)
     finally:
         if not kept:
             shutil.rmtree(work, ignore_errors=True)
+    if kept:  # on stderr, --json or not: stdout keeps the summary alone
+        note(kept_note(work))
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
         return
@@ -154,8 +159,15 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
     if "ledger" in table:  # the demo's own ledger: no advice to set a budget on a folder about to go
         table["ledger"] = f"charged {summary['epsilon']:g}, {summary['delta']:g} to the demo's own ledger, not yours"
     emit_summary(table, as_json=False)
-    if kept:
-        note(f"demo: the data, state, log and ledger are in {work}")
+
+
+def kept_note(work: str) -> str:
+    """Where a kept demo's files are, and commands to look at them, every path shell-quoted."""
+    def path(*parts: str) -> str:
+        return shlex.quote(os.path.join(work, *parts))
+    return (f"demo: the data, state, log and ledger are in {shlex.quote(work)}; look with: "
+            f"pcqr status --state {path('state')}; pcqr replay {path('log')} --out {path('replayed.parquet')}; "
+            f"pcqr budget show {path('data', 'private')} --ledger {path('ledger.sqlite')}")
 
 
 def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
@@ -168,7 +180,7 @@ def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subs
     common = ["--cluster", cluster] if cluster else []
     _run(generate.command, ["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
                             "--noise", str(noise), "--seed", "0", "--out", data, *common], "pcqr generate")
-    note(f"demo: generated {_count(rows)} private rows and {_count(queries)} queries in {data}")
+    note(f"demo: generated {_count(rows)} private rows and {_count(queries)} queries in {shlex.quote(data)}")
     args = [
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),

@@ -10,12 +10,12 @@ from pcqr.jobs.common import cluster_option, emit_summary, json_option
 
 @click.command("distill")
 @click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False),
-              help="The session's public answered-query log (verified before it is read).")
+              help="Public: the session's answered-query log (verified before it is read).")
 @click.option("--learner", default=None, help="The student's learner: stump, threshold or a scikit-learn classifier's "
               "dotted path (e.g. sklearn.linear_model.LogisticRegression, "
               "sklearn.ensemble.HistGradientBoostingClassifier). Default: the session's student learner.")
 @click.option("--learner-param", multiple=True, help="key=value parameter of --learner (repeatable).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the model (JSON).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Public: where to write the model (JSON).")
 @cluster_option
 @json_option
 def command(log_dir: str, learner: str | None, learner_param: tuple[str, ...], out: str, cluster: str | None,

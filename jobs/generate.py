@@ -51,7 +51,8 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 @click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
               help="Rows per parquet file (one Dask task each).")
 @click.option("--out", type=click.Path(file_okay=False), required=True,
-              help="Output directory: private/, queries/ and truth/ go under it.")
+              help="Output directory: private/ (the labelled rows, to use as private data), queries/ (public: "
+              "unlabelled) and truth/ (the queries' true labels) go under it.")
 @click.option("--overwrite", is_flag=True, help="Replace the files of an earlier run under --out.")
 @cluster_option
 @json_option

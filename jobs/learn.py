@@ -35,7 +35,8 @@ ALGORITHMS = ("sspp", *LEARNERS)
 
 
 @click.command("learn")
-@click.option("--private", required=True, help="Private labelled dataset (Parquet): read by the workers only.")
+@click.option("--private", required=True,
+              help="Private: the labelled dataset (Parquet); read by the workers only, charged to the ledger.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="sspp", show_default=True,
               help="'sspp': A_SSPP, the semi-private learner (needs --public and --hypothesis). 'point': "
               "Beimel-Nissim-Stemmer's proper learner for point functions on one integer feature over the public "
@@ -46,7 +47,7 @@ ALGORITHMS = ("sspp", *LEARNERS)
               "(Fig. 13; needs --hypothesis and --features-are-public; no --public): candidates from the feature "
               "values of the first --first-rows rows, which the output REVEALS, the exponential mechanism on the "
               "labels of the others (pure eps in the labels, plus the sampler's delta).")
-@click.option("--public", "public_uri", default=None, help="--algorithm sspp: public unlabelled dataset (Parquet) "
+@click.option("--public", "public_uri", default=None, help="Public: --algorithm sspp: an unlabelled dataset (Parquet) "
               "with the same feature columns.")
 @click.option("--hypothesis", default=None, help="--algorithm sspp / label-private: hypothesis class (threshold, "
               "interval, point, stump, rectangle, halfspace).")
@@ -74,7 +75,7 @@ ALGORITHMS = ("sspp", *LEARNERS)
               "cover radius (sspp, label-private) or sample bounds (point, label-private's default --first-rows).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
 @click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the released model (JSON).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Public: where to write the released model (JSON).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
 @allow_overlap_option
@@ -197,13 +198,16 @@ def _predict_part(part: Any, features: list[str], id_column: str | None, hypothe
 @click.command("predict")
 @click.argument("model_path", metavar="MODEL")
 @click.argument("queries", metavar="QUERIES")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output directory of Parquet predictions.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Public: the output directory of Parquet predictions.")
 @click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
               "else row positions; a column given here must exist.")
 @cluster_option
 @json_option
 def predict_command(model_path: str, queries: str, out: str, id_column: str | None, cluster: str | None, as_json: bool) -> None:
-    """Apply a released model to queries (post-processing: no privacy cost)."""
+    """Apply a released model to queries (post-processing: no privacy cost).
+
+    MODEL: a released model file (public; pcqr learn's or pcqr distill's). QUERIES: the queries
+    (Parquet file or directory, public) with the model's feature columns."""
     hypothesis, features, _ = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
     if os.path.isdir(out) and os.listdir(out):

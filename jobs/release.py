@@ -76,8 +76,9 @@ def _table(release: Any, features: list[str]) -> pa.Table:
 
 
 @click.command("release")
-@click.option("--private", required=True, help="Private dataset (Parquet): read by the workers only; labels are not used.")
-@click.option("--public", "public_uri", required=True, help="Public dataset (Parquet) with the same feature columns.")
+@click.option("--private", required=True, help="Private: the dataset (Parquet); read by the workers only, charged to the "
+              "ledger; labels are not used.")
+@click.option("--public", "public_uri", required=True, help="Public: a dataset (Parquet) with the same feature columns.")
 @click.option("--hypothesis", required=True, help="Query class: threshold, interval, point (one feature) or stump (several).")
 @click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column of the public data).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
@@ -87,7 +88,7 @@ def _table(release: Any, features: list[str]) -> pa.Table:
 @click.option("--pmw-constants", type=click.Choice(["dwork-roth", "calibrated"]), default="dwork-roth", show_default=True,
               help="dwork-roth: PMW's noise and threshold exactly as Dwork-Roth 4.2 (certifies about eps/2 under "
               "pcqr's accountant); calibrated: all scaled down by one factor until the accountant certifies exactly eps.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The released table (one Parquet file).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Public: the released table (one Parquet file).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
 @allow_overlap_option
@@ -235,13 +236,15 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
 @click.option("--query", "queries", multiple=True, required=True,
               help="A query of the table's class: key=value pairs (feature=x0,threshold=0.3,direction=up; "
               "interval: low=,high=; point: value=) or JSON. Repeatable.")
-@click.option("--public", "public_uri", default=None, help="The public dataset the table was built from (default: the path recorded in the table).")
+@click.option("--public", "public_uri", default=None, help="Public: the dataset the table was built from (default: the path recorded in the table).")
 @json_option
 def release_answer_command(table_path: str, queries: tuple[str, ...], public_uri: str | None, as_json: bool) -> None:
     """Answer queries of the class from a released table: each query is projected onto the cover
     (the member labelling the public points alike) and gets that member's answer; from a synthetic
     database (pcqr sanitize), the weights of the rows the query labels 1. Post-processing: no
-    private data, no privacy cost."""
+    private data, no privacy cost.
+
+    TABLE: a released table (public; pcqr release's or pcqr sanitize's)."""
     from pcqr.pipeline.hypotheses import make_class
     from pcqr.pipeline.hypotheses.representatives import representative_domain
     from pcqr.pipeline.mechanisms.pap import public_cells, public_key

@@ -31,7 +31,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pcqr.jobs.common import (
-    check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
+    TRUTH_HELP, check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
 )
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
@@ -190,13 +190,13 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
 @click.command("replay")
 @click.argument("log", type=click.Path(file_okay=False))
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
-              help="Write the answers to this Parquet file (default: CSV on stdout).")
-@click.option("--truth", default=None, help="Parquet of query_id + label: report accuracy of the answered queries.")
+              help="Public: write the re-served answers to this Parquet file (default: CSV on stdout).")
+@click.option("--truth", default=None, help=TRUTH_HELP.format(what="the accuracy of the answered queries"))
 @click.option("--into", "into", default=None, type=click.Path(file_okay=False),
-              help="Run the logged queries through the existing session in this private state directory "
+              help="Private: run the logged queries through the existing session in this state directory "
               "(spends ITS budget, appends to ITS log) and report agreement with the log.")
 @click.option("--log", "new_log", default=None, type=click.Path(file_okay=False),
-              help="With --into: that session's log (default: the one it records).")
+              help="Public: with --into, that session's log (default: the one it records).")
 @click.option("--last-hash", default=None,
               help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
               "which no later batch does.")
@@ -206,7 +206,9 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
 @json_option
 def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
             last_hash: str | None, ledger: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
-    """Verify the public log LOG and re-serve its answers (no private data, no budget)."""
+    """Verify the public log LOG and re-serve its answers (no private data, no budget).
+
+    LOG: a session's answered-query log directory (public)."""
     check_options(log, out, into, new_log)
     if into is not None and not os.path.exists(os.path.join(into, LOCK_FILE)):
         check_into(into)  # no lock file made in a folder that holds no session

@@ -10,19 +10,20 @@ import os
 
 import click
 
-from pcqr.jobs.common import check_writable_file, emit_summary, json_option
+from pcqr.jobs.common import TRUTH_HELP, check_writable_file, emit_summary, json_option
 from pcqr.pipeline.errors import PcqrError
 
 
 @click.command("report")
 @click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False),
-              help="The session's public answered-query log directory.")
+              help="Public: the session's answered-query log directory.")
 @click.option("--state", default=None, type=click.Path(file_okay=False),
-              help="Also read the session's private state for its summary (certificate and counts). Without it "
-              "the report reads public files only.")
-@click.option("--truth", default=None, help="Parquet of query_id + label: answer accuracy over the stream.")
+              help="Private: also read the session's state directory, for its public summary only (certificate "
+              "and counts). Without it the report reads public files only.")
+@click.option("--truth", default=None, help=TRUTH_HELP.format(what="the answers' accuracy over the stream"))
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
-              help="The HTML report to write; the figures go beside it as OUT-STEM-<figure>.png.")
+              help="Public: the HTML report to write (public files and the state's public summary only); the "
+              "figures go beside it as OUT-STEM-<figure>.png.")
 @json_option
 def command(log_dir: str, state: str | None, truth: str | None, out: str, as_json: bool) -> None:
     """Write a session report, every figure against the position in the query stream (binned):

@@ -22,6 +22,7 @@ from typing import Any
 import click
 import yaml
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -124,7 +125,10 @@ def load_spec(path: str) -> dict[str, Any]:
 @click.option("--cluster", default=None, help="cluster.yaml (overrides the spec's 'cluster' key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (last line).")
 def command(spec_path: str, overrides: tuple[str, ...], cluster: str | None, as_json: bool) -> None:
-    """Run the job a YAML spec describes (`job:` plus the command's options)."""
+    """Run the job a YAML spec describes (`job:` plus the command's options).
+
+    SPEC.yaml: the job's options; its files are public or private as that command's --help says
+    (private, state: private; queries, log, public, out: public)."""
     job, args = job_arguments(spec_path, overrides, cluster, as_json)
     job.main(args=args, prog_name=f"pcqr {job.name}", standalone_mode=False)
 
@@ -158,5 +162,7 @@ def job_arguments(
         raise PcqrError(f"{spec_path}: key 'job' must be one of {', '.join(sorted(jobs))}, got {job!r}")
     if cluster is not None and not any("--cluster" in p.opts for p in jobs[job].params if isinstance(p, click.Option)):
         raise PcqrError(f"{spec_path}: job {job!r} does not use a cluster; run it with pcqr run")
+    if any("--ledger" in p.opts for p in jobs[job].params) and isinstance(spec.get("ledger"), (str, type(None))):
+        ledger_setting(spec.get("ledger"))  # an empty $PCQR_LEDGER: refused before pcqr submit contacts anything
     base = os.path.dirname(os.path.abspath(spec_path))
     return jobs[job], spec_arguments(spec, jobs[job], spec_path, base, frozenset(operator))

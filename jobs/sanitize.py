@@ -23,7 +23,8 @@ ALGORITHMS = SANITIZERS
 
 
 @click.command("sanitize")
-@click.option("--private", required=True, help="Private dataset (Parquet): read by the workers only; labels are not used.")
+@click.option("--private", required=True, help="Private: the dataset (Parquet); read by the workers only, charged to the "
+              "ledger; labels are not used.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="san-points", show_default=True,
               help="'san-points': SanPoints (Beimel-Nissim-Stemmer Fig. 9): every point query 'what share of rows "
               "equal v' within alpha ((eps, delta)-DP, Theorem 4.6). 'san-thresholds': SanThresholds (Fig. 11): "
@@ -40,7 +41,7 @@ ALGORITHMS = SANITIZERS
               "(a share of the rows); fewer rows are refused with the least number that is certified.")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta of the alpha "
               "guarantee.")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Where to write the synthetic "
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Public: where to write the synthetic "
               "database (one Parquet file: the feature column and 'weight').")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")

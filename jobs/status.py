@@ -9,7 +9,7 @@ from pcqr.jobs.common import emit_summary, json_option
 
 
 @click.command("status")
-@click.option("--state", required=True, help="The session's private state directory (read, never written).")
+@click.option("--state", required=True, help="Private: the session's state directory (read, never written).")
 @json_option
 def command(state: str, as_json: bool) -> None:
     """Show a session's privacy odometer: instances used (c of T), the (eps, delta) certified and how,

@@ -125,8 +125,9 @@ def command(spec_path: str, cluster: str, overrides: tuple[str, ...], as_json: b
     """Run a job spec (as `pcqr run`) on an existing or external Dask cluster.
 
     \b
-    SPEC.yaml is a `pcqr run` spec: `job:` plus the command's options
-    (jobs/examples/answer.yaml). CLUSTER.yaml must choose a cluster that is not
+    SPEC.yaml: a `pcqr run` spec, `job:` plus the command's options
+    (jobs/examples/answer.yaml; its files are public or private as that
+    command's --help says). CLUSTER.yaml must choose a cluster that is not
     started on this machine by pcqr:
       backend: address          a running scheduler, tcp://HOST:PORT, or tls://HOST:PORT
                                 with tls: {ca-file, cert, key} (client certificate)

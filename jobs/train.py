@@ -19,8 +19,12 @@ from pcqr.pipeline.session.state_lock import lock_state
 
 
 @click.command("train")
-@click.option("--private", required=True, help="Private labelled dataset (Parquet file or directory, path or URI).")
-@click.option("--state", required=True, type=click.Path(file_okay=False), help="New private state directory for the session.")
+@click.option("--private", required=True,
+              help="Private: the labelled dataset (Parquet file or directory, path or URI) the models are trained "
+              "on; read by the workers only, charged to the ledger.")
+@click.option("--state", required=True, type=click.Path(file_okay=False),
+              help="Private: a new state directory for the session (its models, budget state and key); keep it "
+              "with the private data, never under a public folder.")
 @privacy_options
 @ledger_option
 @cluster_option

@@ -92,7 +92,7 @@ def test_jobs_charge_and_are_refused_past_the_budget(data, capsys, thread_cluste
     ]
     for args in attempts:
         code, out, err = _run(capsys, *args, *common)
-        lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+        lines = err.strip().splitlines()
         assert code != 0 and len(lines) == 1 and "privacy budget of" in lines[0] and "exceeded" in lines[0], err
     assert len(_charges(ledger, data / "private")) == 2  # nothing recorded for the refused jobs
     assert not (tmp_path / "s2").exists() and not (tmp_path / "s3" / "session.json").exists()

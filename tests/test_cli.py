@@ -51,7 +51,7 @@ def answer_args(data, cluster: str, *extra: str) -> list[str]:
 
 def assert_refused_cleanly(code: int, err: str, data, *needles: str) -> None:
     assert code != 0
-    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pcqr: error: "), err
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -78,12 +78,27 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
     sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
     assert sizes == [300, 300, 100, 300, 300, 100, 300, 300]
-    # continue: same state, no training, the log grows and the budget carries over
+    # the same command again: the queries were answered in full, nothing is asked, the log stays
+    code, out, err = run(capsys, *answer_args(data, thread_cluster_yaml, "--truth", str(data / "truth"),
+                                             "--batch-size", "300"))
+    assert code == 0, err
+    again = last_json(out)
+    assert (again["already_answered"], again["already_answered_batches"], again["batches"]) == (2000, [0, 7], 0)
+    assert again["answered"] == again["abstained"] == again["refused"] == 0
+    assert again["budget_used"] == first["budget_used"] and again["session_totals"] == first["session_totals"]
+    assert f"all 2,000 queries of {data / 'queries'} were already answered in {data / 'log'} (batches 0-7); " \
+        "nothing asked" in err
+    assert "continuing the session" in err  # --private and the training options are not used
+    assert sorted(os.listdir(data / "log")) == [f"batch-{i:08d}.parquet" for i in range(8)]
+    # continue with a new query file (the same rows, reversed): same state, no training, the log
+    # grows, repeats of answered queries get their logged answers and the budget carries over
+    reverse = pq.read_table(str(data / "queries")).take(np.arange(1999, -1, -1))
+    write_parquet(str(data / "queries2/part-0.parquet"), {c: reverse.column(c) for c in reverse.column_names})
     code, out, err = run(capsys, "answer", "--state", str(data / "state"), "--queries",
-                         str(data / "queries"), "--cluster", thread_cluster_yaml, "--json")
+                         str(data / "queries2"), "--cluster", thread_cluster_yaml, "--json")
     assert code == 0, err
     second = last_json(out)
-    assert second["resumed_after"] == 0  # the first run finished: the queries are asked again
+    assert second["resumed_after"] == 0 and "already_answered" not in second  # another input: asked from its start
     assert second["duplicates"] == first["answered"]  # repeats of answered queries: logged answers, free
     assert second["budget_used"] - first["budget_used"] <= first["abstained"] + first["refused"]
     assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
@@ -279,7 +294,7 @@ def test_a_tampered_state_is_refused_in_one_line(case, needle, data, capsys, thr
     code, out, err = run(capsys, "answer", "--state", str(state), "--queries", str(data / "queries"),
                          "--log", str(data / "log"), "--cluster", thread_cluster_yaml, "--json")
     assert code == 2, (out, err)
-    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pcqr: error: ") and needle in lines[0], err
     assert not (data / "log").exists() or os.listdir(data / "log") == []
 
@@ -291,3 +306,52 @@ def test_profile_tight_is_refused_in_agnostic_mode(data, capsys, thread_cluster_
                          "--profile", "tight")
     assert code == 2 and err.count("\n") == 1 and "--profile tight: --mode agnostic" in err and "--profile paper" in err
     assert not (data / "ag").exists() or not any((data / "ag").iterdir())
+
+
+#: Each data option's help starts by saying what its data is (issue 26, item 5).
+DATA_OPTIONS = {"--private": "Private:", "--state": "Private:", "--into": "Private:", "--queries": "Public:",
+                "--public": "Public:", "--log": "Public:", "--out": "Public:", "--truth": "Public input:"}
+
+
+def _commands():
+    import click
+
+    from pcqr.jobs.cli import COMMANDS, pcqr
+
+    ctx = click.Context(pcqr)
+    for name in COMMANDS:
+        command = pcqr.get_command(ctx, name)
+        subcommands = getattr(command, "commands", None)
+        yield from ((f"{name} {sub}", c) for sub, c in subcommands.items()) if subcommands else [(name, command)]
+
+
+def test_every_data_option_says_whether_it_is_public_or_private() -> None:
+    import click
+
+    checked = 0
+    for name, command in _commands():
+        for param in command.params:
+            if not isinstance(param, click.Option) or isinstance(param.type, click.types.IntParamType):
+                continue  # generate/demo --queries N: a count, not data
+            text = " ".join((param.help or "").split())
+            if "--ledger" in param.opts:
+                assert "private" in text and "empty $PCQR_LEDGER is an error" in text, (name, text)
+            for opt in set(param.opts) & set(DATA_OPTIONS):
+                mixed = "private" in text.lower() and "public" in text.lower() and opt == "--out"
+                assert text.startswith(DATA_OPTIONS[opt]) or (mixed and name in ("generate", "demo")), (name, opt, text)
+                checked += 1
+        if isinstance(command, click.Command) and any(isinstance(p, click.Argument) for p in command.params):
+            doc = " ".join((command.help or "").split())
+            for argument in (p for p in command.params if isinstance(p, click.Argument)):
+                shown = argument.metavar or argument.name.upper()
+                assert f"{shown}:" in doc and ("public" in doc or "private" in doc), (name, shown)
+    assert checked >= 25
+    assert "private features" not in _help("answer", "--queries")  # public queries, with the private data's columns
+
+
+def _help(command: str, option: str) -> str:
+    from pcqr.jobs.cli import pcqr
+    import click
+
+    found = pcqr.get_command(click.Context(pcqr), command)
+    return next(p.help for p in found.params if option in getattr(p, "opts", ()))

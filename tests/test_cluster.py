@@ -105,9 +105,9 @@ def test_default_is_local_on_loopback() -> None:
 def _default_is_local_on_loopback() -> None:
     config = load_cluster_config(None)
     assert config == ClusterConfig(None, "local", config.options, config.dask_config)
-    assert config.options["dashboard-address"] == "auto"
+    assert config.options["dashboard-address"] is None
     lines: list[str] = []
-    with open_client(None, echo=lines.append) as client:  # processes: a dashboard (auto)
+    with open_client(None, echo=lines.append) as client:  # processes, and no dashboard: none was asked for
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         workers = client.scheduler_info()["workers"]
         assert workers and all(addr.startswith("tcp://127.0.0.1:") for addr in workers)
@@ -115,7 +115,7 @@ def _default_is_local_on_loopback() -> None:
         assert _listening_ips(psutil.Process()) == {"127.0.0.1"}
         assert client.submit(operator.add, 1, 1).result() == 2
     assert client.status == "closed"
-    assert len(lines) == 1 and lines[0].startswith("dashboard: http://127.0.0.1:")
+    assert lines == []  # no dashboard line unless one was asked for
 
 
 def _status_page(client: Any) -> int:
@@ -127,16 +127,18 @@ def _status_page(client: Any) -> int:
         return int(error.code)
 
 
-def test_dashboard_auto_starts_one_for_processes_only(tmp_path: Path) -> None:
-    """``dashboard-address: auto`` (the default): none when the workers are threads (its start would
-    be ~0.4 s of a short answer run), and the line says so; an explicit port always starts one."""
-    assert local_dashboard("auto", processes=True) == "127.0.0.1:0" and local_dashboard("auto", processes=False) is None
-    assert local_dashboard(None, processes=True) is None and local_dashboard("127.0.0.1:8787", False) == "127.0.0.1:8787"
-    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
-    lines: list[str] = []
-    with open_client(str(path), echo=lines.append, array_work=True) as client:
-        assert _status_page(client) == 404
-    assert lines == ["dashboard: off (cluster.yaml dashboard-address: ':0' starts one)"]
+def test_a_dashboard_and_its_line_only_when_asked_for(tmp_path: Path) -> None:
+    """``dashboard-address`` null (the default) or ``auto`` (older files): no dashboard (its start would
+    be ~0.4 s of a short answer run) and no line, threads or processes; a port starts one and pcqr
+    prints its address."""
+    assert local_dashboard("auto") is None and local_dashboard(None) is None
+    assert local_dashboard("127.0.0.1:8787") == "127.0.0.1:8787"
+    for setting in ({}, {"dashboard-address": "auto"}):
+        path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1, **setting}}})
+        lines: list[str] = []
+        with open_client(str(path), echo=lines.append, array_work=True) as client:
+            assert _status_page(client) == 404
+        assert lines == []
     path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1, "dashboard-address": ":0"}}})
     lines = []
     with open_client(str(path), echo=lines.append, array_work=True) as client:
@@ -204,7 +206,7 @@ def test_address_backend(tmp_path: Path, scheduler: dict[str, Any]) -> None:
     with open_client(str(path), echo=lines.append) as client:
         assert client.scheduler.address == scheduler["address"]
         assert client.submit(operator.add, 41, 1).result() == 42
-    assert lines and lines[0].startswith("dashboard: ")
+    assert lines == []  # a remote scheduler: no dashboard line (none was asked for)
     assert all(proc.poll() is None for proc in scheduler["processes"])  # not ours to shut down
 
 

@@ -22,6 +22,12 @@ def cluster(thread_cluster_yaml) -> str:
     return thread_cluster_yaml
 
 
+@pytest.fixture(autouse=True)
+def own_ledger(tmp_path, monkeypatch) -> None:
+    """A ledger per test: these fits register their rows, which other tests' generated queries share."""
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "own-ledger.sqlite"))
+
+
 def test_scikit_learns_estimator_checks_at_the_defaults(cluster) -> None:
     """check_estimator(PrivateClassifier()) at the defaults (only the cluster is the suite's: a local
     cluster of threads): every check passes but those declared, with their reasons, in

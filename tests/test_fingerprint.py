@@ -200,7 +200,7 @@ def session_data(tmp_path):
 
 
 def refused(code: int, err: str, *needles: str) -> None:
-    lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
+    lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("pcqr: error: "), err
     for needle in needles:
         assert needle in lines[0], lines[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -21,7 +22,7 @@ from pcqr.jobs.budget import command
 from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity
-from pcqr.pipeline.budget.ledger import Ledger, charge_private_use, ledger_path
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, charge_private_use, ledger_path
 from tests.conftest import threshold_data, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,6 +67,48 @@ def test_ledger_path_is_the_option_then_the_environment_then_the_default(tmp_pat
     assert invoke("set", uri, "--epsilon", "1", "--delta", "0").exit_code == 0
     with Ledger(str(tmp_path / "env" / "l.sqlite")) as ledger:
         assert ledger.budget(dataset_identity(open_dataset(uri, "private").files)) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_setting_is_refused_not_the_home_ledger(tmp_path, monkeypatch, empty: str) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PCQR_LEDGER", empty)
+    with pytest.raises(PcqrError, match="^PCQR_LEDGER is set but empty: set it to the ledger file's path, or unset"):
+        ledger_path(None)
+    assert ledger_path(str(tmp_path / "l.sqlite")) == str(tmp_path / "l.sqlite")  # --ledger wins, as always
+    monkeypatch.delenv("PCQR_LEDGER")
+    with pytest.raises(PcqrError, match="^--ledger is empty"):
+        ledger_path(empty)
+    assert not (tmp_path / "home").exists()
+
+
+def _pasted(text: str, start: str) -> list[str]:
+    """The words of the command line that starts at ``start`` in ``text`` (up to a ')' or the end),
+    as a shell would split it."""
+    command = text[text.index(start):]
+    words = shlex.split(command[:command.rindex(")")] if ")" in command else command)
+    return words
+
+
+def test_budget_hints_paste_back_with_a_space_and_a_quote(tmp_path, monkeypatch) -> None:
+    """The ledger's hints are command lines: every path shell-quoted, --ledger named when it is not the
+    one pcqr finds by itself; pasted back (E and D filled in), they run."""
+    odd = tmp_path / "it's a folder"
+    uri = private_dataset(str(odd / "private data"))
+    ledger = str(odd / "my ledger.sqlite")
+    files = open_dataset(uri, "private").files
+    note = charge_note(charge_private_use(files, uri, "train", 1.0, 0.0, {}, ledger))
+    words = _pasted(note, "pcqr budget set")
+    assert words == ["pcqr", "budget", "set", uri, "--epsilon", "E", "--delta", "D", "--ledger", ledger]
+    words[words.index("E")], words[words.index("D")] = "2", "0"
+    assert invoke(*words[2:]).exit_code == 0
+    with Ledger(ledger) as book, pytest.raises(PcqrError) as refused:
+        book.charge(dataset_identity(files), uri, "learn", 5.0, 0.0, {})
+    assert _pasted(str(refused.value), "pcqr budget show") == ["pcqr", "budget", "show", uri, "--ledger", ledger]
+    result = invoke(*_pasted(str(refused.value), "pcqr budget show")[2:])
+    assert result.exit_code == 0 and "(2, 0)" in result.stdout
+    monkeypatch.setenv("PCQR_LEDGER", ledger)  # the ledger pcqr finds by itself: no --ledger
+    assert budget_command("show", uri, ledger) == f"pcqr budget show {shlex.quote(uri)}"
 
 
 def test_a_file_that_is_not_a_ledger_is_refused_in_one_line(tmp_path) -> None:
@@ -184,7 +227,7 @@ def test_a_refused_job_reads_no_private_row_and_records_nothing(tmp_path, monkey
     lines: list[str] = []
     charge_private_use(files, uri, "train", 1.0, 1e-6, {"cutoff": 50}, path, echo=lines.append)
     assert lines == [f"ledger: charged (1, 1e-06) to {uri}: spent (1, 1e-06); no budget set for {uri} "
-                     f"(pcqr budget set {uri} --epsilon E --delta D)"]
+                     f"(pcqr budget set {uri} --epsilon E --delta D --ledger {path})"]  # not the default ledger
     assert invoke("set", uri, "--epsilon", "1.5", "--delta", "1e-6", "--ledger", path).exit_code == 0
     reads: list[str] = []
 

@@ -42,7 +42,9 @@ def empty_tmpdir(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def quiet_charges() -> None:
+def own_ledger(tmp_path, monkeypatch) -> None:
+    """A ledger per test: these fits register their rows, which other tests' generated queries share."""
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "own-ledger.sqlite"))
     warnings.simplefilter("ignore", pcqr.PrivacyCostWarning)
 
 

@@ -303,3 +303,74 @@ def test_demo_refuses_a_folder_in_use(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.strip() == (f"pcqr: error: --out {tmp_path}: not an empty folder; the demo "
                                                "needs a new or empty one")
     assert os.listdir(tmp_path) == ["mine.txt"]
+
+
+# --- an empty PCQR_LEDGER (issue 26, item 5) -----------------------------------------------------
+
+LEDGER_COMMANDS = [
+    "train --private {p} --state {s}",
+    "answer --state {s} --queries {q} --log {l}",
+    "answer --state {s} --queries {q} --log {l} --private {p}",
+    "learn --private {p} --public {q} --hypothesis threshold --features x0 --out {o}/m.json",
+    "release --private {p} --public {q} --hypothesis threshold --features x0 --out {o}/t.parquet",
+    "sanitize --private {p} --features x0 --domain 0:10 --out {o}/s.parquet",
+    "replay {l} --into {s}",
+    "budget set {p} --epsilon 1 --delta 0",
+    "budget show {p}",
+    "run {spec}",
+]
+
+
+@pytest.mark.parametrize("command", LEDGER_COMMANDS)
+def test_an_empty_pcqr_ledger_is_refused_before_anything(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Not the home folder's ledger, silently: one line naming PCQR_LEDGER, exit 2, before any file is
+    read (every path here is missing: reading one would be another error) or anything is written."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PCQR_LEDGER", "")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"job: train\nprivate: {tmp_path / 'private'}\nstate: {tmp_path / 'state'}\n")
+    paths = {"p": tmp_path / "private", "s": tmp_path / "state", "q": tmp_path / "queries", "l": tmp_path / "log",
+             "o": tmp_path / "out", "spec": spec}
+    code = main(command.format(**{k: str(v) for k, v in paths.items()}).split())
+    lines = _stderr_lines(capsys.readouterr().err)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("pcqr: error: PCQR_LEDGER is set but empty"), lines
+    assert sorted(os.listdir(tmp_path)) == ["spec.yaml"]  # no state, log, output or home ledger
+
+
+def test_an_empty_ledger_is_refused_by_the_python_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pcqr
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PCQR_LEDGER", " ")
+    private, state, out = str(tmp_path / "private"), str(tmp_path / "state"), str(tmp_path / "out")
+    calls = [lambda: pcqr.Session.create(state, private), lambda: pcqr.Session.open(state),
+             lambda: pcqr.learn_without_public_data(private, out, algorithm="point", domain="0:10"),
+             lambda: pcqr.sanitize(private, out, domain="0:10"),
+             lambda: pcqr.PrivateClassifier(state=state).fit(np.zeros((4, 1)), np.array([0, 1, 0, 1]))]
+    for call in calls:
+        with pytest.raises(PcqrError, match="^PCQR_LEDGER is set but empty"):
+            call()
+    monkeypatch.delenv("PCQR_LEDGER")
+    with pytest.raises(PcqrError, match="^--ledger is empty"):
+        pcqr.Session.open(state, ledger="")
+    assert os.listdir(tmp_path) == []
+
+
+def test_demo_keep_prints_commands_that_paste_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], thread_cluster_yaml: str) -> None:
+    """Every path pcqr prints for pasting is shell-quoted: a kept demo in a folder with a space and a
+    quote says where it is, and each command it suggests runs as pasted."""
+    import shlex
+
+    folder = tmp_path / "it's a demo"
+    monkeypatch.setattr(demo, "temporary_folder", lambda: (folder.mkdir(), str(folder))[1])
+    assert main(["demo", *DEMO_SMALL, "--cluster", thread_cluster_yaml, "--keep", "--json"]) == 0
+    lines = _stderr_lines(capsys.readouterr().err)
+    assert lines[0].startswith(f"demo: working in {shlex.quote(str(folder))} with its own privacy ledger")
+    where = f"demo: the data, state, log and ledger are in {shlex.quote(str(folder))}; look with: "
+    assert lines[-1].startswith(where)
+    for pasted in lines[-1][len(where):].split("; "):
+        words = shlex.split(pasted)
+        assert words[0] == "pcqr" and main(words[1:]) == 0, pasted
+    assert (folder / "replayed.parquet").is_file()

@@ -67,6 +67,11 @@ def test_answers_every_input_kind_and_returns_what_the_log_holds(trained) -> Non
         third = session.answer(np.column_stack([v for v in _queries(40, seed=13).values()]))
         assert (second.num_rows, third.num_rows) == (50, 40)
         assert len(batch_files(str(log))) == 5
+        again = session.answer(pd.DataFrame(q))  # answered in full before: not asked again, its logged answers
+        assert again.equals(first) and len(batch_files(str(log))) == 5
+        assert session.last_summary["already_answered"] == 300 and session.last_summary["batches"] == 0
+        assert session.answer(pa.table(_queries(50, seed=12))).equals(second)  # an earlier input, still kept
+        assert len(batch_files(str(log))) == 5
         statuses = set(pa.concat_tables([first, second, third]).column("status").to_pylist())
         assert statuses <= {"answered", "abstained", "refused"} and "answered" in statuses
         answered = [a for a, s in zip(first.column("answer").to_pylist(), first.column("status").to_pylist())

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -54,17 +55,44 @@ RELATIVE_TOLERANCE = 1e-9
 DEFAULT_LEDGER = os.path.join("~", ".local", "share", "pcqr", "ledger.sqlite")
 
 
-def ledger_path(option: str | None) -> str:
-    """The ledger file: ``--ledger PATH``, else ``$PCQR_LEDGER``, else ~/.local/share/pcqr/ledger.sqlite.
+LEDGER_VARIABLE = "PCQR_LEDGER"
 
-    Its parent directories are created.
-    """
-    path = os.path.abspath(os.path.expanduser(option or os.environ.get("PCQR_LEDGER") or DEFAULT_LEDGER))
+
+def ledger_setting(option: str | None) -> str:
+    """The ledger file as the user named it: ``--ledger PATH``, else ``$PCQR_LEDGER``, else
+    ~/.local/share/pcqr/ledger.sqlite. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but
+    empty is refused (it would otherwise fall back to the home folder's ledger, unnoticed): every
+    command that takes ``--ledger`` and every Python API entry point calls this first, before
+    anything is read or charged."""
+    if option is not None:
+        if not option.strip():
+            raise PcqrError("--ledger is empty: give the ledger file's path")
+        return option
+    named = os.environ.get(LEDGER_VARIABLE)
+    if named is not None and not named.strip():
+        raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path, or unset it "
+                        f"to use {DEFAULT_LEDGER}")
+    return named or DEFAULT_LEDGER
+
+
+def ledger_path(option: str | None) -> str:
+    """The ledger file (:func:`ledger_setting`), absolute. Its parent directories are created."""
+    path = os.path.abspath(os.path.expanduser(ledger_setting(option)))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as exc:
         raise PcqrError(f"--ledger {path}: cannot create its directory ({exc.strerror})") from None
     return path
+
+
+def budget_command(verb: str, dataset: str, ledger: str | None, *options: str) -> str:
+    """A ``pcqr budget`` command line for the user to paste: every word shell-quoted (a path with a
+    space or a quote pastes back as one word), with ``--ledger`` unless ``ledger`` is the one the
+    command finds by itself ($PCQR_LEDGER, else the default)."""
+    words = ["pcqr", "budget", verb, dataset, *options]
+    if ledger is not None and os.path.abspath(ledger) != os.path.abspath(os.path.expanduser(ledger_setting(None))):
+        words += ["--ledger", ledger]
+    return shlex.join(words)
 
 
 def pair(epsilon: float, delta: float) -> str:
@@ -101,7 +129,7 @@ class Ledger(LedgerStore):
             spent = self.spent(identity)
             if _exceeds(spent[0], epsilon) or _exceeds(spent[1], delta):
                 raise PcqrError(f"--epsilon/--delta {pair(epsilon, delta)} is below what {label} has already "
-                                f"spent {pair(*spent)}; see pcqr budget show {label}")
+                                f"spent {pair(*spent)}; see {budget_command('show', label, self.path)}")
             if name is not None:
                 owner = self.find_name(name)
                 if owner is not None and owner != identity:
@@ -139,7 +167,8 @@ class Ledger(LedgerStore):
         total = (spent[0] + epsilon, spent[1] + delta)
         if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
             raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
-                            f"{pair(epsilon, delta)} > budget {pair(*budget)}; see pcqr budget show {label}")
+                            f"{pair(epsilon, delta)} > budget {pair(*budget)}; "
+                            f"see {budget_command('show', label, self.path)}")
         return self.insert_charge(identity, label, record)
 
     def refund(self, charge_id: int, reason: str) -> None:
@@ -182,7 +211,7 @@ def charge_private_use(
         if earlier and not charged["limited"]:
             echo(f"ledger: warning: {uri} has other contents on record ({len(earlier)} earlier identities): "
                  "a changed dataset that does not overlap them gets a new identity with no budget; "
-                 "see pcqr budget show")
+                 f"see {budget_command('show', uri, path)}")
     return charged
 
 
@@ -231,6 +260,7 @@ def charge_note(charged: dict[str, Any]) -> str:
     if charged["limited"]:
         head = f"{head} of {pair(charged['budget_epsilon'], charged['budget_delta'])}"
     else:
-        head = f"{head}; no budget set for {label} (pcqr budget set {label} --epsilon E --delta D)"
+        head = (f"{head}; no budget set for {label} "
+                f"({budget_command('set', label, charged.get('ledger'), '--epsilon', 'E', '--delta', 'D')})")
     return f"{head}; {charged['overlaps']}" if charged.get("overlaps") else head
 

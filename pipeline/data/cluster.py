@@ -9,7 +9,7 @@
       cluster:
         backend: local        # default: LocalCluster on 127.0.0.1 only; n-workers,
         n-workers: 2          # threads-per-worker, memory-limit, processes and
-        memory-limit: 4GiB    # dashboard-address (auto, null, ":0": a free port on 127.0.0.1)
+        memory-limit: 4GiB    # dashboard-address (null: none; ":0": a free port on 127.0.0.1)
     # backend: address          address: tls://host:8786, tls: {ca-file, cert, key}
     # backend: scheduler-file   scheduler-file: scheduler.json
     # backend: spec             class: dask_jobqueue.SLURMCluster, kwargs: {...},
@@ -63,7 +63,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str, int | None]] = {  # key: (types, 
     "n-workers": ((int, _NONE), "a whole number >= 1 or null", 1),  # 0: nothing would ever run
     "threads-per-worker": ((int, _NONE), "a whole number >= 1 or null", 1),
     "memory-limit": ((str, int, float, _NONE), _SIZE, 0),
-    "dashboard-address": ((str, int, _NONE), "auto, null or a port on 127.0.0.1 (':0', ':8787')", None),
+    "dashboard-address": ((str, int, _NONE), "null or a port on 127.0.0.1 (':0', ':8787')", None),
     "processes": ((bool, str), "true, false or auto", None),
     "address": ((str, _NONE), "tcp://HOST:PORT or tls://HOST:PORT", None),
     "tls": ((dict, _NONE), "a mapping {ca-file, cert, key} of file paths", None),
@@ -324,22 +324,20 @@ def one_blas_thread() -> ContextManager[Any]:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def local_dashboard(setting: str | None, processes: bool) -> str | None:
-    """A local cluster's dashboard address, or None (no dashboard). ``auto`` (the default): one on
-    a free port of 127.0.0.1 when the workers are processes (training, the exponential mechanism:
-    the long jobs worth watching), none when they are threads of this process (answering with
-    array-counted models: the dashboard's start, ~0.4 s, would be a tenth of a 10^6-query run)."""
-    if setting == "auto":
-        return "127.0.0.1:0" if processes else None
-    return setting
+def local_dashboard(setting: str | None) -> str | None:
+    """A local cluster's dashboard address (127.0.0.1:PORT), or None: a dashboard only when the
+    cluster.yaml asks for one with a port (":0", a free one; ":8787"), and pcqr then prints its
+    address. null (the default) and ``auto`` (a value of older files): none, and no line (its start
+    was ~0.4 s of a 10^6-query answer run)."""
+    return None if setting in (None, "auto") else setting
 
 
 def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) -> tuple[Client, bool]:
-    """(the client, whether a local cluster was started without a dashboard)."""
+    """(the client, whether the cluster.yaml asked for a dashboard: a local cluster's started there)."""
     o = config.options
     if config.backend == "local":  # tcp even without processes: inproc binds workers' HTTP to all interfaces
         processes = local_processes(o["processes"], array_work)
-        dashboard = local_dashboard(o["dashboard-address"], processes)
+        dashboard = local_dashboard(o["dashboard-address"])
         if not processes:  # worker threads x BLAS threads would oversubscribe the cores
             stack.enter_context(one_blas_thread())
         # the scheduler's and workers' scratch (spilled data: private rows) in a 0700 folder, removed
@@ -352,7 +350,7 @@ def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) ->
             threads_per_worker=o["threads-per-worker"], memory_limit=o["memory-limit"],
             # without a dashboard the scheduler's HTTP endpoints still take a free port, not 8787
             dashboard_address=dashboard or "127.0.0.1:0", scheduler_kwargs={} if dashboard else {"dashboard": False}))
-        return stack.enter_context(Client(cluster)), dashboard is None
+        return stack.enter_context(Client(cluster)), dashboard is not None
     if config.backend == "address":
         tls = {k: v for k, v in (o["tls"] or {}).items() if v}
         security = Security(tls_ca_file=tls.get("ca-file"), tls_client_cert=tls.get("cert"),
@@ -395,7 +393,9 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
     cluster_path : str or None
         The ``--cluster`` file; ``None``: ``./cluster.yaml`` if present, else built-in local.
     echo : callable, optional
-        Called once with ``"dashboard: <link>"``.
+        Called once with ``"dashboard: <link>"`` when the cluster.yaml asked for a dashboard (a local
+        cluster's ``dashboard-address`` set to a port); otherwise never (a remote scheduler's own
+        dashboard is its operator's to share).
     array_work : bool
         The command's worker tasks are array work only (see :func:`local_processes`): with
         ``processes: auto`` a local cluster's workers are then threads.
@@ -414,14 +414,14 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
     """
     config = load_cluster_config(cluster_path)
     with dask.config.set(config.dask_config), ExitStack() as stack:
-        (client, off), link = _start(config, stack, array_work), None
+        client, asked = _start(config, stack, array_work)
         quiet_expected_errors(client)  # a worker's PcqrError: pcqr's one line, no "Compute Failed" block
         _wait_for_workers(config, client)
-        with suppress(KeyError):  # a remote scheduler may have no HTTP server
-            link = None if off else client.dashboard_link
-        if echo is not None:
-            echo("dashboard: off (cluster.yaml dashboard-address: ':0' starts one)" if off else
-                 f"dashboard: {link or 'unavailable'}")
+        if echo is not None and asked:
+            link = None
+            with suppress(KeyError):  # no HTTP server after all
+                link = client.dashboard_link
+            echo(f"dashboard: {link or 'unavailable'}")
         yield client
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.budget.ledger import charge_note, ledger_setting, provisional_charge
 from pcqr.pipeline.data.atomic import check_writable_file
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import Dataset, load_features, open_dataset, split_features
@@ -91,6 +91,7 @@ def learn_without_public_data(
         The summary: the model's public record (``released``, ``epsilon``, ``proven_delta`` and its
         terms, sample sizes...), ``model`` (the path) and ``ledger`` (the charge).
     """
+    ledger_setting(ledger)  # an empty ledger setting: refused before anything is read
     if algorithm not in LEARNERS:
         raise PcqrError(f"--algorithm must be one of {', '.join(LEARNERS)} here, got {algorithm!r}")
     if direction not in ("up", "down"):
@@ -254,6 +255,7 @@ def sanitize(
     """
     from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
 
+    ledger_setting(ledger)  # an empty ledger setting: refused before anything is read
     if algorithm not in SANITIZERS:
         raise PcqrError(f"--algorithm must be one of {', '.join(SANITIZERS)}, got {algorithm!r}")
     parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, None, alpha, beta, seed,

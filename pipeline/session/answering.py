@@ -1,15 +1,14 @@
 """Answering a stream of queries through a session: the steps of ``pcqr answer`` in the
 certificate's order, with the state's lock held by the caller (pcqr.jobs.answer, pcqr.Session).
 
-Resuming: an interrupted stream continues after its last committed batch (``resume_point``); the
-ledger vouches for the state before anything is served (session/book.py), a half-written commit is
-recovered (session/commit.py), and the whole log's hash chain is verified before it answers repeats.
+Resuming: an interrupted stream continues after its last committed batch, and an input answered in
+full is not asked again (session/inputs.py); the ledger vouches for the state before anything is
+served (session/book.py), a half-written commit is recovered (session/commit.py), and the whole
+log's hash chain is verified before it answers repeats.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 from typing import Any
 
@@ -26,11 +25,13 @@ from pcqr.pipeline.session.answered import index_from_log
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.session.evaluation import load_truth
+from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
                                             session_summary, train_session)
-from pcqr.pipeline.session.query_release import release_answers, validate_queries
+from pcqr.pipeline.session.noisy_argmax import coordinator
+from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, validate_queries
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
     SessionState,
@@ -62,32 +63,6 @@ def check_log_dir(log_dir: str | None, session: SessionState | None) -> str:
             f"{written}; use an empty directory for a new session"
         )
     return log_dir
-
-
-def input_fingerprint(queries: Dataset) -> str:
-    """Identifies a query dataset from its metadata (files, row groups, schema): public data."""
-    described = json.dumps([list(queries.files), [list(g) for g in queries.row_groups], str(queries.schema)])
-    return hashlib.sha256(described.encode()).hexdigest()
-
-
-def resume_point(session: SessionState | None, queries: Dataset, reporter: Reporter = LOGGING) -> int:
-    """Rows of ``queries`` an earlier run of this session already committed (0 for a new input).
-
-    Re-running a command that was interrupted continues after its last committed batch, so no
-    released answer is ever answered again. An input answered in full is asked again from the
-    start: repeats of answered queries get their logged answers (no budget); the others are
-    tested again.
-    """
-    if session is None or session.input is None or session.input["fingerprint"] != input_fingerprint(queries):
-        return 0
-    done, rows = int(session.input["done"]), int(session.input["rows"])
-    if done >= rows:
-        reporter.note(f"{queries.uri}: all {rows} queries were answered before; asking them again (answered ones "
-             "get their logged answers at no cost, the others are tested again)")
-        return 0
-    if done:
-        reporter.note(f"resuming {queries.uri}: {done} of {rows} queries were committed by an earlier run")
-    return done
 
 
 def reopen_private(session: SessionState) -> Dataset | None:
@@ -179,8 +154,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         assert session is not None
         guess, learner = session.guess, session.learner
     student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
-    queries = open_matching(answering.queries, "queries", features, "the private features", answering.id_column)
-    skip = resume_point(session, queries, reporter)
+    queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
@@ -189,7 +163,12 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     # workers may be threads (cluster.yaml processes: auto)
     array_work = ensemble is not None and ensemble.array_counted and session.universal is None  # type: ignore[union-attr]
     with connect(array_work=array_work) as client:
-        validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)  # before any charge
+        identity = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)
+        start = start_point(session, queries, identity, reporter)  # before any charge
+        if start.answered is not None:  # answered in full before: nothing is asked again
+            assert session is not None
+            return _nothing_asked(session, start.answered, queries, log_dir, state, answering, student, reporter)
+        skip = start.skip
         if not answering.private_log:  # misuse guard, before any charge: no private row into a public log
             guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
                                                           if answering.truth else None)],
@@ -209,7 +188,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
             save_models(state, ensemble)
         session.log_dir = os.path.abspath(log_dir)  # the state works from any directory
         if skip == 0:
-            session.input = {"uri": queries.uri, "fingerprint": input_fingerprint(queries), "rows": queries.rows, "done": 0}
+            begin_input(session, queries, identity)
         save_session(state, session)
         assert book is not None  # the ledger row every commit of this run advances
         with reporter.progress(queries.rows - skip, "answering queries") as bar:
@@ -231,6 +210,32 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     say_gate_chosen(plan, reporter)
+    summary = _summary(session, counts, skip=skip, log_dir=log_dir, state=state, plan=plan, answering=answering,
+                       student=student)
+    if charged is not None:
+        summary["ledger"] = charge_note(charged)
+    if truth is not None:
+        summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
+        summary["evaluated"] = counts.evaluated
+        if counts.truth_missing:
+            summary["truth_missing"] = counts.truth_missing
+    return summary
+
+
+def _nothing_asked(session: SessionState, answered: Answered, queries: Dataset, log_dir: str, state: str,
+                   answering: AnswerOptions, student: dict[str, Any] | None, reporter: Reporter) -> dict[str, Any]:
+    """The run of an input answered in full before: one note, and a summary of no new answers."""
+    reporter.note(answered.describe(queries, log_dir))
+    halted = coordinator(session.params, session.sparse_vector).halted and session.released is None
+    return _summary(session, ReleaseCounts(halted=halted), skip=0, log_dir=log_dir, state=state, plan=None,
+                    answering=answering, student=student, answered=answered)
+
+
+def _summary(session: SessionState, counts: ReleaseCounts, *, skip: int, log_dir: str, state: str,
+             plan: Any, answering: AnswerOptions, student: dict[str, Any] | None,
+             answered: Answered | None = None) -> dict[str, Any]:
+    """What ``pcqr answer --json`` prints for a run (``answered``: of an input answered in full
+    before, which this run did not ask again)."""
     summary: dict[str, Any] = {
         "answered": counts.answered,
         "abstained": counts.abstained,
@@ -240,6 +245,8 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         **({"flipped": counts.flipped} if session.params.gate == "guess" else {}),
         **({"student_answers": counts.student, "student_taught": counts.student_taught} if student else {}),
         "resumed_after": skip,
+        **({"already_answered": answered.rows, "already_answered_batches": [answered.first_batch, answered.last_batch]}
+           if answered is not None else {}),
         "budget_used": session.sparse_vector.bottoms,
         "budget_spent": counts.halted,
         "batches": counts.batches,
@@ -250,17 +257,12 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         **gate_chosen(plan),
         "odometer": odometer(session),
     }
-    if charged is not None:
-        summary["ledger"] = charge_note(charged)
     if answering.allow_private_overlap:
         summary["allow_private_overlap"] = True
     if session.released is not None:
         from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
 
         summary["released_model"] = os.path.join(log_dir, RELEASED_MODEL_FILE)
-    if truth is not None:
-        summary["accuracy"] = counts.correct / counts.evaluated if counts.evaluated else None
-        summary["evaluated"] = counts.evaluated
-        if counts.truth_missing:
-            summary["truth_missing"] = counts.truth_missing
+    if answering.truth is not None and answered is not None:
+        summary["accuracy"], summary["evaluated"] = None, 0  # nothing answered by this run
     return summary

@@ -59,7 +59,7 @@ from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FI
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and
 #: what a state one batch behind takes from it.
-MUTABLE = ("next_batch", "last_hash", "pending_batch", "noise_state", "totals", "input")
+MUTABLE = ("next_batch", "last_hash", "pending_batch", "noise_state", "totals", "input", "answered_inputs")
 #: The fields fixed when the session is created (their digest is registered).
 FIXED = ("session_id", "params", "learner", "features", "private_rows", "seed", "mode", "agnostic",
          "relabeller", "label", "universal", "dedupe_seed", "private_fingerprint")
@@ -272,6 +272,8 @@ def _roll_forward(session: SessionState, record: dict[str, Any]) -> None:
     session.noise_state = record["noise_state"]
     session.totals = dict(record["totals"])
     session.input = record["input"]
+    if "answered_inputs" in record:  # absent from records written before it: the state's own stay
+        session.answered_inputs = list(record["answered_inputs"])
     session.sparse_vector.bottoms = int(record["bottoms"])
     session.sparse_vector.queries_seen = int(record["queries_seen"])
 

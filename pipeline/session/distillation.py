@@ -19,6 +19,7 @@ Nothing here reads private data; the log is verified (its hash chain) before it 
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -98,7 +99,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     check_writable_file(out, "--out")
     report = verify_log(log_dir)
     if not report.ok:
-        raise PcqrError(f"--log {log_dir}: {report.problem} (pcqr replay {log_dir} shows every problem)")
+        raise PcqrError(f"--log {log_dir}: {report.problem} ({shlex.join(['pcqr', 'replay', log_dir])} shows every problem)")
     provenance = report.provenance or {}
     features = provenance.get("features")
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)):

@@ -28,6 +28,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
@@ -202,6 +203,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             written by this fit is left behind.
         """
         rows_table = self.rows_table(X, y)
+        ledger_setting(self.ledger)  # an empty ledger setting: refused before the rows are written
         self.classes_ = np.array([0, 1])
         self.close()
         rows = rows_table.num_rows  # n is public (replace-one neighbours), as for pcqr train

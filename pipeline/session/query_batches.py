@@ -35,17 +35,34 @@ VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
 Values = tuple[np.ndarray, np.ndarray]  # per-query values, row keys
 
 
-def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int) -> int:
+#: The key of the queries' content identity (:func:`content_sum`): public and fixed, since the
+#: identity is of public data and must be the same for a session's every run.
+CONTENT_SEED = 0x7063717271756572  # "pcqrquer"
+
+
+def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.ndarray) -> int:
+    """The rows' share of the queries' content identity (:mod:`pcqr.pipeline.session.inputs`): the sum
+    mod 2^64 of a keyed 64-bit hash of each row's feature values, query id and position in the
+    dataset (an int64 id as two exact float64 halves; a position < 2^53 is exact)."""
+    bits = np.asarray(ids, dtype=np.int64).view(np.uint64)
+    halves = [(bits >> np.uint64(32)).astype(np.float64), (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)]
+    keys = column_keys([*columns, *halves, np.asarray(positions, dtype=np.float64)], len(positions), CONTENT_SEED)
+    return int(np.sum(keys, dtype=np.uint64))
+
+
+def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int) -> tuple[int, int]:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
-    features, missing or out-of-range ids raise, naming the file and column); the part's row count."""
+    features, missing or out-of-range ids raise, naming the file and column); the part's row count
+    and its share of the queries' content identity (:func:`content_sum`)."""
     columns = [*features] + ([id_column] if id_column else [])
-    count = 0
+    count, total = 0, 0
     for table in read_chunks(part, columns, rows):
-        check_features(table, features, part.file)
-        if id_column is not None:
-            id_values(table, id_column, part.file)
+        values = check_features(table, features, part.file)
+        positions = np.arange(part.start + count, part.start + count + table.num_rows, dtype=np.int64)
+        ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
+        total = (total + content_sum(values, ids, positions)) % 2**64
         count += table.num_rows
-    return count
+    return count, total
 
 
 def _per_chunk(part: Part, features: Sequence[str], rows: int, seed: int, values: Any) -> Values:

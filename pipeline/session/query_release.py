@@ -25,6 +25,7 @@ from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
 from pcqr.pipeline.session.evaluation import score
+from pcqr.pipeline.session.inputs import content_identity
 from pcqr.pipeline.session.log import (
     DUPLICATE,
     FLIPPED,
@@ -82,12 +83,13 @@ class ReleaseCounts:
         self.batches += 1
 
 
-def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> None:
-    """Check every query part's values on the workers (in chunks of ``rows``) before anything is released."""
+def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> str:
+    """Check every query part's values on the workers (in chunks of ``rows``) before anything is
+    released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)."""
     futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
                          rows=rows, pure=False)
-    for future in futures:
-        future.result()
+    counted = [future.result() for future in futures]
+    return content_identity(sum(count for count, _ in counted), sum(total for _, total in counted))
 
 
 class UniversalSwitch:

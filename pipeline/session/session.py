@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.session.log import batch_files
@@ -304,6 +305,7 @@ class Session:
     def _locked(cls, state: str, *, create: bool, wait: bool, **kwargs: Any) -> Session:
         """The state's OS lock (other processes) and this process's claim (other Session objects:
         the OS lock is re-entrant within a process, a session's owner is one object)."""
+        ledger_setting(kwargs.get("ledger"))  # an empty ledger setting: refused before anything is touched
         held = contextlib.ExitStack()
         try:
             held.enter_context(_claim(state))
@@ -336,7 +338,10 @@ class Session:
         Each answer passes the session's sparse-vector coordinator and is committed to the public
         log (``log``) before it is returned, exactly as ``pcqr answer`` does: what this returns is
         what the log holds. Abstentions cost one of the T instances; after the T-th, every query is
-        refused. Repeated queries get their logged answers at no cost.
+        refused. Repeated queries get their logged answers at no cost. Queries answered in full
+        before (the same rows in the same order, with the same ids: the same Parquet file, a copy of
+        it, or an equal table) are not asked again: the answers the log holds for them are returned
+        and :attr:`last_summary` says ``already_answered`` (pcqr.pipeline.session.inputs).
 
         Parameters
         ----------
@@ -391,17 +396,17 @@ class Session:
                                       after_halt=after_halt,
                                       student_learner=student_learner,
                                       student_learner_param=_param_items(student_learner_params))
+            named = _naming(self.reporter, None if path is queries else os.fspath(path))
             try:
-                self.last_summary = answer_stream(training, answering, self._connect, self.reporter)
+                self.last_summary = answer_stream(training, answering, self._connect, named)
             except PcqrError as refused:
                 if path is queries:
                     raise
-                # in-memory queries: name them as the caller knows them, not by their scratch file
-                scratch_file = os.fspath(path)
-                raise PcqrError(str(refused).replace(f"--queries {scratch_file}", "queries")
-                                .replace(scratch_file, "queries")) from None
+                raise PcqrError(_as_named(str(refused), os.fspath(path))) from None
         log_dir = self.last_summary["log"]
-        tables = [pq.read_table(file) for number, file in batch_files(log_dir) if number >= before]
+        first, last = self.last_summary.get("already_answered_batches") or (before, None)
+        tables = [pq.read_table(file) for number, file in batch_files(log_dir)
+                  if number >= first and (last is None or number <= last)]
         return pa.concat_tables(tables) if tables else pa.table({})
 
     def _write_queries(self, queries: QueryInput, scratch: str) -> str:
@@ -503,6 +508,18 @@ def _claim(state: str) -> Iterator[None]:
     finally:
         with _OPEN_GUARD:
             _OPEN.discard(key)
+
+
+def _as_named(message: str, scratch_file: str) -> str:
+    """In-memory queries named as the caller knows them ("queries"), not by their scratch file."""
+    return message.replace(f"--queries {scratch_file}", "queries").replace(scratch_file, "queries")
+
+
+def _naming(reporter: Reporter, scratch_file: str | None) -> Reporter:
+    """``reporter``, with in-memory queries' scratch file named "queries" in its notes."""
+    if scratch_file is None:
+        return reporter
+    return replace(reporter, note=lambda message: reporter.note(_as_named(message, scratch_file)))
 
 
 def _param_items(params: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -71,7 +71,8 @@ class SessionState:
     universal: dict[str, Any] | None = None  # UniversalParameters (public)
     released: dict[str, Any] | None = None  # h_priv's public record once A_UnvPrivCl has switched
     pending_batch: int | None = None  # the last committed batch (pcqr.pipeline.session.commit); may await publication
-    input: dict[str, Any] | None = None  # the query dataset being answered: uri, fingerprint, rows, done
+    input: dict[str, Any] | None = None  # the query input being answered: uri, identity, rows, done, first_batch
+    answered_inputs: list[dict[str, Any]] = field(default_factory=list)  # inputs answered in full (session/inputs.py)
     dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
     private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
     guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.session.public_guess.GuessSpec)
@@ -134,6 +135,7 @@ class SessionState:
             "released": self.released,
             "pending_batch": self.pending_batch,
             "input": self.input,
+            "answered_inputs": self.answered_inputs,
             "dedupe_seed": self.dedupe_seed,
             "private_fingerprint": self.private_fingerprint,
             "guess": self.guess,
@@ -168,6 +170,7 @@ class SessionState:
             released=data.get("released"),
             pending_batch=data.get("pending_batch"),
             input=data.get("input"),
+            answered_inputs=list(data.get("answered_inputs") or []),
             dedupe_seed=int(data.get("dedupe_seed", 0)),
             private_fingerprint=data.get("private_fingerprint"),
             guess=data.get("guess"),
