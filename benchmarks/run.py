@@ -22,6 +22,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``bns_sanitize``      issue 14: ``pcqr sanitize --algorithm san-points`` on 10^6 rows, its error beside a stable histogram;
                         ``--algorithm san-thresholds``, its error beside noisy counts on a binary tree
 * ``bns_label_private`` issue 14: ``pcqr learn --algorithm label-private`` on 10^6 rows beside A_SSPP on the same points
+* ``auto_learner``      issue 26: PrivateClassifier(learner='auto') beside the default learner on Adult, XOR and an
+                        imbalanced nonlinear task, at the estimator's defaults (epsilon 1)
 * ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
                         learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
 
@@ -46,6 +48,7 @@ from typing import Any, Callable
 
 from agnostic_at_scale import bench_agnostic_at_scale
 from answer_logistic import bench_answer_logistic
+from auto_learner import bench_auto_learner
 from bns_label_private import bench_bns_label_private
 from bns_point import bench_bns_point
 from bns_sanitize import bench_bns_sanitize
@@ -66,7 +69,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
-    "bns_thresholds", "bns_label_private",
+    "bns_thresholds", "bns_label_private", "auto_learner",
 )
 
 
@@ -89,6 +92,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "bns_sanitize": bench_bns_sanitize,
     "bns_thresholds": bench_bns_thresholds,
     "bns_label_private": bench_bns_label_private,
+    "auto_learner": bench_auto_learner,
 }
 
 

@@ -19,6 +19,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 
 import pcqr
 from pcqr.pipeline.budget.ledger import Ledger
+from pcqr.pipeline.session.estimator import PRIVATE_FILE
 from tests.conftest import MECHANICS
 
 SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private
@@ -54,7 +55,7 @@ def test_no_private_row_is_left_in_tmpdir(empty_tmpdir, thread_cluster_yaml) -> 
     made = list(empty_tmpdir.iterdir())  # while fitted: one private folder, 0700, no copy of the rows
     assert len(made) == 1 and made[0].name.startswith("pcqr-private-")
     assert stat.S_IMODE(made[0].stat().st_mode) == 0o700
-    assert not list(made[0].rglob("*.parquet")) or all("fit-private" not in p.name for p in made[0].rglob("*"))
+    assert not any(p.name == PRIVATE_FILE for p in made[0].rglob("*"))  # the rows' copy went with training
     Q, truth = _data(500, 2)
     assert 0.9 < clf.score(Q, truth) <= 1.0
     copy = pickle.loads(pickle.dumps(clf))  # a copy shares the session while the original lives
@@ -176,3 +177,20 @@ def test_learner_auto_is_a_tree_as_deep_as_the_rows_a_model_get(thread_cluster_y
     assert summary["learner"] == "sklearn.tree.DecisionTreeClassifier" and summary["subsamples"] == 50
     Q, truth = _data(300, 12)
     assert clf.score(Q, truth) > 0.95
+
+
+def test_the_commands_leave_nothing_in_tmpdir(empty_tmpdir, tmp_path, thread_cluster_yaml, capsys) -> None:
+    """train, answer (a local cluster: its scratch is a private folder of its own), report, replay."""
+    from pcqr.jobs.cli import main
+    from tests.conftest import MECHANICS_PRIVACY, write_session_data
+
+    root = write_session_data(tmp_path / "work", rows=5000, queries=300)
+    cluster = ["--cluster", thread_cluster_yaml]
+    assert main(["train", "--private", str(root / "private"), "--state", str(root / "st"), *MECHANICS_PRIVACY,
+                 *cluster]) == 0
+    assert main(["answer", "--state", str(root / "st"), "--queries", str(root / "queries"), "--log",
+                 str(root / "log"), *cluster]) == 0
+    assert main(["report", "--log", str(root / "log"), "--out", str(root / "report.html")]) == 0
+    assert main(["replay", str(root / "log"), "--out", str(root / "replayed.parquet")]) == 0
+    capsys.readouterr()
+    assert list(empty_tmpdir.iterdir()) == []
