@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 
@@ -107,17 +108,20 @@ def test_a_search_costs_what_privacy_cost_said_and_the_budget_caps_it(tmp_path, 
     cost = pcqr.privacy_cost(search)
     assert (cost.fits, cost.epsilon, cost.delta) == (7, 56.0, pytest.approx(7e-6))
     assert pcqr.privacy_cost(clf, cv=4).fits == 4 and pcqr.privacy_cost(clf).epsilon == 40.0  # cv=5 by default
-    budget = pcqr.set_budget(X, y, epsilon=cost.epsilon, delta=1e-4, name="rows", ledger=ledger)
+    budget = pcqr.set_budget(X, y, epsilon=cost.epsilon + 8, delta=1e-4, name="rows", ledger=ledger)
     assert budget["spent_epsilon"] == 0
+    with pytest.warns(pcqr.PrivacyCostWarning, match=r"charged \(epsilon=8, delta=1e-06\) to the ledger; "
+                                                     r"so far, rows: spent \(8, 1e-06\) of \(64, 0.0001\)"):
+        clone(clf).fit(X[:3000], y[:3000])  # rows of X: charged to its budget too, and the warning says so
     search.fit(X, y)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
     with Ledger(ledger) as book:
         identity = book.find_name("rows")
-        assert book.spent(identity)[0] == pytest.approx(cost.epsilon)  # every fit charged to the rows
+        assert book.spent(identity)[0] == pytest.approx(cost.epsilon + 8)  # every fit charged to the rows
     with pytest.raises(pcqr.PcqrError, match="privacy budget of rows exceeded"):  # the budget is spent
         cross_val_score(clf, X, y, cv=3, error_score="raise")
     with Ledger(ledger) as book:
-        assert book.spent(book.find_name("rows"))[0] == pytest.approx(cost.epsilon)  # and never exceeded
+        assert book.spent(book.find_name("rows"))[0] == pytest.approx(cost.epsilon + 8)  # and never exceeded
 
 
 def test_predict_refuses_up_front_what_the_session_cannot_answer(tmp_path, thread_cluster_yaml) -> None:

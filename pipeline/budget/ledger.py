@@ -204,8 +204,9 @@ def charge_private_use(
                                 [(r.identity, r.label) for r in related])
         register(ledger, found, uri)
         earlier = [i for i in ledger.labelled(uri) if i != found.identity and i not in {r.identity for r in related}]
+        budgets = [_totals(ledger, r.identity, r.label) for r in related if ledger.budget(r.identity) is not None]
     charged = {**charged, "ledger": path, "earlier_identities": earlier,
-               "overlaps": relation_note(related) if related else None}
+               "overlaps": relation_note(related) if related else None, "overlap_budgets": budgets}
     if echo is not None:
         echo(charge_note(charged))
         if earlier and not charged["limited"]:
@@ -252,6 +253,20 @@ def refund_charge(charged: dict[str, Any], reason: str) -> None:
             ledger.refund(int(charge_id), reason)
 
 
+def _totals(ledger: Ledger, identity: str, label: str) -> dict[str, Any]:
+    """A budgeted dataset's label, spent and budget (after a charge that also went to it)."""
+    spent, budget = ledger.spent(identity), ledger.budget(identity)
+    assert budget is not None
+    return {"dataset": label, "spent_epsilon": spent[0], "spent_delta": spent[1], "budget_epsilon": budget[0],
+            "budget_delta": budget[1]}
+
+
+def overlap_budgets_note(budgets: Sequence[dict[str, Any]]) -> str:
+    """'rows: spent (8, 8e-06) of (40, 0.0001)', for each budgeted dataset a charge also went to."""
+    return "; ".join(f"{b['dataset']}: spent {pair(b['spent_epsilon'], b['spent_delta'])} of "
+                     f"{pair(b['budget_epsilon'], b['budget_delta'])}" for b in budgets)
+
+
 def charge_note(charged: dict[str, Any]) -> str:
     """The one status line for a charge."""
     label = charged["label"]
@@ -262,5 +277,9 @@ def charge_note(charged: dict[str, Any]) -> str:
     else:
         head = (f"{head}; no budget set for {label} "
                 f"({budget_command('set', label, charged.get('ledger'), '--epsilon', 'E', '--delta', 'D')})")
-    return f"{head}; {charged['overlaps']}" if charged.get("overlaps") else head
+    if charged.get("overlap_budgets"):
+        head = f"{head}; {charged['overlaps']}; their budgets: {overlap_budgets_note(charged['overlap_budgets'])}"
+    elif charged.get("overlaps"):
+        head = f"{head}; {charged['overlaps']}"
+    return head
 

@@ -135,12 +135,9 @@ def identify(files: Sequence[str], label: str, ledger: Ledger, client: Any = Non
     return found.identity, related_identities(ledger, found, files, client)
 
 
-OVERLAP_NOTE = "overlaps registered data, also charged to "
-
-
 def relation_note(related: list[Relation]) -> str:
     """Which registered datasets a charge also went to, and why (a part of the charge's one line)."""
-    return OVERLAP_NOTE + describe(related)
+    return "overlaps registered data, also charged to " + describe(related)
 
 
 # --- identities of earlier versions (SHA-256 of the files' bytes) ---------------------------------

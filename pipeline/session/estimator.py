@@ -419,19 +419,13 @@ def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
 
 
 def _charged(summary: dict[str, Any]) -> str:
-    """What a fit's charge was, for its warning: the session's (eps, delta), and the registered
-    datasets the rows overlap (``pcqr.set_budget``), charged as well (the ledger's own words)."""
-    from pcqr.pipeline.budget.overlap import OVERLAP_NOTE
+    """What a fit's charge was, for its warning: the session's (eps, delta), and where the rows
+    overlap data with a budget (``pcqr.set_budget``, ``pcqr budget set``), what it has spent in all."""
+    from pcqr.pipeline.budget.ledger import overlap_budgets_note
 
     charged = f"charged (epsilon={summary['epsilon']:g}, delta={summary['delta']:g}) to the ledger"
-    _, found, overlaps = str(summary.get("ledger", "")).partition(OVERLAP_NOTE)
-    if not found:
-        return charged
-    described = overlaps.split("; ")
-    named = [d for d in described if f"{os.sep}{PRIVATE_FILE} (" not in d]  # pcqr.set_budget's, pcqr budget set's
-    earlier = len(described) - len(named)  # the rows of earlier fits (their folders removed since)
-    also = named + ([f"{earlier} earlier PrivateClassifier fit{'s' if earlier > 1 else ''}"] if earlier else [])
-    return f"{charged}, also to the registered data these rows overlap: {'; '.join(also)}"
+    budgets = summary.get("ledger_overlap_budgets")
+    return f"{charged}; so far, {overlap_budgets_note(budgets)}" if budgets else charged
 
 
 def _spent(status: SessionStatus) -> str:

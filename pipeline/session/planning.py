@@ -332,7 +332,9 @@ def train_new_session(options: TrainingOptions, connect: Connect,
             save_session(options.state, session)
     say_gate_chosen(plan, reporter)
     return {"state": options.state, "models": ensemble.size, **session_summary(session),
-            **gate_chosen(plan), "ledger": charge_note(charge.charged)}
+            **gate_chosen(plan), "ledger": charge_note(charge.charged),
+            **({"ledger_overlap_budgets": charge.charged["overlap_budgets"]}
+               if charge.charged.get("overlap_budgets") else {})}
 
 
 def gate_chosen(plan: TrainingPlan | None) -> dict[str, str]:
