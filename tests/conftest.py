@@ -41,6 +41,13 @@ MECHANICS_PRIVACY = [*privacy_options(MECHANICS), *STABILITY]
 DENSE_BOTTOMS_PRIVACY = [*privacy_options(DENSE_BOTTOMS), *STABILITY]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a ``slow`` test run first, the rest in their usual order: pytest-xdist hands each
+    worker whole files (pyproject.toml), and a long test handed out last would leave the other idle."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def test_ledger(tmp_path_factory) -> Iterator[str]:
     """The suite charges its own ledger (never the user's ~/.local/share/pcqr/ledger.sqlite),

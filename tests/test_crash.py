@@ -110,6 +110,7 @@ def _check(root: Path, seen: dict[int, tuple[tuple[int, int, int], Batch]], last
     return c
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(session) -> None:
     root, cluster = session
     rng = random.Random(20261121)

@@ -200,6 +200,7 @@ def _batches(log: Path) -> list[str]:
     return sorted(n for n in os.listdir(log) if not n.startswith(".")) if log.exists() else []
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_release_what_an_uninterrupted_run_does(trained) -> None:
     """Secure noise, not a seed: with a seed even the old code (fresh draws from a saved PCG state)
     would repeat itself; here only the fixed key and thresholds can make the two logs agree."""
