@@ -64,22 +64,23 @@ def client(tmp_path_factory) -> Iterator[Client]:
     pipeline functions directly."""
     from pcqr.pipeline.data.cluster import open_client
 
-    path = tmp_path_factory.mktemp("client") / "cluster.yaml"
+    with open_client(write_thread_cluster(tmp_path_factory.mktemp("client"))) as c:
+        yield c
+
+
+def write_thread_cluster(folder: Path) -> str:
+    """FOLDER/cluster.yaml for CLI runs: a local cluster of threads (fast to start, no worker
+    processes to spawn); returns its path."""
+    path = folder / "cluster.yaml"
     path.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
                     "    threads-per-worker: 2\n    processes: false\n")
-    with open_client(str(path)) as c:
-        yield c
+    return str(path)
 
 
 @pytest.fixture
 def thread_cluster_yaml(tmp_path) -> str:
-    """A cluster.yaml for CLI tests: a local cluster of threads (fast to start)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        "pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
-        "    threads-per-worker: 2\n    processes: false\n"
-    )
-    return str(path)
+    """A cluster.yaml for CLI tests: a local cluster of threads."""
+    return write_thread_cluster(tmp_path)
 
 
 def write_parquet(path: str, columns: dict[str, object], row_group_size: int | None = None) -> str:
