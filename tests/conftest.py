@@ -41,6 +41,13 @@ MECHANICS_PRIVACY = [*privacy_options(MECHANICS), *STABILITY]
 DENSE_BOTTOMS_PRIVACY = [*privacy_options(DENSE_BOTTOMS), *STABILITY]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a ``slow`` test run first, the rest in their usual order: pytest-xdist hands each
+    worker whole files (pyproject.toml), and a long test handed out last would leave the other idle."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def test_ledger(tmp_path_factory) -> Iterator[str]:
     """The suite charges its own ledger (never the user's ~/.local/share/pcqr/ledger.sqlite),
@@ -57,22 +64,23 @@ def client(tmp_path_factory) -> Iterator[Client]:
     pipeline functions directly."""
     from pcqr.pipeline.data.cluster import open_client
 
-    path = tmp_path_factory.mktemp("client") / "cluster.yaml"
+    with open_client(write_thread_cluster(tmp_path_factory.mktemp("client"))) as c:
+        yield c
+
+
+def write_thread_cluster(folder: Path) -> str:
+    """FOLDER/cluster.yaml for CLI runs: a local cluster of threads (fast to start, no worker
+    processes to spawn); returns its path."""
+    path = folder / "cluster.yaml"
     path.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
                     "    threads-per-worker: 2\n    processes: false\n")
-    with open_client(str(path)) as c:
-        yield c
+    return str(path)
 
 
 @pytest.fixture
 def thread_cluster_yaml(tmp_path) -> str:
-    """A cluster.yaml for CLI tests: a local cluster of threads (fast to start)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        "pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
-        "    threads-per-worker: 2\n    processes: false\n"
-    )
-    return str(path)
+    """A cluster.yaml for CLI tests: a local cluster of threads."""
+    return write_thread_cluster(tmp_path)
 
 
 def write_parquet(path: str, columns: dict[str, object], row_group_size: int | None = None) -> str:

@@ -20,6 +20,7 @@ root with the root on PYTHONPATH.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -93,23 +94,115 @@ class KillOnceClassifier(ClassifierMixin, BaseEstimator):
         return (above == bool(self.polarity_)).astype(np.int8)
 
 
+def pcqr_command(argv: list[str]) -> list[str]:
+    """The command line of a new ``pcqr`` process running ``argv`` with this interpreter."""
+    return [sys.executable, "-c", "import sys; from pcqr.jobs.cli import main; sys.exit(main(sys.argv[1:]))", *argv]
+
+
 def cli_env() -> dict[str, str]:
     """The environment for a ``pcqr`` subprocess that must import this checkout's tests too."""
     root = str(Path(__file__).resolve().parents[1])
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
 
 
-def sigkill_at_a_random_moment(argv: list[str], env: dict[str, str], rng: random.Random,
+# A Python process that has imported pcqr's command line once and forks one run of it per request:
+# each run starts where a fresh ``pcqr`` would start after its imports (about a second of CPU that
+# killing a run 70 times would otherwise pay again each time). Single-threaded, so forking is safe;
+# requests and replies are JSON lines: ["run", argv] -> pid, ["poll", pid] -> exit code or null,
+# ["wait", pid] -> exit code. A run is its own process group, its output discarded.
+_PRELOADED = r"""
+import json, os, sys
+import pyarrow.dataset
+from pcqr.jobs.cli import COMMANDS, main
+for name in sys.argv[1:]:
+    __import__("pcqr.jobs." + COMMANDS[name][0])
+for line in sys.stdin:
+    op, arg = json.loads(line)
+    if op == "run":
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            code = 1
+            try:
+                code = main(arg)
+            finally:
+                os._exit(code)
+        try:
+            os.setpgid(pid, pid)  # the child's own call may come second: the group exists when we reply
+        except OSError:
+            pass  # the child already did it, or has exited
+        reply = pid
+    else:
+        done, status = os.waitpid(arg, os.WNOHANG if op == "poll" else 0)
+        reply = os.waitstatus_to_exitcode(status) if done else None
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class PreloadedCli:
+    """Runs of ``pcqr`` forked from one process that has imported it (see _PRELOADED), for the
+    SIGKILL loops; ``commands``: the subcommands to import beforehand. Use as a context manager."""
+
+    def __init__(self, env: dict[str, str], *commands: str) -> None:
+        self.server = subprocess.Popen([sys.executable, "-c", _PRELOADED, *commands], env=env, text=True,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def _ask(self, op: str, arg: object) -> object:
+        assert self.server.stdin is not None and self.server.stdout is not None
+        self.server.stdin.write(json.dumps([op, arg]) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        assert reply, f"the preloaded pcqr exited ({self.server.wait()})"
+        return json.loads(reply)
+
+    def start(self, argv: list[str]) -> PreloadedRun:
+        return PreloadedRun(self, int(str(self._ask("run", argv))))
+
+    def __enter__(self) -> PreloadedCli:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.close()
+        self.server.wait(timeout=60)
+
+
+class PreloadedRun:
+    """One forked run: the part of subprocess.Popen the loops use (pid, poll, wait)."""
+
+    def __init__(self, cli: PreloadedCli, pid: int) -> None:
+        self.cli, self.pid, self.returncode = cli, pid, None
+
+    def _reap(self, op: str) -> int | None:
+        if self.returncode is None:
+            reply = self.cli._ask(op, self.pid)
+            self.returncode = None if reply is None else int(str(reply))
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reap("poll")
+
+    def wait(self) -> int:
+        code = self._reap("wait")
+        assert code is not None
+        return code
+
+
+def sigkill_at_a_random_moment(cli: PreloadedCli, argv: list[str], rng: random.Random,
                                published: Callable[[], int]) -> tuple[bool, bool]:
-    """Start ``argv`` in its own process group and SIGKILL the group: half the time after a random
-    0-2.5 s (start-up, recovery or the loop), half just after it publishes one more log batch
-    (``published()`` counts them). Returns (waited for the answer loop, killed it alive)."""
+    """Start a ``pcqr`` run of ``argv`` (its imports done: see PreloadedCli) and SIGKILL its process
+    group: half the time after a random 0-1.5 s (start-up, recovery or the loop; a fresh interpreter
+    would first spend about a second importing, so this is the 0-2.5 s of a new process), half just
+    after it publishes one more log batch (``published()`` counts them). Returns (waited for the
+    answer loop, killed it alive)."""
     before = published()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+    proc = cli.start(argv)
     in_loop = rng.random() >= 0.5
     if not in_loop:
-        time.sleep(rng.uniform(0.0, 2.5))
+        time.sleep(rng.uniform(0.0, 1.5))
     else:
         deadline = time.monotonic() + 60
         while published() <= before and proc.poll() is None:

@@ -10,6 +10,7 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.hypotheses import make_class
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
 from pcqr.pipeline.privacy.noise import SeededNoise
+from tests.conftest import write_thread_cluster
 
 GAMMA, CUT = 0.15, 0.3
 
@@ -42,9 +43,11 @@ def test_relabelling_hypothesis_is_near_the_best_threshold(client) -> None:
 
 @pytest.fixture(scope="module")
 def agnostic_data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("agnostic") / "data"
+    folder = tmp_path_factory.mktemp("agnostic")
+    out = folder / "data"
     assert main(["generate", "--kind", "agnostic", "--noise", "0.15", "--rows", "200000", "--features", "5",
-                 "--queries", "2000", "--seed", "4", "--out", str(out)]) == 0
+                 "--queries", "2000", "--seed", "4", "--out", str(out),
+                 "--cluster", write_thread_cluster(folder)]) == 0
     return out
 
 

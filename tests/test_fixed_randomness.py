@@ -20,7 +20,6 @@ import random
 import shutil
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -33,7 +32,8 @@ from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
 from pcqr.pipeline.session.state import SESSION_FILE, THRESHOLDS_FILE, SessionState, load_session, save_session
-from tests.fault_injection import cli_env, sigkill_at_a_random_moment
+from tests.conftest import write_thread_cluster
+from tests.fault_injection import PreloadedCli, cli_env, pcqr_command, sigkill_at_a_random_moment
 
 K = 1000
 
@@ -169,7 +169,8 @@ def test_key_and_thresholds_live_in_the_private_state(tmp_path) -> None:
 # ---------------------------------------------------------------- SIGKILL and resume
 
 # Batches of 50: 800 commits, so a run outlasts the kills (at 200 a faster answer loop finished
-# 40,000 queries within 5 kills on a clean CI run; at 50 all 20 are used, 11 inside the loop).
+# 40,000 queries within 5 kills on a clean CI run; at 50 all 20 are used, 11 inside the loop; with
+# runs forked after their imports, still all 20, 11 inside the loop, 26,600 queries done, quiet machine).
 KILLS, QUERIES, BATCH = 20, 40_000, 50
 
 
@@ -180,9 +181,7 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     whether it halts at all would be chance), trained without a seed: its randomness is the secure
     key and thresholds in its state."""
     root = tmp_path_factory.mktemp("fixed")
-    cluster = root / "cluster.yaml"
-    cluster.write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
-                       "    threads-per-worker: 2\n    processes: false\n")
+    cluster = Path(write_thread_cluster(root))
     assert main(["generate", "--kind", "realizable", "--rows", "100000", "--features", "3", "--queries",
                  str(QUERIES), "--seed", "2", "--out", str(root / "data"), "--cluster", str(cluster)]) == 0
     assert main(["train", "--private", str(root / "data" / "private"), "--state", str(root / "state"),
@@ -200,6 +199,7 @@ def _batches(log: Path) -> list[str]:
     return sorted(n for n in os.listdir(log) if not n.startswith(".")) if log.exists() else []
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_release_what_an_uninterrupted_run_does(trained) -> None:
     """Secure noise, not a seed: with a seed even the old code (fresh draws from a saved PCG state)
     would repeat itself; here only the fixed key and thresholds can make the two logs agree."""
@@ -211,22 +211,23 @@ def test_sigkill_and_resume_release_what_an_uninterrupted_run_does(trained) -> N
             closing(sqlite3.connect(root / "ledger-ref.sqlite")) as copy:
         ledger.backup(copy)
     assert main([*_answer(root, cluster, "state-ref", "log-ref"), "--ledger", str(root / "ledger-ref.sqlite")]) == 0
-    code = "import sys; from pcqr.jobs.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [sys.executable, "-c", code, *_answer(root, cluster, "state", "log")]
+    argv = _answer(root, cluster, "state", "log")
     env = cli_env()
     rng = random.Random(20261123)
     kills = in_loop = 0
-    for _ in range(KILLS):
-        waited, killed = sigkill_at_a_random_moment(argv, env, rng, lambda: len(_batches(root / "log")))
-        in_loop += waited
-        kills += killed
-        if json.loads((root / "state" / SESSION_FILE).read_text())["input"]["done"] >= QUERIES:
-            break
+    with PreloadedCli(env, "answer") as cli:
+        for _ in range(KILLS):
+            waited, killed = sigkill_at_a_random_moment(cli, argv, rng, lambda: len(_batches(root / "log")))
+            in_loop += waited
+            kills += killed
+            if json.loads((root / "state" / SESSION_FILE).read_text())["input"]["done"] >= QUERIES:
+                break
     # The run may finish before KILLS tries (a fast machine gets through batches between kills):
     # at least 8 kills, 5 of them inside the answer loop, keeps the test meaningful.
     assert kills >= 8 and in_loop >= 5, (kills, in_loop)
     if json.loads((root / "state" / SESSION_FILE).read_text())["input"]["done"] < QUERIES:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env)  # (a complete input is asked again)
+        # a new process (a complete input is asked again)
+        done = subprocess.run(pcqr_command(argv), capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
     names = _batches(root / "log-ref")
     assert len(names) == QUERIES // BATCH and _batches(root / "log") == names

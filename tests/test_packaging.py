@@ -37,13 +37,13 @@ def test_the_wheel_installs_pcqr_and_nothing_else_at_the_top_level(tmp_path) -> 
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = wheels.glob("pcqr-*.whl")
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir)  # without pip of its own: this pip installs into it (--python)
     python = env_dir / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
     before = set(os.listdir(site))
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                               capture_output=True, text=True)
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                                "--no-index", str(wheel)], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-2000:]
     added = set(os.listdir(site)) - before
     assert added == {"pcqr", f"pcqr-{pcqr.__version__}.dist-info"}, sorted(added)

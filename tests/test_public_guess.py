@@ -3,6 +3,7 @@ privacy at small k (exact), the student's determinism, and the command line end 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -45,10 +46,16 @@ def exact_transcript(params: SubSampParameters, margins: list[int], outcome: str
     weights = discrete_laplace_pmf(z2, params.threshold_noise_scale)
     probability = np.ones(z2.shape)
     for margin, result in zip(margins, outcome):
-        first = [math.floor(2 * params.threshold + z) + 1 - margin for z in z2]
-        passed = np.array([_tail(a, params.query_noise_scale) for a in first])
+        passed = _passed(params, margin)
         probability = probability * (passed if result == "P" else 1 - passed)
     return float((weights * probability).sum())
+
+
+@functools.lru_cache(maxsize=None)
+def _passed(params: SubSampParameters, margin: int) -> np.ndarray:
+    """P(a query at ``margin`` passes | Z2 = z) at every z of ``_z2`` (the same few margins recur)."""
+    first = [math.floor(2 * params.threshold + z) + 1 - margin for z in _z2(params)]
+    return np.array([_tail(a, params.query_noise_scale) for a in first])
 
 
 def test_guess_parameters_have_no_stability_term_and_far_fewer_models() -> None:

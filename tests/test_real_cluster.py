@@ -318,6 +318,7 @@ def _removals(cluster: ExternalCluster) -> list[dict[str, Any]]:
     return result
 
 
+@pytest.mark.slow
 def test_job_survives_workers_killed_while_training_and_while_voting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], start_cluster: Any, spec: Path, reference: dict[str, Any]
 ) -> None:
@@ -343,6 +344,7 @@ def test_job_survives_workers_killed_while_training_and_while_voting(
     assert _log(tmp_path / "log").equals(reference["log"])
 
 
+@pytest.mark.slow
 def test_job_survives_every_worker_crashing_while_training_and_while_voting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], start_cluster: Any, spec: Path, reference: dict[str, Any]
 ) -> None:

@@ -68,7 +68,7 @@ def test_a_corrupt_page_is_one_line_naming_the_file_when_the_file_has_checksums(
 def test_every_parquet_file_pcqr_writes_has_page_checksums(tmp_path, capsys, thread_cluster_yaml) -> None:
     """generate and the answer log (the writers of data users train and answer on)."""
     code, _, err = run(capsys, "generate", "--rows", "2000", "--queries", "100", "--out", str(tmp_path / "g"),
-                       "--seed", "1")
+                       "--seed", "1", "--cluster", thread_cluster_yaml)
     assert code == 0, err
     written = [p for p in (tmp_path / "g").rglob("*.parquet")]
     assert written

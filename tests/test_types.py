@@ -35,17 +35,24 @@ def _mypy(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_mypy_is_clean(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One installed layout for both tests, and so one mypy cache: the second run reuses what the
+    first analysed (the cache is checked against every source file, so it never hides a change)."""
     pytest.importorskip("mypy")
-    installed_layout(tmp_path)
-    result = _mypy(tmp_path, "-p", "pcqr")
+    folder = tmp_path_factory.mktemp("types")
+    installed_layout(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_mypy_is_clean(layout: Path) -> None:
+    result = _mypy(layout, "-p", "pcqr")
     assert result.returncode == 0, result.stdout[-3000:]
 
 
-def test_mypy_sees_the_library_types_not_any(tmp_path) -> None:
+def test_mypy_sees_the_library_types_not_any(layout: Path) -> None:
     """The check above means something: a wrong call into the library is an error."""
-    pytest.importorskip("mypy")
-    installed_layout(tmp_path)
-    (tmp_path / "probe.py").write_text("from pcqr.pipeline.errors import PcqrError\nPcqrError(3)\n")
-    result = _mypy(tmp_path, "probe.py")
+    (layout / "probe.py").write_text("from pcqr.pipeline.errors import PcqrError\nPcqrError(3)\n")
+    result = _mypy(layout, "probe.py")
     assert result.returncode == 1 and 'incompatible type "int"' in result.stdout, result.stdout

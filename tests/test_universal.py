@@ -13,7 +13,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.exponential import total_variation
 from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE, UniversalParameters, public_queries
 from pcqr.pipeline.models.released import load_model
-from tests.conftest import write_parquet
+from tests.conftest import write_parquet, write_thread_cluster
 
 GAMMA, ALPHA, ROWS, QUERIES = 0.1, 0.1, 400_000, 6_000
 
@@ -47,9 +47,11 @@ def test_budget_is_split_and_the_whole_run_is_certified() -> None:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Agnostic 1-feature data (label noise GAMMA), its queries split in two files for two calls."""
-    out = tmp_path_factory.mktemp("universal") / "data"
+    folder = tmp_path_factory.mktemp("universal")
+    out = folder / "data"
     assert main(["generate", "--kind", "agnostic", "--noise", str(GAMMA), "--rows", str(ROWS), "--features", "1",
-                 "--queries", str(QUERIES), "--seed", "5", "--out", str(out)]) == 0
+                 "--queries", str(QUERIES), "--seed", "5", "--out", str(out),
+                 "--cluster", write_thread_cluster(folder)]) == 0
     queries = pq.read_table(out / "queries")
     for name, lo, hi in (("first", 0, 4000), ("second", 4000, QUERIES)):
         part = queries.slice(lo, hi - lo)
