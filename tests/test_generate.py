@@ -40,7 +40,7 @@ def client() -> Iterator[Client]:
 def run(client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Result]:
     """``run(out, **options)``: invoke the command on the shared cluster."""
     @contextlib.contextmanager
-    def shared(cluster_path: str | None, echo: Any = None) -> Iterator[Client]:
+    def shared(cluster_path: str | None, echo: Any = None, array_work: bool = False) -> Iterator[Client]:
         yield client
 
     monkeypatch.setattr(generate, "open_client", shared)
