@@ -145,6 +145,10 @@ class Session:
         The privacy-budget ledger file; default: ``$PCQR_LEDGER`` or the user's ledger.
     reporter : Reporter, optional
         Where notes and progress go; default: the ``pcqr`` logger, no progress bars.
+    local_threads : bool
+        A local cluster whose cluster.yaml leaves ``processes: auto`` runs its workers as threads of
+        this process for every task, training included (``PrivateClassifier``: its rows are in this
+        process's memory already, and a cluster of threads starts in ~0.4 s instead of ~2 s).
 
     Examples
     --------
@@ -156,9 +160,10 @@ class Session:
     """
 
     def __init__(self, state: str, *, cluster: str | None = None, client: Any = None, ledger: str | None = None,
-                 reporter: Reporter = LOGGING, _held: contextlib.ExitStack) -> None:
+                 reporter: Reporter = LOGGING, local_threads: bool = False, _held: contextlib.ExitStack) -> None:
         self.state = state
         self.cluster = cluster
+        self.local_threads = local_threads
         self.ledger = ledger
         self.reporter = reporter
         self._client = client
@@ -179,7 +184,7 @@ class Session:
                label: str = TrainingOptions.label, features: Sequence[str] | None = None,
                seed: int | None = None, insecure_seed: bool = False, cluster: str | None = None,
                client: Any = None, ledger: str | None = None, wait: bool = False,
-               reporter: Reporter = LOGGING) -> Session:
+               reporter: Reporter = LOGGING, local_threads: bool = False) -> Session:
         """Train a new session on private data, charging its whole (epsilon, delta) to the ledger.
 
         Every parameter is checked against the certificate before any private row is read; one
@@ -241,7 +246,7 @@ class Session:
             Feature columns (default: every numeric column but the label).
         seed : int, optional
             Tests only, with ``insecure_seed=True``: the output is then NOT private.
-        cluster, client, ledger, reporter
+        cluster, client, ledger, reporter, local_threads
             As for the class.
         wait : bool
             Wait for another process's lock on ``state`` instead of refusing at once.
@@ -264,7 +269,7 @@ class Session:
             features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
         )
         session = cls._locked(state, create=True, wait=wait, cluster=cluster, client=client, ledger=ledger,
-                              reporter=reporter)
+                              reporter=reporter, local_threads=local_threads)
         try:
             session.last_summary = train_new_session(options, session._connect, reporter)
         except BaseException:
@@ -274,14 +279,14 @@ class Session:
 
     @classmethod
     def open(cls, state: str, *, cluster: str | None = None, client: Any = None, ledger: str | None = None,
-             wait: bool = False, reporter: Reporter = LOGGING) -> Session:
+             wait: bool = False, reporter: Reporter = LOGGING, local_threads: bool = False) -> Session:
         """Open an existing session (from :meth:`create` or ``pcqr train``) to answer more queries.
 
         Parameters
         ----------
         state : str
             The session's private state directory.
-        cluster, client, ledger, wait, reporter
+        cluster, client, ledger, wait, reporter, local_threads
             As for :meth:`create`.
 
         Returns
@@ -295,7 +300,7 @@ class Session:
             No session in ``state``, or another process holds it.
         """
         session = cls._locked(state, create=False, wait=wait, cluster=cluster, client=client, ledger=ledger,
-                              reporter=reporter)
+                              reporter=reporter, local_threads=local_threads)
         if not has_session(state):
             session.close()
             raise PcqrError(f"--state {state}: no session here (create one with Session.create or 'pcqr train')")
@@ -323,7 +328,7 @@ class Session:
 
             load_cluster_config(self.cluster)
             self._client = self._held.enter_context(open_client(self.cluster, echo=self.reporter.note,
-                                                                array_work=array_work))
+                                                                array_work=array_work or self.local_threads))
         return contextlib.nullcontext(self._client)
 
     # -------------------------------------------------------------- answering
