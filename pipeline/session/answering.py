@@ -29,7 +29,7 @@ from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
-                                            session_summary, train_session)
+                                            session_summary, train_session, trains_by_arrays)
 from pcqr.pipeline.session.noisy_argmax import coordinator
 from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, validate_queries
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
@@ -159,9 +159,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
     ensemble = None if session is None else load_models(state, session, learner_modules(training.cluster))
-    # array work only (no training, no A_SSPP, votes by array operations): a local cluster's
-    # workers may be threads (cluster.yaml processes: auto)
-    array_work = ensemble is not None and ensemble.array_counted and session.universal is None  # type: ignore[union-attr]
+    # array work only (training by pcqr's own learners, no A_SSPP, votes by array operations): a
+    # local cluster's workers may be threads (cluster.yaml processes: auto)
+    array_work = (trains_by_arrays(plan) if plan is not None else  # the one-shot form trains first
+                  ensemble is not None and ensemble.array_counted and session.universal is None)  # type: ignore[union-attr]
     with connect(array_work=array_work) as client:
         identity = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)
         start = start_point(session, queries, identity, reporter)  # before any charge
