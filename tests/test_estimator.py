@@ -11,7 +11,7 @@ from sklearn.base import clone
 from sklearn.utils.estimator_checks import check_estimator
 
 import pcqr
-from pcqr.pipeline.session.estimator import EXPECTED_FAILED_CHECKS, expected_failed_checks
+from pcqr.pipeline.session.estimator import EXPECTED_FAILED_CHECKS, RANDOM, expected_failed_checks
 from tests.conftest import MECHANICS
 
 SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private
@@ -39,9 +39,12 @@ def test_scikit_learns_estimator_checks_at_the_defaults(cluster) -> None:
                                   expected_failed_checks=expected_failed_checks(), on_fail=None, on_skip=None)
     failed = {r["check_name"]: str(r["exception"])[:200] for r in results if r["status"] == "failed"}
     assert failed == {}
-    expected = {r["check_name"] for r in results if r["status"] == "xfail"}
-    assert expected == set(EXPECTED_FAILED_CHECKS)  # each listed check still fails: the list is current
-    assert sum(r["status"] == "passed" for r in results) >= 45
+    status = {r["check_name"]: r["status"] for r in results}
+    random = {name for name, why in EXPECTED_FAILED_CHECKS.items() if why.startswith(RANDOM)}
+    assert len(random) == 3  # two fits compared, or one class: these fail most runs, and may pass by chance
+    assert {status[name] for name in set(EXPECTED_FAILED_CHECKS) - random} == {"xfail"}  # the list is current
+    assert {status[name] for name in random} <= {"xfail", "passed"}
+    assert sum(s == "passed" for s in status.values()) >= 40
     assert any(issubclass(w.category, pcqr.SmallDataWarning) for w in caught)
 
 
