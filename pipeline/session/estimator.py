@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
@@ -214,8 +215,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         try:
             state = self.state if self.state is not None else folder.join("state")  # type: ignore[union-attr]
             log = self.log if self.log is not None else folder.join("log")  # type: ignore[union-attr]
-            subsamples = self._subsamples(rows, queries_max)
-            learner, params = self._learner(rows, queries_max, subsamples)
+            subsamples, k = self._subsamples(rows, queries_max)
+            learner, params = self._learner(rows // max(k, 1))
             summary = self._create(state, rows_table, queries_max, subsamples, learner, params)
         except BaseException:
             if folder is not None:
@@ -261,32 +262,28 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             if os.path.exists(private):
                 os.remove(private)
 
-    def _default_subsamples(self, rows: int, queries_max: int) -> int:
-        options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
-                                  queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess)
-        return default_subsamples(options, rows)
-
-    def _learner(self, rows: int, queries_max: int, subsamples: int | None) -> tuple[str, dict[str, Any] | None]:
+    def _learner(self, rows_per_model: int) -> tuple[str, dict[str, Any] | None]:
         """The learner and its parameters: the user's, or for 'auto' the rule's at n / k rows a model."""
         if self.learner != "auto":
             return self.learner, self.learner_params
-        k = subsamples if subsamples is not None else self._default_subsamples(rows, queries_max)
-        name, params = auto_learner(rows // max(k, 1))
+        name, params = auto_learner(rows_per_model)
         return name, {**params, **(self.learner_params or {})}
 
-    def _subsamples(self, rows: int, queries_max: int) -> int | None:
-        """k: the user's, else None (the gate's rule) unless the rule's k exceeds the rows: then one
-        row per model, and a warning saying what that means."""
+    def _subsamples(self, rows: int, queries_max: int) -> tuple[int | None, int]:
+        """(k to ask for, k the session gets): the user's k; else None (the gate's rule) and the rule's
+        k, unless that exceeds the rows: then one row per model, and a warning saying what that means."""
         if self.subsamples is not None:
-            return int(self.subsamples)
-        wanted = self._default_subsamples(rows, queries_max)
+            return int(self.subsamples), int(self.subsamples)
+        options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
+                                  queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess)
+        wanted = default_subsamples(options, rows)
         if wanted <= rows:
-            return None
+            return None, wanted
         warnings.warn(f"PrivateClassifier: {rows:,} private rows are too few for the {wanted:,} models the defaults "
                       f"use at epsilon {self.epsilon:g}; training {max(rows, 1):,} models of one row each, whose "
                       "answers will be close to random. More rows, or a larger epsilon, give useful answers",
                       SmallDataWarning, stacklevel=3)
-        return max(rows, 1)
+        return max(rows, 1), max(rows, 1)
 
     def predict(self, X: Any) -> np.ndarray:
         """Answer each row of ``X`` through the session; NaN where it abstained or refused.
@@ -333,7 +330,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         answers = np.full(X.shape[0], np.nan)
         ids = np.asarray(table.column("query_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         answers[ids] = table.column("answer").cast(pa.float64()).fill_null(np.nan).to_numpy()
-        refused = int(np.count_nonzero(np.asarray(table.column("status").to_pylist(), dtype=object) == "refused"))
+        refused = int(pc.sum(pc.equal(table.column("status"), "refused")).as_py() or 0)
         if refused:
             remedy = ("the student had no released answer to learn from" if self.after_halt == "student" else
                       "after_halt='student' answers them from the released answers at no privacy cost")
