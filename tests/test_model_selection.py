@@ -198,3 +198,28 @@ def test_the_commands_leave_nothing_in_tmpdir(empty_tmpdir, tmp_path, thread_clu
     assert main(["replay", str(root / "log"), "--out", str(root / "replayed.parquet")]) == 0
     capsys.readouterr()
     assert list(empty_tmpdir.iterdir()) == []
+
+
+def test_bad_input_to_the_model_selection_helpers_is_one_line_and_charges_nothing(tmp_path) -> None:
+    from sklearn.ensemble import BaggingClassifier
+    from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+    from sklearn.model_selection import HalvingGridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    clf = pcqr.PrivateClassifier(epsilon=2.0)
+    assert pcqr.privacy_cost(make_pipeline(StandardScaler(), clf), cv=3).epsilon == 6.0
+    for unknown in (HalvingGridSearchCV(clf, {"cutoff": [5, 10]}), BaggingClassifier(clf, n_estimators=4)):
+        with pytest.raises(pcqr.PcqrError, match="cannot count how often"):  # never undercounted
+            pcqr.privacy_cost(unknown, cv=3)
+    with pytest.raises(pcqr.PcqrError, match="holds no pcqr.PrivateClassifier"):
+        pcqr.privacy_cost(LogisticRegression(), cv=3)
+    ledger = str(tmp_path / "ledger.sqlite")
+    X, y = _data(100, 13)
+    for kwargs, error, needle in [({"epsilon": -1.0, "delta": 1e-4}, pcqr.PcqrError, "epsilon"),
+                                  ({"epsilon": 1.0, "delta": 1.5}, pcqr.PcqrError, "--delta must be in"),
+                                  ({"epsilon": 1.0, "delta": 1e-4, "name": " "}, pcqr.PcqrError, "--name"),
+                                  ({"epsilon": 1.0, "delta": 1e-4, "y": y + 1}, ValueError, "labels must be 0 or 1")]:
+        with pytest.raises(error, match=needle):
+            pcqr.set_budget(X, kwargs.pop("y", y), **kwargs, ledger=ledger)
+    assert not os.path.exists(ledger)  # refused before the ledger is opened

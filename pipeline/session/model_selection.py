@@ -62,10 +62,9 @@ def privacy_cost(estimator: Any, cv: Any = None, X: Any = None, y: Any = None, g
         No ``PrivateClassifier`` in ``estimator``, or a search whose candidates cannot be counted.
     """
     from sklearn.base import clone
-    from sklearn.model_selection import check_cv
-    from sklearn.model_selection._search import BaseSearchCV
+    from sklearn.model_selection import GridSearchCV, RandomizedSearchCV, check_cv
 
-    if isinstance(estimator, BaseSearchCV):
+    if isinstance(estimator, (GridSearchCV, RandomizedSearchCV)):
         base, candidates = estimator.estimator, _candidates(estimator)
         cv, refit = estimator.cv, bool(estimator.refit)
     else:
@@ -78,25 +77,39 @@ def privacy_cost(estimator: Any, cv: Any = None, X: Any = None, y: Any = None, g
 
 
 def _candidates(search: Any) -> list[dict[str, Any]]:
-    from sklearn.model_selection import ParameterGrid, ParameterSampler
+    from sklearn.model_selection import GridSearchCV, ParameterGrid, ParameterSampler
 
-    if hasattr(search, "param_grid"):
+    if isinstance(search, GridSearchCV):
         return list(ParameterGrid(search.param_grid))
-    if hasattr(search, "param_distributions"):
-        return list(ParameterSampler(search.param_distributions, search.n_iter, random_state=search.random_state))
-    raise PcqrError(f"privacy_cost: cannot count the candidates of {type(search).__name__}; "
-                    "use GridSearchCV or RandomizedSearchCV, or add the costs of its fits yourself")
+    return list(ParameterSampler(search.param_distributions, search.n_iter, random_state=search.random_state))
 
 
 def _fit_cost(estimator: Any) -> tuple[float, float]:
-    """(epsilon, delta) one fit of ``estimator`` charges: its PrivateClassifiers' budgets."""
+    """(epsilon, delta) one fit of ``estimator`` charges: a PrivateClassifier's budget, or the sum over
+    a pipeline's steps (each fitted once). Any other estimator that holds one may fit it many times
+    (bagging, successive halving, ...): refused rather than undercounted."""
+    from sklearn.pipeline import Pipeline
+
     from pcqr.pipeline.session.estimator import PrivateClassifier
 
-    found = [estimator] if isinstance(estimator, PrivateClassifier) else [
-        value for value in estimator.get_params(deep=True).values() if isinstance(value, PrivateClassifier)]
-    if not found:
-        raise PcqrError(f"privacy_cost: {type(estimator).__name__} holds no pcqr.PrivateClassifier")
-    return sum(float(c.epsilon) for c in found), sum(float(c.delta) for c in found)
+    if isinstance(estimator, PrivateClassifier):
+        return float(estimator.epsilon), float(estimator.delta)
+    if isinstance(estimator, Pipeline):
+        costs = [_fit_cost(step) for _, step in estimator.steps if _holds_private(step)]
+        if costs:
+            return sum(c[0] for c in costs), sum(c[1] for c in costs)
+    if _holds_private(estimator):
+        raise PcqrError(f"privacy_cost: cannot count how often {type(estimator).__name__} fits the "
+                        "pcqr.PrivateClassifier it holds; use GridSearchCV, RandomizedSearchCV, cross_val_score or a "
+                        "Pipeline, or add the costs of its fits yourself")
+    raise PcqrError(f"privacy_cost: {type(estimator).__name__} holds no pcqr.PrivateClassifier")
+
+
+def _holds_private(estimator: Any) -> bool:
+    from pcqr.pipeline.session.estimator import PrivateClassifier
+
+    return isinstance(estimator, PrivateClassifier) or any(
+        isinstance(v, PrivateClassifier) for v in getattr(estimator, "get_params", dict)(deep=True).values())
 
 
 def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None = None,
