@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -318,8 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"), help="JSON file to write")
     args = parser.parse_args(argv)
     names = [n for n in BENCHMARKS if not args.only or n in args.only]
-    scratch = tempfile.mkdtemp(prefix="pcqr-bench-ledger-")
+    scratch = tempfile.mkdtemp(prefix="pcqr-bench-ledger-")  # removed at the end: it holds the data's sketches
     os.environ.setdefault("PCQR_LEDGER", os.path.join(scratch, "ledger.sqlite"))  # never the user's ledger
+    try:
+        return _run(args, names)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, names: list[str]) -> int:
     results: dict[str, Any] = {
         "machine": machine_info(),
         "run": {"quick": args.quick, "benchmarks": names, "seconds": {}},

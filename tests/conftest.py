@@ -49,6 +49,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def suite_tmpdir(tmp_path_factory) -> Iterator[Path]:
+    """$TMPDIR of the suite and of every process it starts (CLI runs, dask scheduler and workers):
+    a folder of its own, removed at the end. A process the crash tests kill with SIGKILL cannot
+    remove its private temporary folders (pcqr.pipeline.data.private_folder); they go with this one."""
+    import shutil
+    import tempfile
+
+    folder = tmp_path_factory.mktemp("tmpdir")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))
+        yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def test_ledger(tmp_path_factory) -> Iterator[str]:
     """The suite charges its own ledger (never the user's ~/.local/share/pcqr/ledger.sqlite),
     from the first fixture on; tests that need an empty one pass --ledger or set PCQR_LEDGER."""
