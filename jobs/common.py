@@ -145,7 +145,9 @@ def privacy_options(func: F) -> F:
                      "default: Algorithm 5's k). pcqr warns, with the smallest k that works, when k is too few."),
         click.option("--threshold", type=float, default=None, help="w, the stability threshold: a PRIVACY parameter (it pays for releasing the exact "
                      "majority label, delta_stab = T p1). Default: the smallest w pcqr can certify; a w that "
-                     "does not fit --delta is refused with the smallest that does. Under --gate guess w is not a privacy parameter "
+                     "does not fit --delta is refused with the smallest that does. Under --profile tight w also moves lambda: a larger w "
+                     "leaves more of delta to composition, so less noise (the summary's delta_composition shows the split). "
+                     "Under --gate guess w is not a privacy parameter "
                      "(default 0: release the noisy majority; negative: charge only clear disagreements with the guess)."),
         click.option("--learner", default=TrainingOptions.learner, show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
                      "(sklearn., pcqr.pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),

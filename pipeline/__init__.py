@@ -5,4 +5,4 @@ flow and docs/privacy.md for every mechanism and its guarantee.
 """
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"

@@ -6,7 +6,8 @@ not a re-implementation of it. This module is the public way in, with no Dask an
 names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
 
 * :func:`subsamp_parameters` -- A_SubSamp's parameters, certified exactly as the CLI does
-  (:meth:`pcqr.pipeline.privacy.subsamp.SubSampParameters.paper`: a setting pcqr would refuse is refused).
+  (:meth:`pcqr.pipeline.privacy.subsamp.SubSampParameters.create`: the CLI's default profile,
+  'tight', unless ``profile='paper'``; a setting pcqr would refuse is refused).
 * :func:`run_sparse_vector` -- the sparse-vector coordinator (A_SubSamp with A_stab) on given
   vote counts, in many independent sessions, each with fresh secure noise
   (:meth:`pcqr.pipeline.session.sparse_vector.SparseVector.create` and ``.process``).
@@ -37,8 +38,10 @@ Answer codes of :func:`run_sparse_vector` (int8):
 Example
 -------
 >>> import numpy as np
->>> from pipeline import audit
+>>> from pcqr.pipeline import audit
 >>> p = audit.subsamp_parameters(100.0, 1e-3, cutoff=20, queries_max=10, subsamples=50)
+>>> p.profile, p.gate
+('tight', 'stability')
 >>> codes = audit.run_sparse_vector(np.array([25, 26]), 50, p, sessions=1000)  # gap 0 vs gap 2
 >>> codes.shape
 (1000, 2)
@@ -72,7 +75,7 @@ def subsamp_parameters(
     subsamples: int,
     threshold: float | None = None,
     beta: float = 0.05,
-    profile: str = "paper",
+    profile: str = "tight",
     gate: str = "stability",
 ) -> SubSampParameters:
     """A_SubSamp's parameters through the CLI's certification.
@@ -85,8 +88,10 @@ def subsamp_parameters(
     subsamples : k, the number of models (accuracy only).
     threshold : w in distance units; None for the smallest certifiable one (as the CLI).
     beta : enters only the paper's k, which ``subsamples`` overrides.
-    profile : 'paper' (Algorithm 5 as written; the default here, as before the profiles) or
-        'tight' (the CLI's default in realizable mode: the exact optimal composition).
+    profile : 'tight' (the default, as the CLI's in realizable mode: the exact optimal composition;
+        the threshold noise and query noise scales are then ``params.threshold_noise_scale`` and
+        ``params.query_noise_scale``, Lyu-Su-Li's split) or 'paper' (Algorithm 5 as written: 2 lambda
+        and 4 lambda). Before 0.2.1 (issue 27) the default was 'paper'.
     gate : 'stability' (Algorithm 5's test; the default) or 'guess' (the public-guess gate: run it
         with :func:`run_guess_gate`; w may then be negative, default 0) or 'gnmax' (the Gaussian noisy
         argmax: run it with :func:`run_gnmax`; needs profile='tight' and threshold None; ``cutoff`` is

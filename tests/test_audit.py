@@ -22,14 +22,14 @@ K = 50
 def params():
     """lambda 1.10 and the smallest certifiable w = 17 at k = 50: gaps near 2w = 34 are answered at
     rates far from 0 and 1 (a meaningless eps, a true certificate)."""
-    return audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K)
+    return audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K, profile="paper")
 
 
 def test_parameters_go_through_the_cli_certification(params) -> None:
     assert params.threshold_source == "smallest_certifiable" and params.subsamples == K
     assert params.certificate()["proven_delta"] <= 1e-3 and params.certificate()["proven_epsilon"] <= 20
     with pytest.raises(PcqrError, match="the smallest --threshold that fits is 17"):
-        audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K, threshold=16.5)
+        audit.subsamp_parameters(20.0, 1e-3, cutoff=2, queries_max=6, subsamples=K, threshold=16.5, profile="paper")
 
 
 def test_codes_shape_halting_and_refusal(params) -> None:
@@ -119,12 +119,18 @@ def test_exponential_selection_is_reproducible_with_a_seeded_source_and_refuses_
 
 
 def test_subsamp_parameters_takes_the_profile() -> None:
-    """The audit surface reaches the CLI's default profile too (issue 13); 'paper' stays its default."""
+    """The audit surface's default is the CLI's default profile in realizable mode, 'tight' (issue 27;
+    before, 'paper'), and 'paper' is one argument away; the docstring example runs as written."""
+    import doctest
+
     from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
-    assert audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000).profile == "paper"
-    tight = audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000, profile="tight")
-    assert tight == SubSampParameters.tight(1.0, 1e-6, 50, 10_000, 0.05, 5_000)
+    assert audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000) == SubSampParameters.tight(
+        1.0, 1e-6, 50, 10_000, 0.05, 5_000)
+    paper = audit.subsamp_parameters(1.0, 1e-6, 50, 10_000, 5_000, profile="paper")
+    assert paper == SubSampParameters.paper(1.0, 1e-6, 50, 10_000, 0.05, 5_000)
+    failed, tried = doctest.testmod(audit, raise_on_error=False, report=False)
+    assert tried >= 4 and failed == 0
 
 
 def test_learn_without_public_data_runs_draws_the_point_learners_law() -> None:

@@ -139,7 +139,8 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
     from pcqr.pipeline import audit
     from pcqr.pipeline.privacy.stability import answer_probability
 
-    p = audit.subsamp_parameters(epsilon=2.0, delta=0.3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
+    p = audit.subsamp_parameters(epsilon=2.0, delta=0.3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0,
+                                 profile="paper")
     certified = p.delta_terms().stability  # T * p1 with T = 1
     sessions = 20_000
     for ones, gap in ((26, 2), (25, 0)):
@@ -151,7 +152,8 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
         assert binomtest(answered, sessions, certified, alternative="greater").pvalue > 1e-6
     # the same w with a small delta cannot be certified: refused, with the smallest w that fits
     with pytest.raises(PcqrError, match="--threshold 20: .*smallest --threshold that fits"):
-        audit.subsamp_parameters(epsilon=2.0, delta=1e-3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0)
+        audit.subsamp_parameters(epsilon=2.0, delta=1e-3, cutoff=1, queries_max=1, subsamples=50, threshold=20.0,
+                                 profile="paper")
 
 
 def test_a_state_edited_to_an_uncertifiable_threshold_is_refused(tmp_path) -> None:
@@ -172,3 +174,36 @@ def test_a_state_edited_to_an_uncertifiable_threshold_is_refused(tmp_path) -> No
     (tmp_path / SESSION_FILE).write_text(json.dumps(data))
     with pytest.raises(PcqrError, match="cannot be certified .*--threshold 150"):
         load_session(str(tmp_path))
+
+
+def _exact_answer_probability(gap: int, threshold: float, query_scale: float, threshold_scale: float) -> float:
+    """P(gap + Z1 > 2w + Z2) by direct summation over Z1's pmf in 60-digit arithmetic (mpmath; not
+    the closed form under test): P(Z2 <= Z1 - a) with a = floor(2w) + 1 - gap, truncated where
+    both tails are below e^-200."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        q1, q2 = mpmath.exp(-1 / mpmath.mpf(query_scale)), mpmath.exp(-1 / mpmath.mpf(threshold_scale))
+        c1 = (1 - q1) / (1 + q1)
+
+        def at_most(t: int) -> mpmath.mpf:  # P(Z2 <= t)
+            return q2 ** (-t) / (1 + q2) if t < 0 else 1 - q2 ** (t + 1) / (1 + q2)
+
+        a = math.floor(2 * threshold) + 1 - gap
+        reach = int(200 * max(query_scale, threshold_scale))
+        return mpmath.fsum(c1 * q1 ** abs(x) * at_most(x - a) for x in range(-reach, reach + 1))
+
+
+def test_the_readme_session_answers_an_unstable_query_within_its_certificate() -> None:
+    """Regression (issue 27): at the README's own session (eps 4, delta 1e-6, T 20, m 10,000,
+    k 2,500, w 280, --profile tight) the exact probability that T instances answer an unstable
+    query (gap 2 for even k, the most likely to pass; gap 0 is less likely) is at most the
+    certificate's delta_stability, and the two agree to 1e-9: only the upward rounding keeps the
+    claim true, so a change that rounds down (or computes p1 at the wrong gap) fails here."""
+    params = SubSampParameters.tight(4.0, 1e-6, 20, 10_000, 0.05, 2_500, 280.0)
+    certified = params.delta_terms().stability
+    scales = (params.query_noise_scale, params.threshold_noise_scale)
+    at_gap = {gap: 20 * float(_exact_answer_probability(gap, 280.0, *scales)) for gap in (0, 2)}
+    assert at_gap[0] < at_gap[2] <= certified
+    assert certified <= at_gap[2] * (1 + 1e-9)
+    assert params.certificate()["proven_delta"] <= 1e-6
