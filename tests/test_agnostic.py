@@ -9,6 +9,7 @@ import pytest
 from pcqr.jobs.cli import main
 from pcqr.pipeline.hypotheses import make_class
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pcqr.pipeline.privacy.noise import session_key
 from pcqr.pipeline.privacy.noise import SeededNoise
 from tests.conftest import write_thread_cluster
 
@@ -32,7 +33,8 @@ def test_relabelling_hypothesis_is_near_the_best_threshold(client) -> None:
     for seed in range(20):
         rng = np.random.default_rng(seed)
         data = client.scatter(_noisy_threshold(n, rng))
-        h_hat, resampled = relabel_and_resample(client, [data], [n], params, hclass, SeededNoise(seed))
+        noise = SeededNoise(seed)
+        h_hat, resampled = relabel_and_resample(client, [data], [n], params, hclass, noise, session_key(noise))
         excess = np.mean(h_hat.predict(fresh_x) != fresh_y) - best_error
         good += int(excess <= 0.02)
         X_hat, y_hat = resampled.result()

@@ -125,8 +125,21 @@ def _ledger_at(state: dict) -> None:
                     state["session_id"]))
 
 
-def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path, capsys, thread_cluster_yaml) -> None:
-    """A run that stopped after query m_o but before h_priv was saved switches at the start of the next."""
+def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path, capsys, thread_cluster_yaml,
+                                                                 monkeypatch) -> None:
+    """A run that stopped after query m_o but before h_priv was saved switches at the start of the next,
+    and releases the same h_priv: A_SSPP's selection is drawn from the session key, fixed at training,
+    so killing the run before its save and retrying gains nothing (issue 27)."""
+    from pcqr.pipeline.mechanisms import universal
+
+    selections: list[list[int]] = []  # the first words each A_SSPP run draws
+    real = universal.release_classifier
+
+    def spy(client, params, hypothesis, private, public, noise):  # type: ignore[no-untyped-def]
+        selections.append(noise.uniform_words(4).tolist())
+        return real(client, params, hypothesis, private, public, noise)
+
+    monkeypatch.setattr(universal, "release_classifier", spy)
     first = _run(_answer(data, tmp_path, thread_cluster_yaml, "first"), capsys)
     m_o = first["universal"]["public_queries"]
     state_file = tmp_path / "state" / "session.json"
@@ -136,6 +149,7 @@ def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path,
     keep = [b for b in batches if (pq.read_table(b).column("source").to_numpy(zero_copy_only=False) == "sparse_vector").all()]
     for extra in batches[len(keep):]:
         extra.unlink()
+    drawn = load_model(str(tmp_path / "log" / RELEASED_MODEL_FILE))[2]["hypothesis"]
     (tmp_path / "log" / RELEASED_MODEL_FILE).unlink()
     state.update(released=None, next_batch=len(keep), pending_batch=len(keep) - 1,
                  totals={**state["totals"], "answered": state["totals"]["answered"] - state["totals"]["released_model"],
@@ -147,7 +161,8 @@ def test_switch_resumes_after_a_crash_before_the_model_was_saved(data, tmp_path,
     _ledger_at(state)  # ... and the ledger, the authority, where that run left it
     second = _run(_answer(data, tmp_path, thread_cluster_yaml, "second"), capsys)
     assert second["budget_used"] == first["budget_used"] and second["released_model_answers"] == QUERIES - 4000
-    assert (tmp_path / "log" / RELEASED_MODEL_FILE).exists()
+    assert load_model(str(tmp_path / "log" / RELEASED_MODEL_FILE))[2]["hypothesis"] == drawn
+    assert len(selections) == 2 and selections[0] == selections[1]  # the same randomness, not a fresh draw
     source = _log(tmp_path).column("source").to_numpy(zero_copy_only=False)
     assert (source[:m_o] == "sparse_vector").all() and (source[m_o:] == "released_model").all()
 

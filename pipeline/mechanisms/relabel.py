@@ -51,6 +51,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import MAX_COUNT, check_overrides, largest_fitting, paper_lambda, subsamp_limit_problem
+from pcqr.pipeline.privacy.keyed_draws import RESAMPLE, SAMPLE, KeyedWords, uniform_integers, uniform_subset
 from pcqr.pipeline.mechanisms.exponential import round_up, sampler_delta
 from pcqr.pipeline.privacy.subsamp import (
     SubSampParameters, check_epsilon_delta, check_fraction, check_queries_max, delta_certificate, total_delta,
@@ -241,10 +242,9 @@ class AgnosticParameters:
         return cls(**values)
 
 
-def sample_rows(rows: tuple[np.ndarray, np.ndarray], count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Worker: ``count`` of a part's rows, uniformly without replacement (step 2, one part)."""
+def sample_rows(rows: tuple[np.ndarray, np.ndarray], chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: the part's rows at ``chosen`` (local positions of the secret sample S', step 2)."""
     X, y = rows
-    chosen = np.random.default_rng(seed).choice(X.shape[0], size=count, replace=False)
     return X[chosen], y[chosen]
 
 
@@ -253,17 +253,20 @@ def concatenate(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.
     return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
 
-def relabelled_resample(sample: tuple[np.ndarray, np.ndarray], hypothesis: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Worker: S_hat = n' rows of S'' = (S'_u, h_hat(S'_u)) drawn with replacement (step 4)."""
-    X = sample[0]
-    chosen = np.random.default_rng(seed).integers(0, X.shape[0], size=X.shape[0])
-    X_hat = X[chosen]
+def relabelled_resample(sample: tuple[np.ndarray, np.ndarray], hypothesis: Any,
+                        chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: S_hat = the rows ``chosen`` (n' positions drawn with replacement) of S'' = (S'_u, h_hat(S'_u))
+    (step 4)."""
+    X_hat = sample[0][chosen]
     return X_hat, np.asarray(hypothesis.predict(X_hat), dtype=np.int8)
 
 
-def sample_counts(part_rows: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
-    """How many of the n' sampled rows come from each part (multivariate hypergeometric)."""
-    return rng.multivariate_hypergeometric(np.asarray(part_rows, dtype=np.int64), total)
+def sample_positions(part_rows: Sequence[int], total: int, words: KeyedWords) -> list[np.ndarray]:
+    """The secret sample S' as local positions in each part: ``total`` of the parts' rows, a uniform
+    subset without replacement (step 2), drawn from the session key's stream for that purpose."""
+    chosen = uniform_subset(words, int(sum(part_rows)), total)
+    edges = np.cumsum([0, *part_rows])
+    return [chosen[(chosen >= lo) & (chosen < hi)] - lo for lo, hi in zip(edges[:-1], edges[1:])]
 
 
 def _enumerate(hypothesis_class: Any, sample: tuple[np.ndarray, np.ndarray]) -> Any:
@@ -278,25 +281,27 @@ def relabel_and_resample(
     params: AgnosticParameters,
     hypothesis_class: Any,
     noise: Any,
+    key: bytes,
     shard_size: int = 1 << 20,
 ) -> tuple[Any, Any]:
     """Steps 2-4 of Algorithm 3 on the cluster: returns (h_hat, future of S_hat).
 
     ``sources`` are futures of a private dataset's parts as (X, y). h_hat is
-    private: it goes to the private state, never to public output.
+    private: it goes to the private state, never to public output. The secret sample S' and the
+    resample S_hat are drawn in the driver, before any row is read, from the session ``key``'s
+    streams (:mod:`pcqr.pipeline.privacy.keyed_draws`); the exponential mechanism from ``noise``.
     """
     from pcqr.pipeline.mechanisms.exponential import select_hypothesis
 
-    rng = np.random.default_rng(noise.generator_seed())
-    counts = sample_counts(source_rows, params.sample_rows, rng)
-    seeds = rng.integers(0, 2**63, size=len(sources) + 1)
+    positions = sample_positions(source_rows, params.sample_rows, KeyedWords(key, SAMPLE, noise.private))
     pieces = [
-        client.submit(sample_rows, source, int(c), int(seed), pure=False)
-        for source, c, seed in zip(sources, counts, seeds)
-        if c > 0
+        client.submit(sample_rows, source, chosen, pure=False)
+        for source, chosen in zip(sources, positions)
+        if chosen.size
     ]
     sample = client.submit(concatenate, *pieces, pure=False)
     enumeration = client.submit(_enumerate, hypothesis_class, sample, pure=False)
     h_hat = select_hypothesis(client, enumeration, sample, RELABEL_EPSILON, noise, shard_size)
-    resampled = client.submit(relabelled_resample, sample, h_hat, int(seeds[-1]), pure=False)
+    resample = uniform_integers(KeyedWords(key, RESAMPLE, noise.private), params.sample_rows, params.sample_rows)
+    resampled = client.submit(relabelled_resample, sample, h_hat, resample, pure=False)
     return h_hat, resampled

@@ -37,8 +37,9 @@ Why each property holds whatever instant the process dies (SIGKILL):
   and U_i -- it releases exactly what the uninterrupted run would have. Killing and restarting a
   job, or resubmitting it after a failure, redraws nothing (issue 10), and instance c always uses
   threshold c, so a threshold is never reused after a bottom. (Universal mode's one A_SSPP
-  selection is drawn from the noise source when the switch comes and fixed by its own save,
-  before anyone sees it: pcqr.pipeline.session.query_release.UniversalSwitch.)
+  selection draws its words from the session key's A_SSPP stream when the switch comes, so a
+  re-run draws the same one, and its save fixes it before anyone sees it:
+  pcqr.pipeline.session.query_release.UniversalSwitch, pcqr.pipeline.privacy.keyed_draws.)
 * A batch whose commit is uncertain (state committed, log file missing) counts its bottoms: they
   are in c from steps 2 and 3, and recovery publishes the batch, so the log then shows them. A
   crash between steps 2 and 3 leaves the state one batch behind the ledger: the next run takes

@@ -203,9 +203,12 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     """Train the k models on the cluster; returns the new session (not yet saved) and its models."""
     k = plan.params.subsamples
     relabeller = None
+    # the key (and the sparse vector's T thresholds) drawn before any private row is read: A_AgPrivCl's
+    # secret sample and universal mode's A_SSPP selection come from it too (privacy/keyed_draws.py)
+    coordinator = new_coordinator(plan.params, plan.noise)
     fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
     if plan.agnostic is not None:
-        relabeller, resampled = _relabel(client, plan, reporter)
+        relabeller, resampled = _relabel(client, plan, coordinator.state.key, reporter)
         sources, rows = [resampled], [plan.agnostic.sample_rows]
     with reporter.progress(k, "training models") as bar:
         if plan.agnostic is None:
@@ -216,7 +219,6 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
             ensemble = train_models_on(
                 client, sources, rows, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
             )
-    coordinator = new_coordinator(plan.params, plan.noise)  # draws the key (and the sparse vector's T thresholds)
     session = SessionState(
         params=plan.params,
         learner={
@@ -241,15 +243,15 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     return session, ensemble
 
 
-def _relabel(client: Any, plan: TrainingPlan, reporter: Reporter) -> tuple[Any, Any]:
-    """Steps 2-4 of Algorithm 3: h_hat (private) and the future of S_hat."""
+def _relabel(client: Any, plan: TrainingPlan, key: bytes, reporter: Reporter) -> tuple[Any, Any]:
+    """Steps 2-4 of Algorithm 3: h_hat (private) and the future of S_hat (its samples from ``key``)."""
     assert plan.agnostic is not None and plan.private.label is not None
     parts = plan.private.parts(PART_ROWS)
     sources = [client.submit(load_part, p, plan.private.features, plan.private.label, pure=False) for p in parts]
     reporter.note(f"relabelling n' = {plan.agnostic.sample_rows} rows with {plan.hypothesis_class.name} "
          "(exponential mechanism over its dichotomies)")
     return relabel_and_resample(
-        client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise
+        client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise, key
     )
 
 

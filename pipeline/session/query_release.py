@@ -40,6 +40,7 @@ from pcqr.pipeline.session.log import (
     encode_batch,
     sha256,
 )
+from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
     LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
@@ -99,8 +100,9 @@ class UniversalSwitch:
     Order of writes (each atomic): the head batch up to query m_o is in the log; the
     session (with h_priv's record) is saved; then the public model file is written;
     only then does any answer of h_priv reach the log. A crash before the session
-    save discards an h_priv nobody has seen (the next run draws again); after it,
-    the next run reuses the saved h_priv and rewrites the model file if missing.
+    save discards an h_priv nobody has seen, and the next run draws the same one again (its
+    randomness comes from the session key); after it, the next run reuses the saved h_priv and
+    rewrites the model file if missing.
     """
 
     def __init__(self, client: Client, session: SessionState, state_dir: str, private: Dataset | None, noise: NoiseSource):
@@ -132,8 +134,11 @@ class UniversalSwitch:
         session = self.session
         assert session.log_dir is not None and self.private is not None
         public = public_sample(session.log_dir, session.features, self.params.public_queries)
+        # the selection's randomness is the session key's (drawn at training): a run killed before
+        # the save below draws the same h_priv again (privacy/keyed_draws.py)
+        selection = KeyedWords(session.sparse_vector.key, SSPP, self.noise.private)
         _, record = release_classifier(
-            self.client, self.params, session.learner["hypothesis"], self.private, public, self.noise
+            self.client, self.params, session.learner["hypothesis"], self.private, public, selection
         )
         session.released = record
         session.noise_state = getattr(self.noise, "state", lambda: None)()
