@@ -201,13 +201,20 @@ def _predict_part(part: Any, features: list[str], id_column: str | None, hypothe
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Public: the output directory of Parquet predictions.")
 @click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
               "else row positions; a column given here must exist.")
+@allow_overlap_option
+@ledger_option
 @cluster_option
 @json_option
-def predict_command(model_path: str, queries: str, out: str, id_column: str | None, cluster: str | None, as_json: bool) -> None:
+def predict_command(model_path: str, queries: str, out: str, id_column: str | None, allow_private_overlap: bool,
+                    ledger: str | None, cluster: str | None, as_json: bool) -> None:
     """Apply a released model to queries (post-processing: no privacy cost).
 
     MODEL: a released model file (public; pcqr learn's or pcqr distill's). QUERIES: the queries
-    (Parquet file or directory, public) with the model's feature columns."""
+    (Parquet file or directory, public) with the model's feature columns. Queries holding rows of a
+    registered private dataset are refused (the predictions would publish a function of each of
+    those rows, by id) unless --allow-private-overlap."""
+    from pcqr.pipeline.budget.overlap import guard_public_inputs
+
     hypothesis, features, _ = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
     if os.path.isdir(out) and os.listdir(out):
@@ -215,6 +222,7 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str | No
     check_writable_directory(out, "--out")
     load_cluster_config(cluster)
     with open_client(cluster, echo=note, array_work=True) as client:  # a released hypothesis: numpy only
+        guard_public_inputs([("QUERIES", dataset)], allow_private_overlap, ledger, client=client, echo=note)
         futures = client.map(_predict_part, dataset.parts(PART_ROWS), features=features, id_column=dataset.id_column,
                               hypothesis=hypothesis, pure=False)
         total = 0
@@ -224,7 +232,8 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str | No
             pq.write_table(table, sink, write_page_checksum=True)
             write_atomic(os.path.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
             total += table.num_rows
-    emit_summary({"out": out, "predictions": total, "model": model_path}, as_json)
+    emit_summary({"out": out, "predictions": total, "model": model_path,
+                  **({"allow_private_overlap": True} if allow_private_overlap else {})}, as_json)
 
 
 command = learn_command

@@ -31,8 +31,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pcqr.jobs.common import (
-    TRUTH_HELP, check_writable_file, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
+    TRUTH_HELP, allow_overlap_option, check_writable_file, cluster_option, emit_summary, json_option, ledger_option,
+    note, wait_option,
 )
+from pcqr.pipeline.budget.overlap import guard_public_inputs
+from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.evaluation import load_truth, score
@@ -200,12 +203,14 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
 @click.option("--last-hash", default=None,
               help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
               "which no later batch does.")
+@allow_overlap_option
 @ledger_option
 @cluster_option
 @wait_option
 @json_option
 def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-            last_hash: str | None, ledger: str | None, cluster: str | None, wait: bool, as_json: bool) -> None:
+            last_hash: str | None, allow_private_overlap: bool, ledger: str | None, cluster: str | None, wait: bool,
+            as_json: bool) -> None:
     """Verify the public log LOG and re-serve its answers (no private data, no budget).
 
     LOG: a session's answered-query log directory (public)."""
@@ -215,11 +220,12 @@ def command(log: str, out: str | None, truth: str | None, into: str | None, new_
     locked = contextlib.nullcontext() if into is None else lock_state(
         into, wait, command="pcqr replay --into", option="--into")
     with locked:  # --into: that session's state is ours until the comparison is done
-        replay(log, out, truth, into, new_log, last_hash, cluster, as_json, ledger)
+        replay(log, out, truth, into, new_log, last_hash, cluster, as_json, ledger, allow_private_overlap)
 
 
 def replay(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-           last_hash: str | None, cluster: str | None, as_json: bool, ledger: str | None = None) -> None:
+           last_hash: str | None, cluster: str | None, as_json: bool, ledger: str | None = None,
+           allow_private_overlap: bool = False) -> None:
     """The command's work (with the --into state locked)."""
     if into is not None:  # again with the lock held, before the log's notes: a refusal is one line
         check_into(into)
@@ -242,8 +248,11 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
     summary["sources"] = {str(s): int(np.count_nonzero(sources == s)) for s in sorted(set(sources))}
     if report.other_files:
         summary["other_files"] = ",".join(report.other_files)
-    if truth is not None:
+    if truth is not None:  # the misuse guard first: a --truth of private rows is refused, as in pcqr answer
+        guard_public_inputs([("--truth", open_dataset(truth, "truth"))], allow_private_overlap, ledger, echo=note)
         summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
+        if allow_private_overlap:
+            summary["allow_private_overlap"] = True
         if missing:
             summary["truth_missing"] = missing
     for remark in report.notes:  # after the inputs are read: a refused command prints its error alone

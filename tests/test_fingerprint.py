@@ -242,6 +242,33 @@ def test_public_or_queries_or_truth_holding_private_rows_are_refused(session_dat
     assert "allow_private_overlap" not in json.loads(out.strip().splitlines()[-1])
 
 
+def test_replay_truth_and_predict_queries_holding_private_rows_are_refused(session_data, capsys,
+                                                                           thread_cluster_yaml) -> None:
+    """The misuse guard covers pcqr replay --truth and pcqr predict's QUERIES too (issue 27): a file of
+    private rows is refused in one line, nothing written; --allow-private-overlap runs and warns."""
+    d, ledger = session_data, str(session_data / "ledger.sqlite")
+    common = ["--ledger", ledger, "--cluster", thread_cluster_yaml]
+    private = str(d / "private")
+    assert cli(capsys, "answer", "--private", private, "--state", str(d / "state"), "--log", str(d / "log"),
+               "--queries", str(d / "queries"), "--features", "x0,x1,x2", *MECHANICS_PRIVACY, "--queries-max",
+               "10000", *common)[0] == 0
+    code, _, err = cli(capsys, "replay", str(d / "log"), "--truth", private, "--ledger", ledger)
+    refused(code, err, "--truth", f"private dataset {private}", "--allow-private-overlap")
+    code, out, err = cli(capsys, "replay", str(d / "log"), "--truth", str(d / "truth"), "--ledger", ledger, "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["evaluated"] > 0, err
+    code, _, err = cli(capsys, "learn", "--private", private, "--public", str(d / "queries"), "--features", "x0",
+                       "--hypothesis", "threshold", "--out", str(d / "model.json"), *common)
+    assert code == 0, err
+    before = ledger_rows(ledger)
+    code, _, err = cli(capsys, "predict", str(d / "model.json"), private, "--out", str(d / "predicted"), *common)
+    refused(code, err, "QUERIES", f"private dataset {private}", "--allow-private-overlap")
+    assert not (d / "predicted").exists() and ledger_rows(ledger) == before
+    code, _, err = cli(capsys, "predict", str(d / "model.json"), private, "--out", str(d / "predicted"),
+                       "--allow-private-overlap", *common)
+    assert code == 0 and "warning: QUERIES" in err, err
+    assert cli(capsys, "predict", str(d / "model.json"), str(d / "queries"), "--out", str(d / "ok"), *common)[0] == 0
+
+
 def test_allow_private_overlap_runs_and_says_so(session_data, capsys, thread_cluster_yaml) -> None:
     d, ledger = session_data, str(session_data / "ledger.sqlite")
     private = str(d / "private")
