@@ -254,7 +254,7 @@ def test_python_api_answers_after_the_halt(thread_cluster_yaml, tmp_path) -> Non
     X = np.column_stack([data[f"x{i}"] for i in range(3)])
     queries = threshold_data(1000, seed=12)
     Q = np.column_stack([queries[f"x{i}"] for i in range(3)])
-    clf = pcqr.PrivateClassifier(epsilon=1, cutoff=5, gate="guess", after_halt="student",
+    clf = pcqr.PrivateClassifier(epsilon=1, cutoff=2, gate="guess", after_halt="student",
                                  student_learner="sklearn.linear_model.LogisticRegression",
                                  state=str(tmp_path / "state"), log=str(tmp_path / "log"),
                                  cluster=thread_cluster_yaml, seed=3, insecure_seed=True)
