@@ -34,7 +34,7 @@ import os
 import re
 import stat
 import zipfile
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 import yaml
@@ -108,7 +108,8 @@ def decode_text(data: bytes, where: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PcqrError(f"{where}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); save it as UTF-8") from None
+        byte = f"byte {exc.start} is {data[exc.start]:#04x}"
+        raise PcqrError(f"{where}: not UTF-8 text ({byte}); save it as UTF-8") from None
 
 
 # --- JSON --------------------------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def read_yaml(path: str | os.PathLike[str], option: str, limit: int) -> Any:
 # --- NumPy -------------------------------------------------------------------------------------------
 
 
-def _npy_header(handle: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype[Any], int]:
+def _npy_header(handle: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype[Any], int]:
     """(shape, dtype, bytes of data) a .npy header declares, read without allocating the array."""
     try:
         version = np.lib.format.read_magic(handle)
@@ -267,7 +268,8 @@ def _npy_header(handle: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype
         else:
             raise ValueError(f".npy version {version} is not one pcqr writes")
     except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as exc:
-        raise PcqrError(f"{where}: not a NumPy array ({' '.join(str(exc).split()) or type(exc).__name__})") from None
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise PcqrError(f"{where}: not an array in .npy format ({reason})") from None
     if dtype.hasobject:
         raise PcqrError(f"{where}: holds Python objects (a pickle), which pcqr never loads")
     if any(d < 0 for d in shape):
@@ -275,7 +277,7 @@ def _npy_header(handle: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype
     return shape, dtype, math.prod(shape) * dtype.itemsize
 
 
-def _array(handle: BinaryIO, size: int, where: str) -> np.ndarray:
+def _array(handle: IO[bytes], size: int, where: str) -> np.ndarray:
     """The array of a .npy stream whose header declared ``size`` bytes of data (checked by the caller)."""
     handle.seek(0)
     try:
@@ -305,7 +307,7 @@ def check_zip(data: bytes, where: str, limit: int) -> zipfile.ZipFile:
     declared = sum(info.file_size for info in infos)
     if declared > min(limit, MAX_RATIO * len(data) + MiB):
         raise PcqrError(f"{where}: its {len(infos)} members declare {_size(declared)} uncompressed, "
-                        f"more than {MAX_RATIO} times its {_size(len(data))} (or {_size(limit)}): refused before reading")
+                        f"more than {MAX_RATIO} times its {_size(len(data))} or {_size(limit)}: refused before reading")
     names = [info.filename for info in infos]
     if len(set(names)) != len(names):
         raise PcqrError(f"{where}: a member name appears twice")
