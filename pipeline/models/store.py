@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pcqr.pipeline.data.user_files import ARRAY_FILE_LIMIT, check_zip, parse_npz, read_bytes
+from pcqr.pipeline.data.user_files import ARRAY_FILE_LIMIT, check_zip, parse_json, parse_npz, read_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
@@ -201,7 +201,7 @@ def _load_erm(check: _Checker, count: int) -> list[Any]:
     from pcqr.pipeline.hypotheses import ERMClassifier, hypothesis_from_dict, make_class
 
     try:
-        records = json.loads(check.text("erm"))
+        records = parse_json(check.text("erm"), f"{check.path}: a malformed ERM model")
         check.that(isinstance(records, list) and len(records) == count,
                    f"holds {len(records) if isinstance(records, list) else 0} fitted models, the constants say {count}")
         models = []
