@@ -228,9 +228,8 @@ def _expanded_nodes(root: Any) -> int:
     return sizes[id(root)]
 
 
-def parse_yaml(text: str, where: str) -> Any:
-    """Strict YAML (see the module docstring); ``where`` starts each error."""
-    loader = _StrictLoader(text)
+def _load_yaml(text: str, where: str) -> Any:
+    loader = _StrictLoader(text)  # the reader refuses control characters here
     try:
         node = loader.get_single_node()
         if node is None:
@@ -238,14 +237,20 @@ def parse_yaml(text: str, where: str) -> Any:
         if _expanded_nodes(node) > MAX_NODES:
             raise PcqrError(f"{where}: its aliases expand to more than {MAX_NODES:,} values; write them out")
         return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Strict YAML (see the module docstring); ``where`` starts each error."""
+    try:
+        return _load_yaml(text, where)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise PcqrError(f"{where}: {at}invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
     except RecursionError:
         raise PcqrError(f"{where}: invalid YAML: nested too deeply") from None
-    finally:
-        loader.dispose()
 
 
 def read_yaml(path: str | os.PathLike[str], option: str, limit: int) -> Any:

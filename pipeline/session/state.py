@@ -181,7 +181,8 @@ class SessionState:
 
 
 def has_session(state_dir: str) -> bool:
-    return os.path.exists(os.path.join(state_dir, SESSION_FILE))
+    """Whether DIR holds a session.json (anything by that name: a link or a FIFO is refused when read)."""
+    return os.path.lexists(os.path.join(state_dir, SESSION_FILE))
 
 
 def save_session(state_dir: str, session: SessionState) -> None:
