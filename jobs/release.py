@@ -30,6 +30,7 @@ from pcqr.pipeline import __version__
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import load_features, open_dataset, open_matching, read_public_features
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.fields import DIRECTIONS, number
 from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
@@ -177,7 +178,7 @@ def release_command(**o: Any) -> None:
 def read_release(path: str) -> tuple[pa.Table, dict[str, Any]]:
     try:
         table = pq.read_table(path)
-        metadata = json.loads(table.schema.metadata[METADATA_KEY])
+        metadata = parse_json(table.schema.metadata[METADATA_KEY], f"{path}: not a pcqr release table")
         if metadata.get("format") != TABLE_FORMAT:
             raise ValueError(f"format is {metadata.get('format')!r}, expected {TABLE_FORMAT}")
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
@@ -189,10 +190,7 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """``--query``: JSON, or ``key=value,...`` (e.g. ``feature=x0,threshold=0.3,direction=up``)."""
     features = metadata["features"]
     if text.lstrip()[:1] in ("{", "[", '"'):
-        try:
-            query = json.loads(text)
-        except ValueError as exc:
-            raise PcqrError(f"--query {text!r}: not valid JSON ({exc})") from None
+        query = parse_json(text, f"--query {text!r}")
         if not isinstance(query, dict):
             raise PcqrError(f"--query {text!r}: a JSON query is an object of fields, not a {type(query).__name__}")
     else:

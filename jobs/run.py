@@ -20,9 +20,9 @@ import os
 from typing import Any
 
 import click
-import yaml
 
 from pcqr.pipeline.budget.ledger import ledger_setting
+from pcqr.pipeline.data.user_files import CONFIG_LIMIT, parse_yaml, read_yaml
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -56,8 +56,12 @@ def spec_arguments(spec: dict[str, Any], command: click.Command, source: str,
         for name in param.opts
     }
     args: list[str] = []
+    names: dict[str, Any] = {}
     for key, value in spec.items():
         name = str(key).replace("_", "-")
+        if name in names:
+            raise PcqrError(f"{source}: keys {names[name]!r} and {key!r} are the same option: give it once")
+        names[name] = key
         param = options.get(name)
         if param is None:
             known = ", ".join(sorted(options))
@@ -107,13 +111,9 @@ def _scalar(value: Any, param: click.Option, where: str) -> str:
 
 
 def load_spec(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            spec = yaml.safe_load(handle)
-    except OSError as exc:
-        raise PcqrError(f"{path}: cannot read the spec ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise PcqrError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    """The spec file's mapping, read strictly (pcqr.pipeline.data.user_files: a regular file, UTF-8,
+    no key given twice: ``epsilon: 1`` then ``epsilon: 650`` is refused, not run at 650)."""
+    spec = read_yaml(path, "the job spec", CONFIG_LIMIT)
     if not isinstance(spec, dict):
         raise PcqrError(f"{path}: a spec is a mapping of option names to values")
     return spec
@@ -143,11 +143,12 @@ def job_arguments(
         key, sep, value = item.partition("=")
         if not sep:
             raise PcqrError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            spec[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise PcqrError(f"--set {item!r}: the value is not valid YAML") from None
         name = key.replace("_", "-")
+        if name in operator:
+            raise PcqrError(f"--set {key}: given twice")
+        for same in [k for k in spec if str(k).replace("_", "-") == name]:
+            del spec[same]  # the override replaces the spec's key however it is spelled
+        spec[key] = parse_yaml(value, f"--set {item!r}: the value is not valid YAML")
         operator.add(name)
         if name in PATH_KEYS and isinstance(spec[key], str) and "://" not in spec[key]:
             spec[key] = os.path.abspath(os.path.expanduser(spec[key]))  # typed here: relative to this directory

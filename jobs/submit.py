@@ -13,9 +13,6 @@ the workers as on this machine (a shared file system, or a URI such as ``s3://..
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import time
 from typing import Any
 
 import click
@@ -25,6 +22,7 @@ from dask.utils import parse_timedelta
 from pcqr.jobs import run
 from pcqr.jobs.common import json_option, note
 from pcqr.pipeline.data.cluster import ClusterConfig, load_cluster_config
+from pcqr.pipeline.data.scheduler_file import scheduler_address as scheduler_address_in
 from pcqr.pipeline.errors import PcqrError
 
 REMOTE_BACKENDS = ("address", "scheduler-file", "spec")
@@ -55,20 +53,8 @@ def scheduler_address(config: ClusterConfig, timeout: float) -> str | None:
         return str(config.options["address"])
     if config.backend != "scheduler-file":
         return None
-    path = config.options["scheduler-file"]
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            address = json.load(handle)["address"]
-    except FileNotFoundError:
-        raise _error(config, "scheduler-file", f"no such file {path!r} (is the scheduler running?)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _error(config, "scheduler-file", f"{path!r} is not a scheduler file ({exc})") from None
-    if not isinstance(address, str):
-        raise _error(config, "scheduler-file", f"{path!r} is not a scheduler file (address {address!r})")
-    return address
+    return scheduler_address_in(config.options["scheduler-file"],
+                                lambda message: _error(config, "scheduler-file", message), timeout)
 
 
 async def _identity(address: str, timeout: float, connection_args: dict[str, Any]) -> dict[str, Any]:

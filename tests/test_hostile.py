@@ -16,8 +16,11 @@ is undone after it. Cases that still fail because another part of issue 11 has n
 """
 from __future__ import annotations
 
+import io
 import logging
 import shlex
+import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ import numpy as np
 import pytest
 
 from pcqr.jobs.cli import main
+from tests import hostile_files
 from tests.conftest import threshold_data
 from tests.hostile_world import (
     PRIVACY, CurrentStderr, World, built_world, cluster_yaml, corrupt_pages, files, first_log_batch, flip_answers,
@@ -479,6 +483,201 @@ CASES = [
     case("no-such-command", "fly", "No such command 'fly'"),
     case("no-such-option", "answer --state {state} --queries {queries} --lg x", "'--lg'", "(see pcqr answer --help)"),
 ]
+
+
+# --- one way in for every non-Parquet file (issue 27: pcqr.pipeline.data.user_files) ---------------------
+# Each class the issue names, then inputs of the same class it does not name. Special files (FIFO,
+# /dev/zero, socket, folder, symlink loop) live beside the sandbox (tests/hostile_files.py).
+
+PREDICT = "predict {bad} {queries} --out {new}/p"
+GUESS = TRAIN + " --gate guess --guess {bad}"
+WITH_CLUSTER = TRAIN + " --cluster {bad}"
+WITH_SCHEDULER = TRAIN + " --cluster {bad_cluster}"
+ANSWER_COPY = "answer --state {bad} --queries {queries2} --log {log}"
+SPECIAL = {"fifo": "is a FIFO, not a file", "zero": "is a character device, not a file",
+           "folder": "is a folder, not a file", "loop": "a loop of symbolic links", "socket": "is a socket"}
+LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+DEEP_BLOCK = "".join(f"{'  ' * i}k{i}:\n" for i in range(100)) + "  " * 100 + "v\n"
+NOT_UTF8 = "not UTF-8 text"
+
+
+def _model_text(w: World) -> str:
+    return w.path("model").read_text()
+
+
+def _duplicate_top(w: World) -> bytes:  # a second "features": the last one would win
+    return ('{"features": ["x9"], ' + _model_text(w).lstrip()[1:]).encode()
+
+
+def _duplicate_nested(w: World) -> bytes:
+    return _model_text(w).replace('"hypothesis": {', '"hypothesis": {"class": "threshold", ', 1).encode()
+
+
+def _npz_bytes(name: str, edit: Callable[[World], bytes]) -> Callable[[World], None]:
+    return lambda w: w.tamper(w.path("state") / name, edit(w))
+
+
+def _duplicate_member(w: World) -> bytes:
+    sink = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(sink, "w") as archive:
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+        for name in ("kind", "kind"):
+            archive.writestr(f"{name}.npy", hostile_files.npy(np.array("stump")))
+    return sink.getvalue()
+
+
+FILE_CASES = [
+    # not a regular file: model (predict), guess model, spec, cluster.yaml, scheduler file, state files
+    *[case(f"file-model-{kind}", PREDICT, "MODEL", SPECIAL[kind], mutate=hostile_files.special(kind, "m.json"))
+      for kind in SPECIAL],
+    *[case(f"file-guess-{kind}", GUESS, "--guess", SPECIAL[kind], mutate=hostile_files.special(kind, "g.json"))
+      for kind in ("fifo", "zero", "folder", "loop")],
+    *[case(f"file-spec-{kind}", "run {bad}", "s.yaml", SPECIAL[kind], mutate=hostile_files.special(kind, "s.yaml"))
+      for kind in ("fifo", "zero", "loop", "socket")],
+    case("file-spec-folder", "run {bad}", "s.yaml", mutate=hostile_files.special("folder", "s.yaml")),
+    *[case(f"file-cluster-{kind}", WITH_CLUSTER, "--cluster", SPECIAL[kind],
+           mutate=hostile_files.special(kind, "c.yaml")) for kind in ("fifo", "zero", "loop", "socket")],
+    case("file-cluster-folder", WITH_CLUSTER, "--cluster", "is a directory", mutate=hostile_files.special("folder", "c.yaml")),
+    *[case(f"file-scheduler-{kind}", WITH_SCHEDULER, "pcqr.cluster.scheduler-file", SPECIAL[kind],
+           mutate=hostile_files.scheduler_file(hostile_files.special(kind, "sched.json"))) for kind in SPECIAL],
+    *[case(f"file-state-{name.split('.')[0]}-{kind}", ANSWER_COPY, name, SPECIAL[kind],
+           mutate=hostile_files.state_copy_with(name, kind))
+      for name, kind in [("session.json", "fifo"), ("session.json", "loop"), ("models.npz", "fifo"),
+                         ("models.npz", "zero"), ("models.npz", "folder"), ("thresholds.npy", "fifo")]],
+    # the scheduler file: pcqr reads it, distributed gets only a checked address
+    case("file-scheduler-passwd", WITH_SCHEDULER, "pcqr.cluster.scheduler-file", "/etc/passwd", "not valid JSON",
+         mutate=hostile_files.scheduler_file(lambda w: w.paths.__setitem__("bad", "/etc/passwd"))),
+    *[case(f"file-scheduler-{name}", WITH_SCHEDULER, "pcqr.cluster.scheduler-file", "sched.json", needle,
+           mutate=hostile_files.scheduler_file(hostile_files.raw("sched.json", content)))
+      for name, content, needle in [
+          ("address-int", b'{"address": 5}', "got an address 5"),
+          ("list", b'["tcp://127.0.0.1:8786"]', "got a JSON list"),
+          ("address-http", b'{"address": "http://127.0.0.1:8786"}', "not a scheduler file"),
+          ("address-no-host", b'{"address": "tcp://"}', "not a scheduler file"),
+          ("address-null", b'{"address": null}', "not a scheduler file"),
+          ("no-address", b'{"id": "Scheduler-1"}', "not a scheduler file"),
+          ("duplicate-address", b'{"address": "tcp://127.0.0.1:1", "address": "tcp://127.0.0.1:2"}', "given twice"),
+          ("empty", b"", "not valid JSON"),
+          ("not-utf8", b'{"address": "tcp://caf\xe9:1"}', NOT_UTF8),
+          ("deep", b"[" * 100_000, "nested 100000 levels"),
+          ("nan", b'{"address": NaN}', "NaN"),
+          ("huge", b" " * (2 << 20) + b"{}", "more than the 1.0 MiB"),
+      ]],
+    # cluster.yaml: UTF-8, unique keys, bounded depth, aliases and size
+    *[case(f"file-cluster-{name}", WITH_CLUSTER, "c.yaml", needle, mutate=hostile_files.raw("c.yaml", content))
+      for name, content, needle in [
+          ("latin1", "pcqr:\n  cluster:\n    backend: local  # café\n".encode("latin-1"), NOT_UTF8),
+          ("utf16-bom", "pcqr:\n  cluster:\n    backend: local\n".encode("utf-16"), NOT_UTF8),
+          ("overlong-utf8", b"pcqr:\n  cluster:\n    backend: \xc0\xaf\n", NOT_UTF8),
+          ("cut-utf8", b"pcqr:\n  cluster:\n    backend: caf\xc3", NOT_UTF8),
+          ("duplicate-backend", b"pcqr:\n  cluster:\n    backend: local\n    backend: address\n",
+           "line 4, column 5: invalid YAML: the key 'backend' is given twice"),
+          ("duplicate-top", b"pcqr:\n  cluster: {}\npcqr:\n  learners: {}\n", "'pcqr' is given twice"),
+          ("duplicate-quoted", b'pcqr:\n  cluster:\n    n-workers: 1\n    "n-workers": 2\n', "'n-workers' is given twice"),
+          ("duplicate-dask-key", b"distributed:\n  comm: {}\n  comm: {}\n", "'comm' is given twice"),
+          ("duplicate-flow", b"pcqr: {cluster: {backend: local, backend: spec}}\n", "'backend' is given twice"),
+          ("deep-block", DEEP_BLOCK.encode(), "nested deeper than 64"),
+          ("deep-flow", b"a: " + b"[" * 100_000, "nested deeper than 64"),
+          ("billion-laughs", LAUGHS.encode(), "aliases expand"),
+          ("alias-loop", b"a: &a [*a]\n", "an alias refers to the node that holds it"),
+          ("huge", b"# " + b"x" * (2 << 20) + b"\n", "more than the 1.0 MiB"),
+          ("nul-byte", b"pcqr:\x00\n", "invalid YAML"),
+      ]],
+    # specs: duplicate keys (epsilon 1 then 650 ran at 650), encodings, depth, aliases
+    case("file-spec-duplicate-epsilon", RUN_SPEC, "spec.yaml", "the key 'epsilon' is given twice",
+         mutate=spec("job: train\nprivate: {private}\nstate: {new}/st\nepsilon: 1\n"
+                     + SPEC_PRIVACY.replace("epsilon: 100\n", "") + "epsilon: 650\n")),
+    case("file-spec-duplicate-nested", RUN_SPEC, "spec.yaml", "'C' is given twice",
+         mutate=spec("job: train\nprivate: {private}\nstate: {new}/st\nlearner-param: {{C: 1, C: 2}}\n")),
+    case("file-spec-duplicate-job", "run {spec}", "spec.yaml", "'job' is given twice",
+         mutate=spec("job: plan\njob: train\n")),
+    case("file-spec-two-spellings", "run {spec}", "spec.yaml", "'queries_max' and 'queries-max' are the same option",
+         mutate=spec("job: plan\nqueries_max: 5\nqueries-max: 6\nvc: 1\n")),
+    case("file-set-twice", "run {spec} --set vc=1 --set vc=2", "--set vc: given twice", mutate=spec("job: plan\n")),
+    case("file-set-duplicate-key", "run {spec} --set 'vc={{a: 1, a: 2}}'", "--set", "'a' is given twice",
+         mutate=spec("job: plan\n")),
+    case("file-set-deep", "run {spec} --set vc=" + "[" * 1000, "--set", "nested deeper than 64",
+         mutate=spec("job: plan\n")),
+    case("file-set-laughs", "run {spec} --set 'vc=[" + ", ".join(["&a0 [" + ", ".join("1" * 10) + "]"] + [
+         f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 6)]) + "]'", "--set", "aliases expand",
+         mutate=spec("job: plan\n")),
+    case("file-learner-param-alias-loop", TRAIN + " --learner sklearn.linear_model.LogisticRegression "
+         "--learner-param 'C=&a [*a]'", "--learner-param", "refers to the node"),
+    *[case(f"file-spec-{name}", "run {bad}", "s.yaml", needle, mutate=hostile_files.raw("s.yaml", content))
+      for name, content, needle in [
+          ("utf16-bom", "job: plan\nvc: 1\n".encode("utf-16"), NOT_UTF8),
+          ("latin1", "job: plan\nlabel: é\n".encode("latin-1"), NOT_UTF8),
+          ("deep-flow", b"job: " + b"[" * 100_000, "nested deeper than 64"),
+          ("deep-block", DEEP_BLOCK.encode(), "nested deeper than 64"),
+          ("billion-laughs", LAUGHS.encode(), "aliases expand"),
+          ("alias-loop", b"job: &a {x: *a}\n", "an alias refers to the node that holds it"),
+          ("huge", b"job: plan\n#" + b"x" * (2 << 20) + b"\n", "more than the 1.0 MiB"),
+          ("empty", b"", "a spec is a mapping"),
+          ("nul-byte", b"job: plan\x00\n", "invalid YAML"),
+          ("tab-indent", b"job: plan\n\tvc: 1\n", "invalid YAML"),
+      ]],
+    # released model JSON (predict) and guess models: unique keys, depth, NaN, UTF-8, size
+    case("file-model-duplicate-key", PREDICT, "m.json", "'features' is given twice",
+         mutate=hostile_files.raw("m.json", _duplicate_top)),
+    case("file-model-duplicate-nested", PREDICT, "m.json", "'class' is given twice",
+         mutate=hostile_files.raw("m.json", _duplicate_nested)),
+    case("file-guess-duplicate-key", GUESS, "g.json", "'features' is given twice",
+         mutate=hostile_files.raw("g.json", _duplicate_top)),
+    case("file-guess-deep", GUESS, "g.json", "nested 100000 levels", mutate=hostile_files.raw("g.json", b"[" * 100_000)),
+    *[case(f"file-model-{name}", PREDICT, "m.json", needle, mutate=hostile_files.raw("m.json", content))
+      for name, content, needle in [
+          ("nested-100000", b"[" * 100_000, "nested 100000 levels"),
+          ("nested-objects", b'{"a": ' * 100_000, "nested 100000 levels"),
+          ("nested-balanced", b"[" * 5_000 + b"]" * 5_000, "nested 5000 levels"),
+          ("nan", b'{"format": "pcqr.released-classifier/1", "hypothesis": {"threshold": NaN}}', "NaN"),
+          ("utf16-bom", lambda w: _model_text(w).encode("utf-16"), NOT_UTF8),
+          ("utf8-bom", lambda w: b"\xef\xbb\xbf" + _model_text(w).encode(), "BOM"),
+          ("latin1", lambda w: _model_text(w).replace('"features"', '"caf\xe9", "features"', 1).encode("latin-1"),
+           NOT_UTF8),
+          ("empty", b"", "not valid JSON"),
+          ("huge", b'{"format": "' + b"x" * (17 << 20) + b'"}', "more than the 16.0 MiB"),
+          ("trailing-garbage", lambda w: _model_text(w).encode() + b"\n}", "Extra data"),
+      ]],
+    # session.json and thresholds.npy
+    case("file-state-json-duplicate", ANSWER, "session.json", "'params' is given twice",
+         mutate=state_file("session.json", lambda b: b'{"params": {}, ' + b.lstrip()[1:])),
+    case("file-state-json-deep", ANSWER, "session.json", "nested 100000 levels",
+         mutate=state_file("session.json", lambda b: b"[" * 100_000)),
+    case("file-state-json-nan", ANSWER, "session.json", "NaN",
+         mutate=state_file("session.json", lambda b: b'{"nan": NaN, ' + b.lstrip()[1:])),
+    case("file-state-json-not-utf8", ANSWER, "session.json", NOT_UTF8,
+         mutate=state_file("session.json", lambda b: b.rstrip()[:-1] + b', "\xff": 1}')),
+    case("file-state-json-empty", ANSWER, "session.json", "not valid JSON", mutate=state_file("session.json", lambda b: b"")),
+    *[case(f"file-thresholds-{name}", ANSWER, "thresholds.npy", needle,
+           mutate=state_file("thresholds.npy", content)) for name, content, needle in [
+          ("huge-declared", lambda b: hostile_files.npy_header("<i8", (10**12,)), "declares a (1000000000000,) int64"),
+          ("object", lambda b: hostile_files.npy_header("|O", (20,)) + b"\x80\x04N.", "Python objects"),
+          ("version-3", lambda b: b"\x93NUMPY\x03\x00" + b[8:], "not one pcqr writes"),
+          ("truncated", lambda b: b[:-5], "but holds"),
+          ("empty", lambda b: b"", "not an array"),
+      ]],
+    # models.npz: declared shapes, dtypes and sizes checked before any array is allocated
+    *[case(f"file-models-{name}", ANSWER, "models.npz", needle, mutate=_npz_bytes("models.npz", content))
+      for name, content, needle in [
+          ("huge-declared", lambda w: hostile_files.models_with(
+              w, feature=hostile_files.npy_header("<i8", (300_000_000,)) + bytes(2_300_000)), "refused before reading"),
+          ("huge-declared-v2", lambda w: hostile_files.models_with(
+              w, threshold=hostile_files.npy_header("<f8", (10**9,), (2, 0)) + bytes(1000)), "refused before reading"),
+          ("zip-bomb", lambda w: hostile_files.zeros_bomb("<f8", (75_000_000,)), "more than 64 times"),
+          ("object", lambda w: hostile_files.models_with(
+              w, feature=hostile_files.npy_header("|O", (50,)) + b"\x80\x04N."), "Python objects"),
+          ("negative-shape", lambda w: hostile_files.models_with(
+              w, feature=hostile_files.npy_header("<i8", (-1,))), "declares the shape"),
+          ("giant-string", lambda w: hostile_files.models_with(
+              w, kind=hostile_files.npy_header("<U1000000000", ())), "not a valid dtype"),
+          ("truncated", lambda w: (w.path("state") / "models.npz").read_bytes()[:2000], "not a zip archive"),
+          ("empty", lambda w: b"", "not a zip archive"),
+          ("duplicate-member", _duplicate_member, "appears twice"),
+          ("raw-member", lambda w: hostile_files.models_with(w, feature=b"\x00" * 400), "not an array"),
+      ]],
+]
+CASES += FILE_CASES
 
 
 def test_the_table_is_large_and_covers_every_command() -> None:

@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from pcqr.pipeline.data.datasets import Dataset, Part, filesystem, read_part
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
@@ -194,7 +195,7 @@ def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | Non
     if ledger_path is not None:
         with Ledger(ledger_path) as ledger:
             for identity, columns, label, data in ledger.sketches(FEATURES):
-                wanted = tuple(json.loads(columns))
+                wanted = tuple(parse_json(columns, "the ledger's sketch columns"))
                 if set(wanted) <= names and (identity, columns) not in found:
                     found[(identity, columns)] = _Candidate(label, wanted, Sketch.from_bytes(data))
     return list(found.values())

@@ -17,6 +17,7 @@ import time
 from types import TracebackType
 from typing import Any, Self, Sequence
 
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 
 SCHEMA_VERSION = 1
@@ -141,7 +142,7 @@ class LedgerStore:
             (identity,),
         ).fetchall()
         keys = ("id", "job", "time", "epsilon", "delta", "parameters", "pid", "label", "refunded")
-        return [{**dict(zip(keys, row)), "parameters": json.loads(row[5])} for row in rows]
+        return [{**dict(zip(keys, row)), "parameters": parse_json(row[5], "the ledger's charge parameters")} for row in rows]
 
     def labelled(self, label: str) -> list[str]:
         """Every identity with a budget or a charge under ``label`` (a path whose contents changed has several)."""

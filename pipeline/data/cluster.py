@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -37,19 +36,20 @@ from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
 import dask.config
-import yaml
 from dask.utils import parse_bytes, parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
 from pcqr.pipeline.data.private_folder import PrivateFolder
+from pcqr.pipeline.data.scheduler_file import scheduler_address
+from pcqr.pipeline.data.user_files import CONFIG_LIMIT, read_yaml
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.worker_errors import quiet_expected_errors
 
 BACKENDS = ("local", "address", "scheduler-file", "spec")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.?")
-_DEFAULTS = yaml.safe_load(Path(__file__).with_name("cluster-defaults.yaml").read_text(encoding="utf-8"))
+_DEFAULTS = read_yaml(Path(__file__).with_name("cluster-defaults.yaml"), "pcqr's cluster defaults", CONFIG_LIMIT)
 dask.config.update_defaults(_DEFAULTS)
 _BACKEND_KEYS = {
     "local": ("n-workers", "threads-per-worker", "memory-limit", "dashboard-address", "processes"),
@@ -106,15 +106,7 @@ class _Where:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        why = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read: {exc.strerror or exc}"
-        raise PcqrError(f"{path}: --cluster: {why}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise PcqrError(f"{path}: {at}invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    data = read_yaml(path, "--cluster", CONFIG_LIMIT) or {}
     if not isinstance(data, dict):
         raise PcqrError(f"{path}: (top level): expected a mapping of config keys, got {data!r}")
     if isinstance(data.get("pcqr"), dict) and data["pcqr"].get("cluster", {}) is None:
@@ -199,7 +191,7 @@ def _pcqr_options(merged: dict[str, Any], where: _Where) -> dict[str, Any]:
 def _sources(cluster_path: str | None) -> tuple[Path | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Which file (None: built-in defaults), its keys, the DASK_* environment's, and all merged."""
     candidate = Path(cluster_path if cluster_path is not None else "cluster.yaml")
-    source: Path | None = candidate if cluster_path is not None or candidate.is_file() else None
+    source: Path | None = candidate if cluster_path is not None or os.path.lexists(candidate) else None
     data = _read_file(source) if source is not None else {}
     env = dask.config.collect_env()
     merged = dask.config.merge(dask.config.config, data, env)  # environment wins over the file
@@ -275,15 +267,12 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
 
 
 def _connect(config: ClusterConfig, stack: ExitStack, key: str, **kwargs: Any) -> Client:
-    """Client(address=...) or Client(scheduler_file=...), failing within the connect timeout."""
+    """Client(address=...) (a scheduler file's address read by pcqr), failing within the connect timeout."""
     where = _Where(config.source, dask.config.collect_env())
     timeout = dask.config.get("distributed.comm.timeouts.connect")
-    deadline = time.monotonic() + parse_timedelta(timeout)
-    path = kwargs.get("scheduler_file")
-    while path and not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.1)  # the scheduler may not have written it yet (Client would wait forever)
-    if path and not os.path.exists(path):
-        raise where.error(key, f"no such file {path!r}")
+    if key == "scheduler-file":  # the scheduler may not have written it yet (Client would wait forever)
+        kwargs["address"] = scheduler_address(kwargs.pop("scheduler_file"), lambda message: where.error(key, message),
+                                              parse_timedelta(timeout))
     try:
         return stack.enter_context(Client(**kwargs))
     except (OSError, TimeoutError) as exc:

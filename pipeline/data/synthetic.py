@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, as_completed
 
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 
 KINDS = ("realizable", "agnostic")
@@ -82,7 +83,7 @@ class Concept:
     @classmethod
     def from_json(cls, text: str | bytes) -> Concept:
         """Inverse of :meth:`to_json` (floats round-trip exactly)."""
-        body = json.loads(text)
+        body = parse_json(text, f"the generated data's {CONCEPT_KEY}")
         if body["kind"] == "threshold":
             return cls("threshold", float(body["threshold"]))
         if body["kind"] == "xor":

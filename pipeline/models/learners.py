@@ -260,7 +260,7 @@ def parse_learner_params(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     Lists, mappings, dates, non-finite numbers and a key given twice are refused: a learner
     parameter is a plain value, stored in the session's JSON and its public provenance.
     """
-    import yaml
+    from pcqr.pipeline.data.user_files import parse_yaml
 
     params: dict[str, Any] = {}
     for item in items:
@@ -270,10 +270,8 @@ def parse_learner_params(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
             raise PcqrError(f"--learner-param {item!r}: expected key=value with a parameter name as key")
         if key in params:
             raise PcqrError(f"--learner-param {key}: given twice")
-        try:
-            parsed = None if value.strip() in ("none", "None") else yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise PcqrError(f"--learner-param {item!r}: the value is not a YAML scalar") from None
+        where = f"--learner-param {item!r}: the value is not a YAML scalar"
+        parsed = None if value.strip() in ("none", "None") else parse_yaml(value, where)
         if isinstance(parsed, str) and _EXPONENT.fullmatch(parsed.strip()):
             parsed = float(parsed)  # 1e-3: a number (YAML 1.1 reads it as text)
         plain = parsed is None or isinstance(parsed, (str, bool, int)) or (

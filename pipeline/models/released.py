@@ -14,6 +14,7 @@ from typing import Any
 
 from pcqr.pipeline import __version__
 from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
 
@@ -41,15 +42,16 @@ def write_model(path: str, record: dict[str, Any]) -> None:
     write_atomic(path, encode_model(record))
 
 
-def load_model(path: str) -> tuple[Hypothesis, list[str], dict[str, Any]]:
-    """A released model: (hypothesis, feature names, the whole record). Every field is checked
+def load_model(path: str, option: str = "MODEL") -> tuple[Hypothesis, list[str], dict[str, Any]]:
+    """A released model: (hypothesis, feature names, the whole record). The file (named by ``option``)
+    is read strictly (pcqr.pipeline.data.user_files: a regular file of at most MODEL_JSON_LIMIT bytes,
+    UTF-8 JSON, unique keys, bounded depth), then every field is checked
     (pcqr.pipeline.hypotheses.fields: finite numbers, known directions, feature indices within the
     features); anything else is a one-line PcqrError naming the file."""
     from pcqr.pipeline.hypotheses import hypothesis_from_dict
 
+    model = parse_json(read_bytes(path, option, MODEL_JSON_LIMIT), f"{path}: not a pcqr released model")
     try:
-        with open(path, encoding="utf-8") as handle:
-            model = json.load(handle)
         if not isinstance(model, dict) or model.get("format") != MODEL_FORMAT:
             found = model.get("format") if isinstance(model, dict) else type(model).__name__
             raise ValueError(f"format is {found!r}, expected {MODEL_FORMAT}")
@@ -63,5 +65,5 @@ def load_model(path: str) -> tuple[Hypothesis, list[str], dict[str, Any]]:
         if any(i >= len(features) for i in used):
             raise ValueError(f"the hypothesis reads feature index {max(used)}, the model has {len(features)} features")
         return hypothesis, list(features), model
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None

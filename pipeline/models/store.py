@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
 from typing import Any, Sequence
 
 import numpy as np
 
+from pcqr.pipeline.data.user_files import ARRAY_FILE_LIMIT, check_zip, parse_json, parse_npz, read_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
@@ -85,8 +85,7 @@ def check_storable(model: Any, n_features: int, modules: Sequence[str] = ()) -> 
         data = dump_models(Ensemble([model]))
     except Exception as exc:  # noqa: BLE001 -- skops refuses what it cannot represent
         raise PcqrError(f"--learner: a fitted {name} cannot be stored without pickle ({_first_line(exc)})") from None
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        arrays = {key: npz[key] for key in npz.files}
+    arrays = parse_npz(data, "the trial model file", ARRAY_FILE_LIMIT)
     try:
         _from_arrays(arrays, "the trial model file", 1, n_features, modules)
     except PcqrError as exc:
@@ -129,20 +128,10 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
 
 
 def _read(path: str) -> dict[str, Any]:
-    """The arrays of an .npz (allow_pickle=False: a pickle or an object array is an error, never run)."""
-    try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
-        with npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile) as exc:
-        raise PcqrError(f"{path}: not a pcqr model file ({_first_line(exc)})") from None
-    if not all(isinstance(a, np.ndarray) for a in arrays.values()):
-        raise PcqrError(f"{path}: not a pcqr model file (a member is not an array)")
-    return arrays
+    """The arrays of an .npz, read through pcqr.pipeline.data.user_files: a regular file, every member's
+    declared size, shape and dtype bounded before it is allocated, no object array (never a pickle)."""
+    data = read_bytes(path, "the model file", ARRAY_FILE_LIMIT)
+    return parse_npz(data, f"{path}: not a pcqr model file", ARRAY_FILE_LIMIT)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -212,7 +201,7 @@ def _load_erm(check: _Checker, count: int) -> list[Any]:
     from pcqr.pipeline.hypotheses import ERMClassifier, hypothesis_from_dict, make_class
 
     try:
-        records = json.loads(check.text("erm"))
+        records = parse_json(check.text("erm"), f"{check.path}: a malformed ERM model")
         check.that(isinstance(records, list) and len(records) == count,
                    f"holds {len(records) if isinstance(records, list) else 0} fitted models, the constants say {count}")
         models = []
@@ -251,6 +240,7 @@ def _load_skops(check: _Checker, count: int, modules: tuple[str, ...]) -> list[A
         raise PcqrError(f"{check.path}: not a pcqr model file (no 'skops' bytes)")
     models: list[Any] = []
     for data in _skops_chunks(check, payload):
+        check_zip(data, f"{check.path}: not a pcqr model file (skops)", ARRAY_FILE_LIMIT).close()
         try:
             untrusted = skops.io.get_untrusted_types(data=data)
         except Exception as exc:  # noqa: BLE001 -- a damaged archive raises anything

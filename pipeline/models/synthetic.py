@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from pcqr.pipeline import __version__
 from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
 
@@ -57,7 +58,7 @@ def read_synthetic(path: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     anything else (another format, a missing or mistyped column, a non-finite weight)."""
     try:
         table = pq.read_table(path)
-        metadata = json.loads(table.schema.metadata[METADATA_KEY])
+        metadata = parse_json(table.schema.metadata[METADATA_KEY], f"{path}: not a pcqr synthetic database")
         if not isinstance(metadata, dict) or metadata.get("format") != SYNTHETIC_FORMAT:
             found = metadata.get("format") if isinstance(metadata, dict) else type(metadata).__name__
             raise ValueError(f"format is {found!r}, expected {SYNTHETIC_FORMAT}")

@@ -52,6 +52,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from pcqr.pipeline.session.commit import PENDING_DIR
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, ledger_path, refund_charge, refund_reason
 from pcqr.pipeline.budget.store import now
@@ -156,7 +157,7 @@ def session_row(ledger: Ledger, session_id: str) -> dict[str, Any] | None:
     if row is None:
         return None
     found = dict(zip(_COLUMNS, row))
-    found["position"] = json.loads(found["position"])
+    found["position"] = parse_json(found["position"], "the ledger's session position")
     return found
 
 

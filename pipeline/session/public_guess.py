@@ -86,11 +86,11 @@ class GuessSpec:
             return cls("prior")
         if guess == "student":
             return cls("student", {"name": learner, "params": dict(learner_params)})
-        if not os.path.isfile(guess):
+        if not os.path.lexists(guess):  # a FIFO or a folder: refused by name when read
             raise PcqrError(f"--guess {guess}: expected prior, student or a released model file (not found)")
         from pcqr.pipeline.models.released import load_model
 
-        _, model_features, record = load_model(guess)
+        _, model_features, record = load_model(guess, "--guess")
         if list(model_features) != list(features):
             raise PcqrError(f"--guess {guess}: the model reads features {model_features}, the session's are "
                             f"{list(features)}")

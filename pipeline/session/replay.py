@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.log import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
 
@@ -250,8 +251,8 @@ def _inspect(number: int, path: str) -> _Batch:
     raw = metadata.get(PROVENANCE_KEY)
     if raw is not None:
         try:
-            provenance = json.loads(raw)
-        except ValueError:
+            provenance = parse_json(raw, "provenance")
+        except PcqrError:  # not what a writer of ours produces: the batch's content check names it
             provenance = None
         if isinstance(provenance, dict):
             batch.provenance = provenance
@@ -407,11 +408,10 @@ def _released_model_problems(log_dir: str, batches: dict[int, _Batch]) -> list[t
             continue
         name = os.path.basename(str(record["file"]))
         path = os.path.join(log_dir, name)
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             return [(n, f"batch {n} is answered by the released model {name}, which is missing")]
-        with open(path, "rb") as handle:
-            if sha256(handle.read()) != record.get("sha256"):
-                return [(n, f"{name} is altered: its SHA-256 differs from the one batch {n} records")]
+        if sha256(read_bytes(path, "the released model", MODEL_JSON_LIMIT)) != record.get("sha256"):
+            return [(n, f"{name} is altered: its SHA-256 differs from the one batch {n} records")]
         return []
     return []
 

@@ -30,6 +30,9 @@ import numpy as np
 
 from pcqr.pipeline import __version__
 from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.user_files import (
+    ARRAY_FILE_LIMIT, STATE_JSON_LIMIT, MissingFile, parse_json, parse_npy, read_bytes,
+)
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import dump_models, load_models_file
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
@@ -178,7 +181,8 @@ class SessionState:
 
 
 def has_session(state_dir: str) -> bool:
-    return os.path.exists(os.path.join(state_dir, SESSION_FILE))
+    """Whether DIR holds a session.json (anything by that name: a link or a FIFO is refused when read)."""
+    return os.path.lexists(os.path.join(state_dir, SESSION_FILE))
 
 
 def save_session(state_dir: str, session: SessionState) -> None:
@@ -195,11 +199,10 @@ def load_thresholds(state_dir: str, cutoff: int) -> np.ndarray:
     """The session's T fixed thresholds (a plain int64 .npy, never unpickled; none for the gnmax gate)."""
     path = os.path.join(state_dir, THRESHOLDS_FILE)
     try:
-        thresholds = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
+        data = read_bytes(path, "--state", ARRAY_FILE_LIMIT)
+    except MissingFile:
         raise PcqrError(f"{path}: missing (the session's fixed thresholds); the state is incomplete") from None
-    except ValueError as exc:
-        raise PcqrError(f"{path}: corrupt thresholds file ({exc})") from None
+    thresholds = parse_npy(data, f"{path}: corrupt thresholds file")
     if thresholds.dtype != np.int64 or thresholds.shape != (cutoff,):
         raise PcqrError(f"{path}: holds {thresholds.shape} {thresholds.dtype} values, expected ({cutoff},) int64")
     return thresholds
@@ -208,13 +211,12 @@ def load_thresholds(state_dir: str, cutoff: int) -> np.ndarray:
 def load_session(state_dir: str) -> SessionState:
     path = os.path.join(state_dir, SESSION_FILE)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = parse_json(read_bytes(path, "--state", STATE_JSON_LIMIT), f"{path}: corrupt session file")
         fixed = "key" in data["sparse_vector"]  # else from_dict refuses: the state predates the key
         drawn = 0 if data["params"].get("gate") == "gnmax" else int(data["params"]["cutoff"])  # gnmax: no thresholds
         thresholds = load_thresholds(state_dir, drawn) if fixed else np.zeros(0, np.int64)
         session = SessionState.from_dict(data, thresholds)
-    except FileNotFoundError:
+    except MissingFile:
         raise PcqrError(f"--state {state_dir}: no session here (run 'pcqr train' first, or pass --private)") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise PcqrError(f"{path}: corrupt session file ({exc})") from None
@@ -239,7 +241,7 @@ def load_models(state_dir: str, session: SessionState, modules: Sequence[str] = 
         raise PcqrError(f"{old}: written by an older pcqr (a pickle, which pcqr no longer loads); retrain")
     try:
         return load_models_file(path, session.params.subsamples, len(session.features), modules)
-    except FileNotFoundError:
+    except MissingFile:
         raise PcqrError(f"--state {state_dir}: no trained models ({MODELS_FILE} missing)") from None
 
 

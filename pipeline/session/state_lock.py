@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Iterator
 
+from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 
 LOCK_FILE = "lock"
@@ -42,8 +43,9 @@ def _holder(fd: int) -> str:
     record: dict[str, object] = {}
     for _ in range(20):
         try:
-            record = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-        except (OSError, ValueError):
+            found = parse_json(os.pread(fd, 4096, 0) or b"{}", "the lock file")
+            record = found if isinstance(found, dict) else {}
+        except (OSError, PcqrError):
             record = {}
         pid = record.get("pid")
         if isinstance(pid, int) and (record.get("host") != socket.gethostname() or _alive(pid)):
