@@ -12,14 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pcqr.pipeline.data.user_files import parse_json, parse_npz, parse_yaml
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import FORMAT, load_models_file
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the suite is a gate for every change, so it runs the same examples each time (run with
+# --hypothesis-seed=N for new ones); every example it ever failed on is pinned with @example.
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 JSON_TOKENS = st.text(alphabet='[]{}",:0123456789.eE+-truefalsnNaIfiy \\\n\t\u00e9\ud800', max_size=300)
 YAML_TOKENS = st.text(alphabet="[]{}&*!|>-:?,#'\"%@`abc123 \n\t<\x00\u00e9", max_size=300)
 
@@ -171,6 +173,7 @@ def test_model_loader_on_random_members(found: dict[str, bytes], k: int, feature
 
 @FUZZ
 @given(st.binary(max_size=400), st.integers(0, 399), st.binary(min_size=1, max_size=8))
+@example(b"", 383, b"\x00\x00@")  # a zip version zipfile does not know: NotImplementedError (found by this test)
 def test_npz_reader_on_damaged_archives(junk: bytes, at: int, patch: bytes) -> None:
     """Random bytes, and a real archive with a few bytes overwritten (a header, a size, a CRC)."""
     for data in (junk, _patched(_archive({"kind": _npy(np.array("stump")), "feature": _npy(np.arange(3))}), at, patch)):

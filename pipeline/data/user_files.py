@@ -33,7 +33,9 @@ import math
 import os
 import re
 import stat
+import struct
 import zipfile
+import zlib
 from typing import IO, Any
 
 import numpy as np
@@ -56,6 +58,11 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000
 #: How many times its compressed size a zip member may declare (pcqr writes them uncompressed).
 MAX_RATIO = 64
+
+#: What a damaged zip archive or .npy stream can raise while it is opened or read (zipfile raises
+#: NotImplementedError for an unknown version or compression, RuntimeError for encryption).
+_DAMAGED = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, ValueError, OSError,
+            EOFError, SyntaxError, KeyError, struct.error, zlib.error)
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
@@ -272,7 +279,7 @@ def _npy_header(handle: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtyp
             shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
         else:
             raise ValueError(f".npy version {version} is not one pcqr writes")
-    except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as exc:
+    except _DAMAGED as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise PcqrError(f"{where}: not an array in .npy format ({reason})") from None
     if dtype.hasobject:
@@ -287,7 +294,7 @@ def _array(handle: IO[bytes], size: int, where: str) -> np.ndarray:
     handle.seek(0)
     try:
         return np.lib.format.read_array(handle, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+    except _DAMAGED as exc:
         raise PcqrError(f"{where}: a damaged array of {_size(size)} ({' '.join(str(exc).split())})") from None
 
 
@@ -306,7 +313,7 @@ def check_zip(data: bytes, where: str, limit: int) -> zipfile.ZipFile:
     ``limit`` and within MAX_RATIO times ``data`` (no zip bomb); each name appears once."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+    except _DAMAGED as exc:
         raise PcqrError(f"{where}: not a zip archive ({exc})") from None
     infos = archive.infolist()
     declared = sum(info.file_size for info in infos)
@@ -330,7 +337,7 @@ def parse_npz(data: bytes, where: str, limit: int) -> dict[str, np.ndarray]:
             member = f"{where}: member {name!r}"
             try:
                 handle = archive.open(info)
-            except (zipfile.BadZipFile, NotImplementedError, ValueError, OSError, EOFError) as exc:
+            except _DAMAGED as exc:
                 raise PcqrError(f"{member}: cannot be read ({exc})") from None
             with handle:
                 shape, dtype, size = _npy_header(handle, member)
