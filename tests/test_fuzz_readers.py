@@ -5,10 +5,9 @@ in a random nested document are always refused, and a document without any parse
 """
 from __future__ import annotations
 
-import os
-
 import io
 import json
+import os
 import zipfile
 from typing import Any
 
