@@ -36,6 +36,7 @@ from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
 from pcqr.pipeline.privacy.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
 from pcqr.pipeline.mechanisms.pmw import PMWParameters
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
+from pcqr.pipeline.data.parquet_opener import read_parquet
 
 TABLE_FORMAT = "pcqr.query-release/1"
 METADATA_KEY = b"pcqr.release"
@@ -175,8 +176,11 @@ def release_command(**o: Any) -> None:
 
 
 def read_release(path: str) -> tuple[pa.Table, dict[str, Any]]:
+    table = read_parquet(path)
+    if METADATA_KEY not in (table.schema.metadata or {}):
+        raise PcqrError(f"{path}: not a pcqr release table (no {METADATA_KEY.decode()} metadata: neither pcqr release's "
+                        "nor pcqr sanitize's output)")
     try:
-        table = pq.read_table(path)
         metadata = json.loads(table.schema.metadata[METADATA_KEY])
         if metadata.get("format") != TABLE_FORMAT:
             raise ValueError(f"format is {metadata.get('format')!r}, expected {TABLE_FORMAT}")

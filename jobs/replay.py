@@ -40,6 +40,7 @@ from pcqr.pipeline.session.state import check_private_location, has_session
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
 from pcqr.pipeline.session.log import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
 from pcqr.pipeline.session.replay import LogReport, read_answers, read_queries, status_counts, verify_log
+from pcqr.pipeline.data.parquet_opener import metadata_of, read_parquet
 
 REPLAY_KEY = b"pcqr.replay"
 CSV_COLUMNS = ["query_id", "answer", "status", "source"]
@@ -126,7 +127,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
     features = (report.provenance or {}).get("features")
     if not isinstance(features, list) or not features:
         raise PcqrError(f"log {log}: its provenance lists no features; cannot build the queries to replay")
-    batch_rows = max(1, *(pq.read_metadata(path).num_rows for _, path in batch_files(log)))
+    batch_rows = max(1, *(metadata_of(path).num_rows for _, path in batch_files(log)))
     with tempfile.TemporaryDirectory(prefix="pcqr-replay-") as tmp:
         queries = os.path.join(tmp, "queries", "part-00000.parquet")
         os.makedirs(os.path.dirname(queries))
@@ -158,7 +159,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
     written = int(summary.get("batches", 0))
     files = batch_files(other_log)[-written:] if written else []
     theirs = pa.concat_tables(
-        [pq.ParquetFile(path, page_checksum_verification=True).read(columns=["query_id", "answer", "status"]).replace_schema_metadata(None)
+        [read_parquet(path, ["query_id", "answer", "status"]).replace_schema_metadata(None)
          for _, path in files]) if files else None
     if theirs is None or theirs.num_rows != answers.num_rows or not theirs.column("query_id").equals(
             answers.column("query_id")):

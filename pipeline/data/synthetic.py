@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from distributed import Client, as_completed
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.data.parquet_opener import schema_of
 
 KINDS = ("realizable", "agnostic")
 CONCEPTS = ("threshold", "halfspace", "xor", "point")
@@ -323,7 +324,7 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
 
 def read_concept(path: str) -> Concept:
     """The hidden concept recorded in a private part file's schema metadata."""
-    metadata = pq.read_schema(path).metadata or {}
+    metadata = schema_of(path).metadata or {}
     if CONCEPT_KEY.encode() not in metadata:
         raise PcqrError(f"{path}: no {CONCEPT_KEY} metadata; not written by pcqr generate")
     return Concept.from_json(metadata[CONCEPT_KEY.encode()])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from pcqr.pipeline.data.arrow_types import label_refusal
 from pcqr.pipeline.data.datasets import check_id_type, id_values, label_vector, open_dataset, read_part
 from pcqr.pipeline.errors import PcqrError
 
@@ -16,6 +17,8 @@ def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> C
     """A lookup from query ids to true labels (-1 where the truth has no such id)."""
     dataset = open_dataset(uri, "truth", id_column=id_column, features=[label])
     check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
+    if refused := label_refusal(dataset.schema.field(label).type):
+        raise PcqrError(f"{dataset.files[0]}: --truth label column {label!r} {refused}")
     ids, labels = [], []
     for part in dataset.parts(1 << 20):
         table = read_part(part, [id_column, label])

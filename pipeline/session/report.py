@@ -241,7 +241,7 @@ def _per_bin(mask: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
-    from pcqr.pipeline.data.datasets import open_dataset
+    from pcqr.pipeline.data.datasets import scan_dataset
     from pcqr.pipeline.session.evaluation import load_truth
 
     lookup = load_truth(truth)
@@ -251,7 +251,7 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     released = answers.column("answer").to_numpy(zero_copy_only=False)
     evaluated = (status == "answered") & (expected >= 0)
     right = evaluated & (np.where(evaluated, released, -2) == expected)
-    report.files_read.extend(open_dataset(truth, "truth").files)
+    report.files_read.extend(scan_dataset(truth, "truth").files)
     return Truth(
         evaluated=_per_bin(evaluated, report.edges), correct=_per_bin(right, report.edges),
         true_ones=_per_bin(evaluated & (expected == 1), report.edges),
