@@ -101,6 +101,14 @@ def id_refusal(kind: pa.DataType) -> str | None:
     return None
 
 
+def integer_by_type(kind: pa.DataType) -> bool:
+    """Whether every value a column of this type holds is an integer (integers, bool, a decimal of
+    scale 0, a dictionary of these): a float column may hold any value, so its values are checked."""
+    value = _value_type(kind)
+    return bool(pa.types.is_integer(value) or pa.types.is_boolean(value)
+                or (pa.types.is_decimal(value) and value.scale <= 0))
+
+
 def as_float64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A feature (or label) column's values as float64, by the table: a dictionary decoded, every
     other accepted type cast by pyarrow (an integer beyond 2^53 or a long decimal rounded to the
