@@ -9,13 +9,17 @@ from typing import Callable
 
 import numpy as np
 from pcqr.pipeline.data.arrow_types import label_refusal
-from pcqr.pipeline.data.datasets import check_id_type, id_values, label_vector, open_dataset, read_part
+from pcqr.pipeline.data.datasets import check_id_type, id_values, label_vector, read_part, scan_dataset
 from pcqr.pipeline.errors import PcqrError
 
 
 def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> Callable[[np.ndarray], np.ndarray]:
     """A lookup from query ids to true labels (-1 where the truth has no such id)."""
-    dataset = open_dataset(uri, "truth", id_column=id_column, features=[label])
+    dataset = scan_dataset(uri, "truth")
+    for column in (id_column, label):
+        if column not in dataset.schema.names:
+            raise PcqrError(f"{dataset.files[0]}: --truth has no column {column!r} (it needs {id_column!r} and "
+                            f"{label!r}); columns: {', '.join(dataset.schema.names)}")
     check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
     if refused := label_refusal(dataset.schema.field(label).type):
         raise PcqrError(f"{dataset.files[0]}: --truth label column {label!r} {refused}")
