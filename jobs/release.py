@@ -81,7 +81,7 @@ def _table(release: Any, features: list[str]) -> pa.Table:
               "ledger; labels are not used.")
 @click.option("--public", "public_uri", required=True, help="Public: a dataset (Parquet) with the same feature columns.")
 @click.option("--hypothesis", required=True, help="Query class: threshold, interval, point (one feature) or stump (several).")
-@click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column of the public data).")
+@click.option("--features", default=None, help="Comma-separated feature columns (default: every column of the public data; one of a type pcqr cannot read as a number is refused by name).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")

@@ -61,7 +61,7 @@ def learn_without_public_data(
         ``"label-private"``).
     features : str or sequence of str, optional
         The feature column (point, learn-thresholds: ONE; rectangle: one or more; default: every
-        numeric column besides ``label``).
+        column besides ``label``, each of a type pcqr reads as a number).
     epsilon, delta : float
         The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
     alpha, beta : float
@@ -238,7 +238,7 @@ def sanitize(
         ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain, so
         'x <= theta' is exact for every integer theta of [lo, hi - 1]).
     features : str or sequence of str, optional
-        The ONE feature column (default: the dataset's only numeric column).
+        The ONE feature column (default: the dataset's only column).
     epsilon, delta, alpha, beta : float
         Privacy; every query of the class within alpha with probability 1 - beta (SanThresholds:
         1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before anything is read,

@@ -244,7 +244,7 @@ class Session:
         label : str
             The label column (0/1).
         features : sequence of str, optional
-            Feature columns (default: every numeric column but the label).
+            Feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name).
         seed : int, optional
             Tests only, with ``insecure_seed=True``: the output is then NOT private.
         cluster, client, ledger, reporter, local_threads
