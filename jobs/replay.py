@@ -35,7 +35,7 @@ from pcqr.jobs.common import (
 )
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.evaluation import load_truth, score
+from pcqr.pipeline.session.evaluation import check_one_query_per_id, load_truth, score
 from pcqr.pipeline.session.state import check_private_location, has_session
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
 from pcqr.pipeline.session.log import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
@@ -244,6 +244,7 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
     if report.other_files:
         summary["other_files"] = ",".join(report.other_files)
     if truth is not None:
+        check_one_query_per_id(log, report.provenance)
         summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
         if missing:
             summary["truth_missing"] = missing

@@ -75,6 +75,15 @@ def queries_in_two_files(w: World) -> None:
     (folder / "q.parquet").write_bytes((folder / "p.parquet").read_bytes())
 
 
+def log_reuses_ids(w: World) -> None:
+    """The world's session answers queries2 (ids 0..299, other queries) into its log, whose first 500
+    queries have ids 0..499: each run's ids are unique, but ids 0..299 now name two queries."""
+    from pcqr.jobs.cli import main
+
+    assert main(["answer", "--state", w.paths["state"], "--queries", w.paths["queries2"], "--log", w.paths["log"],
+                 "--cluster", w.paths["cluster"]]) == 0
+
+
 def public_column(name: str, values: Callable[[int], Any]) -> Callable[[World], None]:
     """Public points whose column ``name`` is replaced."""
     def mutate(w: World) -> None:

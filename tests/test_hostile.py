@@ -32,7 +32,7 @@ from pcqr.jobs.cli import main
 from tests.conftest import threshold_data
 from tests.hostile_arrow import (
     REFUSED_TYPES, declared_footer, folder_loop, padded_footer, private_column, public_column, queries_column, raw_file,
-    queries_in_two_files, schema_only, special, truth_column, twice_named,
+    log_reuses_ids, queries_in_two_files, schema_only, special, truth_column, twice_named,
 )
 from tests.hostile_world import (
     PRIVACY, CurrentStderr, World, built_world, cluster_yaml, corrupt_pages, files, first_log_batch, flip_answers,
@@ -596,6 +596,11 @@ ARROW_CASES = [
          "repeats query id 0", "across files", mutate=queries_in_two_files),
     case("arrow-queries-named-id-repeat", ANSWER.replace("{queries2}", "{bad}") + " --id-column qid",
          "'qid'", "repeats query id 1", mutate=queries_column("qid", lambda n: np.ones(n, np.int32))),
+    # --truth joins by id: a log where one id names two queries cannot be scored
+    case("arrow-replay-truth-ids-reused", "replay {log} --truth {truth}", "--log", "query id 0 names two different queries",
+         mutate=log_reuses_ids),
+    case("arrow-report-truth-ids-reused", "report --log {log} --truth {truth} --out {new}/r.html",
+         "query id 0 names two different queries", mutate=log_reuses_ids),
     # the point mechanisms on non-integer values: refused before the charge
     case("arrow-learn-point-floats", LEARN_POINT, "'x0'", "not integers"),
     case("arrow-learn-point-decimal-fractions", LEARN_POINT.replace("{private}", "{bad}").replace("x0", "d"), "'d'",

@@ -27,6 +27,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
 from pcqr.pipeline.mechanisms.universal import UniversalParameters
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.evaluation import check_one_query_per_id
 from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
 from pcqr.pipeline.session.replay import STATUSES, read_answers, verify_log
 
@@ -202,6 +203,7 @@ def session_report(log_dir: str, state: str | None = None, truth: str | None = N
         raise PcqrError(f"--log {log_dir}: its batch files hold no queries")
     report = _over_the_stream(log_dir, answers, certificate_of(checked.provenance), files, bins)
     if truth is not None:
+        check_one_query_per_id(log_dir, checked.provenance)
         report.truth = _truth(report, answers, truth)
     if state is not None:
         report.state_summary = _state_summary(state)
