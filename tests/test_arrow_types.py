@@ -66,6 +66,9 @@ def test_precision_is_lost_where_the_table_says() -> None:
     digits = decimal.Decimal("0.12345678901234567890123")
     assert as_float64(pa.array([digits], pa.decimal128(38, 23)))[0] == pytest.approx(float(digits), rel=1e-15)
     assert np.isnan(as_float64(pa.array([1, None], pa.int32()))[1])  # a null becomes NaN, refused by the caller
+    # Parquet gives numeric dictionaries back decoded; a table built in memory (the Python API) may hold one
+    assert as_float64(pa.chunked_array([pa.array([1.5, 2.5, 1.5]).dictionary_encode()])).tolist() == [1.5, 2.5, 1.5]
+    assert as_float64(pa.array([1, 0, 1], pa.int8()).dictionary_encode()).tolist() == [1.0, 0.0, 1.0]
 
 
 @pytest.mark.parametrize("name", REFUSED_TYPES)
