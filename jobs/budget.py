@@ -19,7 +19,7 @@ import click
 
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
-from pcqr.pipeline.data.datasets import open_dataset
+from pcqr.pipeline.data.datasets import scan_dataset
 from pcqr.pipeline.budget.ledger import Ledger, budget_command, check_budget, ledger_path, pair
 from pcqr.pipeline.budget.overlap import Relation, describe, identify
 
@@ -43,7 +43,7 @@ def resolve(dataset: str, ledger: Ledger, cluster: str | None,
     if named is not None:
         registration = ledger.registration(named)
         return named, str(registration["label"]) if registration else dataset, []
-    files = open_dataset(dataset, "private").files  # metadata only
+    files = scan_dataset(dataset, "private").files  # metadata only
     with open_client(cluster, echo=note) if cluster is not None else nullcontext() as client:
         identity, related = identify(files, dataset, ledger, client, registering)
     return identity, dataset, related

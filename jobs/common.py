@@ -153,7 +153,7 @@ def privacy_options(func: F) -> F:
                      "(sklearn., pcqr.pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column (0/1) of the private data."),
-        click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label)."),
+        click.option("--features", default=None, help="Comma-separated feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name)."),
         click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed)."),
         click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private."),
     ]

@@ -74,7 +74,7 @@ ALGORITHMS = ("sspp", *LEARNERS)
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability for the reported "
               "cover radius (sspp, label-private) or sample bounds (point, label-private's default --first-rows).")
 @click.option("--label", default="label", show_default=True, help="Label column (0/1) of the private data.")
-@click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column but the label).")
+@click.option("--features", default=None, help="Comma-separated feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Public: where to write the released model (JSON).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")

@@ -37,6 +37,7 @@ from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
 from pcqr.pipeline.privacy.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
 from pcqr.pipeline.mechanisms.pmw import PMWParameters
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
+from pcqr.pipeline.data.parquet_opener import read_parquet
 
 TABLE_FORMAT = "pcqr.query-release/1"
 METADATA_KEY = b"pcqr.release"
@@ -81,7 +82,7 @@ def _table(release: Any, features: list[str]) -> pa.Table:
               "ledger; labels are not used.")
 @click.option("--public", "public_uri", required=True, help="Public: a dataset (Parquet) with the same feature columns.")
 @click.option("--hypothesis", required=True, help="Query class: threshold, interval, point (one feature) or stump (several).")
-@click.option("--features", default=None, help="Comma-separated feature columns (default: every numeric column of the public data).")
+@click.option("--features", default=None, help="Comma-separated feature columns (default: every column of the public data; one of a type pcqr cannot read as a number is refused by name).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")
@@ -176,8 +177,11 @@ def release_command(**o: Any) -> None:
 
 
 def read_release(path: str) -> tuple[pa.Table, dict[str, Any]]:
+    table = read_parquet(path)
+    if METADATA_KEY not in (table.schema.metadata or {}):
+        raise PcqrError(f"{path}: not a pcqr release table (no {METADATA_KEY.decode()} metadata: neither pcqr release's "
+                        "nor pcqr sanitize's output)")
     try:
-        table = pq.read_table(path)
         metadata = parse_json(table.schema.metadata[METADATA_KEY], f"{path}: not a pcqr release table")
         if metadata.get("format") != TABLE_FORMAT:
             raise ValueError(f"format is {metadata.get('format')!r}, expected {TABLE_FORMAT}")

@@ -38,11 +38,12 @@ from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.evaluation import load_truth, score
+from pcqr.pipeline.session.evaluation import check_one_query_per_id, load_truth, score
 from pcqr.pipeline.session.state import check_private_location, has_session
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
 from pcqr.pipeline.session.log import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
 from pcqr.pipeline.session.replay import LogReport, read_answers, read_queries, status_counts, verify_log
+from pcqr.pipeline.data.parquet_opener import metadata_of, read_parquet
 
 REPLAY_KEY = b"pcqr.replay"
 CSV_COLUMNS = ["query_id", "answer", "status", "source"]
@@ -129,7 +130,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
     features = (report.provenance or {}).get("features")
     if not isinstance(features, list) or not features:
         raise PcqrError(f"log {log}: its provenance lists no features; cannot build the queries to replay")
-    batch_rows = max(1, *(pq.read_metadata(path).num_rows for _, path in batch_files(log)))
+    batch_rows = max(1, *(metadata_of(path).num_rows for _, path in batch_files(log)))
     with tempfile.TemporaryDirectory(prefix="pcqr-replay-") as tmp:
         queries = os.path.join(tmp, "queries", "part-00000.parquet")
         os.makedirs(os.path.dirname(queries))
@@ -161,7 +162,7 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
     written = int(summary.get("batches", 0))
     files = batch_files(other_log)[-written:] if written else []
     theirs = pa.concat_tables(
-        [pq.ParquetFile(path, page_checksum_verification=True).read(columns=["query_id", "answer", "status"]).replace_schema_metadata(None)
+        [read_parquet(path, ["query_id", "answer", "status"]).replace_schema_metadata(None)
          for _, path in files]) if files else None
     if theirs is None or theirs.num_rows != answers.num_rows or not theirs.column("query_id").equals(
             answers.column("query_id")):
@@ -250,6 +251,7 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
         summary["other_files"] = ",".join(report.other_files)
     if truth is not None:  # the misuse guard first: a --truth of private rows is refused, as in pcqr answer
         guard_public_inputs([("--truth", open_dataset(truth, "truth"))], allow_private_overlap, ledger, echo=note)
+        check_one_query_per_id(log, report.provenance)
         summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
         if allow_private_overlap:
             summary["allow_private_overlap"] = True

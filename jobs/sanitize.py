@@ -31,7 +31,7 @@ ALGORITHMS = SANITIZERS
               "every threshold query 'what share of rows are below j' within alpha (Lemma 4.8; ceil(77/alpha) "
               "calls, so alpha >= 0.154 on a 2^32 domain, >= 0.2702 beyond).")
 @click.option("--features", default=None, help="The ONE integer feature column to sanitize (default: the data's only "
-              "numeric column).")
+              "column).")
 @click.option("--domain", required=True, help="The feature's public integer domain LO:HI (e.g. 0:4294967295), given "
               "by you, never read from the rows; a row outside it counts in the size and for no point (san-thresholds: "
               "rows are taken at ceil(x) clipped to LO:HI).")

@@ -161,6 +161,8 @@ def files(root: Path) -> dict[str, str]:
             path = Path(folder) / name
             if name == LOCK_FILE:
                 found[str(path.relative_to(root))] = "lock"
+            elif not path.is_file():  # a case's FIFO, socket or link loop: never read (a FIFO would block)
+                found[str(path.relative_to(root))] = "special"
             elif name not in LEDGER_FILES:
                 found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found

@@ -27,9 +27,11 @@ def test_features_option_and_non_numeric_columns(tmp_path) -> None:
     cols = threshold_data(10)
     cols["name"] = np.array(["a"] * 10)
     path = write_parquet(str(tmp_path / "a.parquet"), cols)
-    assert open_dataset(path, "private", label="label").features == ("x0", "x1", "x2")
+    with pytest.raises(PcqrError, match="column 'name' is string, not a number .* pass --features"):
+        open_dataset(path, "private", label="label")  # never dropped silently
+    assert open_dataset(path, "private", label="label", features=["x0", "x1", "x2"]).features == ("x0", "x1", "x2")
     assert open_dataset(path, "private", label="label", features=["x2"]).features == ("x2",)
-    with pytest.raises(PcqrError, match="'name' is string, not numeric"):
+    with pytest.raises(PcqrError, match="'name' is string, not a number"):
         open_dataset(path, "private", label="label", features=["name"])
     with pytest.raises(PcqrError, match="no feature column 'x9'"):
         open_dataset(path, "private", label="label", features=["x9"])

@@ -16,6 +16,7 @@ is undone after it. Cases that still fail because another part of issue 11 has n
 """
 from __future__ import annotations
 
+import decimal
 import io
 import logging
 import shlex
@@ -27,11 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pcqr.jobs.cli import main
 from tests import hostile_files
 from tests.conftest import threshold_data
+from tests.hostile_arrow import (
+    REFUSED_TYPES, declared_footer, folder_loop, padded_footer, private_column, public_column, queries_column, raw_file,
+    log_reuses_ids, queries_in_two_files, schema_only, special, truth_column, twice_named,
+)
 from tests.hostile_world import (
     PRIVACY, CurrentStderr, World, built_world, cluster_yaml, corrupt_pages, files, first_log_batch, flip_answers,
     ledger_rows, model_json, private_with, queries_with, set_key, spec, state_file, state_json, with_cluster,
@@ -678,6 +684,154 @@ FILE_CASES = [
       ]],
 ]
 CASES += FILE_CASES
+
+
+# --- issue 27, arrow: one way in for Parquet, one table of Arrow types ---------------------------------
+# Each refused Arrow type as a feature (default and named) in every command that reads one, and as a
+# label or id; duplicate column names and query ids; the point mechanisms on non-integers; special
+# files (FIFO, socket, /dev/zero, symlink loop) wherever a Parquet path is read; hostile footers;
+# generate --out too long; release-answer on a Parquet file that is not a release table.
+
+BAD_PRIVATE_TRAIN = "train --private {bad} --state {new}/st " + PRIVACY
+SPECIALS = ("fifo", "socket", "zero", "loop")
+SPECIAL_WORDS = {"fifo": "a FIFO", "socket": "a socket", "zero": "a device", "loop": "symbolic links"}
+
+
+def _type_cases(kind: str, values: Callable[[int], Any]) -> list[Case]:
+    return [
+        case(f"arrow-train-default-{kind}", BAD_PRIVATE_TRAIN, "p.parquet", "'z'", "--features",
+             mutate=private_column("z", values)),
+        case(f"arrow-train-named-{kind}", BAD_PRIVATE_TRAIN + " --features x0,z", "'z'",
+             mutate=private_column("z", values)),
+        case(f"arrow-answer-queries-{kind}", ANSWER.replace("{queries2}", "{bad}"), "'x1'",
+             mutate=queries_column("x1", values)),
+        case(f"arrow-learn-{kind}", LEARN.replace("{private}", "{bad}").replace("x0", "z"), "'z'",
+             mutate=private_column("z", values)),
+        case(f"arrow-learn-point-{kind}", LEARN_POINT.replace("{private}", "{bad}").replace("x0", "z"), "'z'",
+             mutate=private_column("z", values)),
+        case(f"arrow-sanitize-{kind}", SANITIZE.replace("{private}", "{bad}").replace("x0", "z"), "'z'",
+             mutate=private_column("z", values)),
+        case(f"arrow-release-public-{kind}", RELEASE.replace("{public}", "{bad}"), "'x0'",
+             mutate=public_column("x0", values)),
+        case(f"arrow-predict-{kind}", "predict {model} {bad} --out {new}/p", "'x0'",
+             mutate=queries_column("x0", values)),
+        case(f"arrow-replay-truth-label-{kind}", "replay {log} --truth {bad}", "label column 'label'", "expected 0/1",
+             mutate=truth_column("label", values)),
+    ]
+
+
+def _special_cases(kind: str) -> list[Case]:
+    word = SPECIAL_WORDS[kind]
+    return [
+        case(f"arrow-{kind}-private", BAD_PRIVATE_TRAIN, word, mutate=special(kind)),
+        case(f"arrow-{kind}-queries", ANSWER.replace("{queries2}", "{bad}"), word, mutate=special(kind)),
+        case(f"arrow-{kind}-truth", ANSWER + " --truth {bad}", word, mutate=special(kind)),
+        case(f"arrow-{kind}-replay-truth", "replay {log} --truth {bad}", word, mutate=special(kind)),
+        case(f"arrow-{kind}-release-answer", "release-answer {bad} --query threshold=0.3", word, mutate=special(kind)),
+        case(f"arrow-{kind}-budget-set", "budget set {bad} --epsilon 1 --delta 1e-5", word, mutate=special(kind)),
+        case(f"arrow-{kind}-predict", "predict {model} {bad} --out {new}/p", word, mutate=special(kind)),
+        case(f"arrow-{kind}-in-private-folder", BAD_PRIVATE_TRAIN, "q.parquet", word,
+             mutate=special(kind, inside=True)),
+    ]
+
+
+def _all_id_zero(n: int) -> np.ndarray:
+    return np.zeros(n, np.int64)
+
+
+ARROW_CASES = [
+    *(c for kind, values in REFUSED_TYPES.items() for c in _type_cases(kind, values)),
+    *(c for kind in SPECIALS for c in _special_cases(kind)),
+    # labels and ids of types the table refuses in that role
+    case("arrow-train-label-decimal", BAD_PRIVATE_TRAIN + " --label d --features x0,x1",
+         "'d'", "expected 0/1", mutate=private_column("d", lambda n: pa.array(
+             [decimal.Decimal(i % 2) for i in range(n)], pa.decimal128(5, 2)))),
+    case("arrow-train-label-string", BAD_PRIVATE_TRAIN + " --label s --features x0", "'s'", "expected 0/1",
+         mutate=private_column("s", lambda n: pa.array([str(i % 2) for i in range(n)]))),
+    case("arrow-answer-ids-float16", ANSWER.replace("{queries2}", "{bad}"), "query_id",
+         mutate=queries_column("query_id", lambda n: pa.array(np.arange(n).astype(np.float16)))),
+    case("arrow-answer-ids-bool", ANSWER.replace("{queries2}", "{bad}"), "query_id",
+         mutate=queries_column("query_id", lambda n: pa.array(np.arange(n) % 2 == 0))),
+    case("arrow-replay-truth-ids-string", "replay {log} --truth {bad}", "query_id",
+         mutate=truth_column("query_id", lambda n: pa.array([str(i) for i in range(n)]))),
+    case("arrow-train-time32", BAD_PRIVATE_TRAIN + " --features x0,z", "'z'", "time32",
+         mutate=private_column("z", lambda n: pa.array(np.arange(n, dtype=np.int32), pa.time32("s")))),
+    # features the table reads whose values are not finite: refused where read (a train charge is refunded)
+    case("arrow-train-float16-nan", BAD_PRIVATE_TRAIN + " --features x0,z", "'z'", "NaN",
+         mutate=private_column("z", lambda n: pa.array(np.r_[np.zeros(n - 1), np.nan].astype(np.float16)))),
+    case("arrow-answer-float32-inf", ANSWER.replace("{queries2}", "{bad}"), "'x2'",
+         mutate=queries_column("x2", lambda n: pa.array(np.r_[np.zeros(n - 1), np.inf].astype(np.float32)))),
+    case("arrow-answer-decimal-null", ANSWER.replace("{queries2}", "{bad}"), "'x2'",
+         mutate=queries_column("x2", lambda n: pa.array([decimal.Decimal(1)] * (n - 1) + [None],
+                                                        pa.decimal128(10, 3)))),
+    # duplicate column names, in every command that reads the file
+    case("arrow-twice-named-private", BAD_PRIVATE_TRAIN, "two columns are named 'x0'", mutate=twice_named("private")),
+    case("arrow-twice-named-private-label", BAD_PRIVATE_TRAIN, "two columns are named 'label'",
+         mutate=twice_named("private", "label")),
+    case("arrow-twice-named-queries", ANSWER.replace("{queries2}", "{bad}"), "two columns are named 'x0'",
+         mutate=twice_named("queries2")),
+    case("arrow-twice-named-query-id", ANSWER.replace("{queries2}", "{bad}"), "two columns are named 'query_id'",
+         mutate=twice_named("queries2", "query_id")),
+    case("arrow-twice-named-learn", LEARN.replace("{private}", "{bad}"), "two columns are named 'x0'",
+         mutate=twice_named("private")),
+    case("arrow-twice-named-public", RELEASE.replace("{public}", "{bad}"), "two columns are named 'x0'",
+         mutate=twice_named("public")),
+    case("arrow-twice-named-predict", "predict {model} {bad} --out {new}/p", "two columns are named 'x0'",
+         mutate=twice_named("queries")),
+    case("arrow-twice-named-truth", "replay {log} --truth {bad}", "two columns are named 'label'",
+         mutate=twice_named("truth", "label")),
+    case("arrow-twice-named-budget", "budget set {bad} --epsilon 1 --delta 1e-5", "two columns are named 'x0'",
+         mutate=twice_named("private")),
+    case("arrow-twice-named-sanitize", SANITIZE.replace("{private}", "{bad}"), "two columns are named 'x0'",
+         mutate=twice_named("private")),
+    # duplicate query ids in --queries: refused on the workers before any charge
+    case("arrow-queries-ids-all-zero", ANSWER.replace("{queries2}", "{bad}"), "'query_id'", "repeats query id 0",
+         mutate=queries_column("query_id", _all_id_zero, rows=1000)),
+    case("arrow-queries-ids-one-repeat", ANSWER.replace("{queries2}", "{bad}"), "repeats query id 7",
+         mutate=queries_column("query_id", lambda n: np.r_[np.arange(n - 1), 7])),
+    case("arrow-one-shot-ids-repeat", ONE_SHOT.replace("{queries}", "{bad}"), "repeats query id 3",
+         mutate=queries_column("query_id", lambda n: np.r_[3, np.arange(n - 1)])),
+    case("arrow-queries-ids-repeat-across-files", ANSWER.replace("{queries2}", "{bad}") + " --batch-size 50",
+         "repeats query id 0", "across files", mutate=queries_in_two_files),
+    case("arrow-queries-named-id-repeat", ANSWER.replace("{queries2}", "{bad}") + " --id-column qid",
+         "'qid'", "repeats query id 1", mutate=queries_column("qid", lambda n: np.ones(n, np.int32))),
+    # --truth joins by id: a log where one id names two queries cannot be scored
+    case("arrow-replay-truth-ids-reused", "replay {log} --truth {truth}", "--log", "query id 0 names two different queries",
+         mutate=log_reuses_ids),
+    case("arrow-report-truth-ids-reused", "report --log {log} --truth {truth} --out {new}/r.html",
+         "query id 0 names two different queries", mutate=log_reuses_ids),
+    # the point mechanisms on non-integer values: refused before the charge
+    case("arrow-learn-point-floats", LEARN_POINT, "'x0'", "not integers"),
+    case("arrow-learn-point-decimal-fractions", LEARN_POINT.replace("{private}", "{bad}").replace("x0", "d"), "'d'",
+         "not integers", mutate=private_column("d", lambda n: pa.array(
+             [decimal.Decimal(i % 50) / 4 for i in range(n)], pa.decimal128(10, 2)))),
+    case("arrow-sanitize-points-floats", SANITIZE, "'x0'", "not integers"),
+    # hostile Parquet files
+    case("arrow-footer-beyond-file", BAD_PRIVATE_TRAIN, "p.parquet", "footer declares",
+         mutate=raw_file("big", declared_footer(2**31))),
+    case("arrow-footer-huge-declared", BAD_PRIVATE_TRAIN, "p.parquet", "more than pcqr reads",
+         mutate=raw_file("huge", padded_footer)),
+    case("arrow-footer-zero", BAD_PRIVATE_TRAIN, "p.parquet", mutate=raw_file("zero", declared_footer(0))),
+    case("arrow-no-leading-magic", BAD_PRIVATE_TRAIN, "p.parquet", "PAR1", mutate=raw_file("lead", lambda d: b"JUNK" + d[4:])),
+    case("arrow-truncated", ANSWER.replace("{queries2}", "{bad}"), "p.parquet", mutate=raw_file("cut", lambda d: d[:-9])),
+    case("arrow-only-magic", BAD_PRIVATE_TRAIN, "p.parquet", mutate=raw_file("magic", lambda d: b"PAR1PAR1")),
+    case("arrow-empty-file", BAD_PRIVATE_TRAIN, "p.parquet", mutate=raw_file("empty", lambda d: b"")),
+    case("arrow-empty-schema", BAD_PRIVATE_TRAIN, "no rows", mutate=schema_only({})),
+    case("arrow-no-row-groups", BAD_PRIVATE_TRAIN, "no rows",
+         mutate=schema_only({"x0": pa.float64(), "label": pa.int8()})),
+    case("arrow-no-row-groups-budget", "budget set {bad} --epsilon 1 --delta 1e-5", "no rows",
+         mutate=schema_only({"x0": pa.float64()})),
+    case("arrow-folder-loop", BAD_PRIVATE_TRAIN, "again", "symlink loop", mutate=folder_loop),
+    case("arrow-release-answer-not-release", "release-answer {private}/p.parquet --query threshold=0.3",
+         "p.parquet", "not a pcqr release table"),
+    case("arrow-release-answer-queries", "release-answer {queries}/p.parquet --query threshold=0.3",
+         "not a pcqr release table"),
+    case("arrow-release-answer-folder", "release-answer {private} --query threshold=0.3", "a folder"),
+    case("arrow-generate-out-too-long", "generate --rows 10 --out {new}/" + "/".join(["d" * 200] * 24) + "/g",
+         "--out"),
+]
+
+CASES += ARROW_CASES
 
 
 def test_the_table_is_large_and_covers_every_command() -> None:

@@ -300,3 +300,23 @@ def test_universal_log_checks_its_released_model(tmp_path, capsys, thread_cluste
         handle.write(" ")
     report = verify_log(log)
     assert not report.ok and (report.problem or "").startswith("_released-model.json is altered")
+
+
+def test_truth_joins_by_id_only_where_an_id_names_one_query(tmp_path) -> None:
+    """A query asked again (same id, same features) is scored by its id; an id naming two different
+    queries (two runs numbered alike) makes --truth refuse the log instead of scoring one query's
+    answer against the other's label."""
+    from pcqr.pipeline.session.evaluation import check_one_query_per_id
+
+    provenance = {"features": ["x0", "x1"]}
+    first = {"query_id": np.arange(4), "x0": np.arange(4.0), "x1": np.zeros(4)}
+    for name, second in (("again", dict(first)), ("other", {**first, "x1": np.ones(4)})):
+        log = tmp_path / name
+        log.mkdir()
+        for batch, columns in enumerate((first, second)):
+            pq.write_table(pa.table(columns), batch_path(str(log), batch))
+        if name == "again":
+            check_one_query_per_id(str(log), provenance)
+        else:
+            with pytest.raises(PcqrError, match="query id 0 names two different queries"):
+                check_one_query_per_id(str(log), provenance)

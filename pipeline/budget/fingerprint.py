@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from pcqr.pipeline.data.datasets import Part, filesystem, read_part
+from pcqr.pipeline.data.arrow_types import as_float64
+from pcqr.pipeline.data.datasets import Part, read_part
+from pcqr.pipeline.data.parquet_opener import filesystem, metadata_of
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.siphash import siphash128
 from pcqr.pipeline.budget.sketch import Sketch
@@ -183,7 +184,7 @@ def feature_hashes(table: pa.Table, features: Sequence[str]) -> np.ndarray:
     names = sorted(features)
     h = np.full(table.num_rows, _word("pcqr-features-v1\0" + "\0".join(names)), dtype=np.uint64)
     for name in names:
-        values = _decoded(table.column(name)).to_numpy(zero_copy_only=False)
+        values = as_float64(table.column(name))
         h = _fmix64(h ^ _fmix64(canonical_floats(values) ^ _word("column\0" + name)))
     return h
 
@@ -232,11 +233,7 @@ def file_stat(file: str) -> tuple[int, int] | None:
 
 def _parts(file: str) -> tuple[list[Part], list[str]]:
     """A file's row groups in parts of about PART_ROWS rows, and its column names (metadata only)."""
-    fs, path = filesystem(file)
-    try:
-        meta = pq.read_metadata(path, filesystem=fs)
-    except (OSError, pa.ArrowException) as exc:
-        raise PcqrError(f"{file}: not a readable Parquet file ({exc})") from None
+    meta = metadata_of(file)
     parts: list[Part] = []
     chosen: list[int] = []
     rows = 0

@@ -47,7 +47,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pcqr.pipeline.data.datasets import Dataset, Part, filesystem, read_part
+from pcqr.pipeline.data.datasets import Dataset, Part, read_part
+from pcqr.pipeline.data.arrow_types import feature_refusal
+from pcqr.pipeline.data.parquet_opener import filesystem, regular_file
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
@@ -145,6 +147,7 @@ def relation_note(related: list[Relation]) -> str:
 
 def file_sha256(file: str) -> str:
     """SHA-256 of a file's bytes, read in 8 MB chunks (runs on a worker)."""
+    regular_file(file)
     fs, path = filesystem(file)
     digest = hashlib.sha256()
     try:
@@ -181,9 +184,7 @@ class _Candidate:
 
 
 def _numeric(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind):
-        return _numeric(kind.value_type)
-    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
+    return feature_refusal(kind) is None
 
 
 def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | None,

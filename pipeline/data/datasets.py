@@ -2,7 +2,9 @@
 
 A dataset is one Parquet file or a directory of them (sorted by name; files
 starting with ``.`` or ``_`` are skipped), at a local path or any URI pyarrow
-understands (``s3://``, ``gs://``, ``hdfs://``, ``file://``).
+understands (``s3://``, ``gs://``, ``hdfs://``, ``file://``), opened the one way
+(:mod:`pcqr.pipeline.data.parquet_opener`). Which columns can be features, labels
+and query ids, and as what, is :mod:`pcqr.pipeline.data.arrow_types`' table.
 
 The driver reads only *metadata* (schemas, row counts per row group): that is
 how it validates columns and plans the work without ever loading a private
@@ -11,16 +13,15 @@ values (:func:`feature_matrix`, :func:`label_vector`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
+from pcqr.pipeline.data.arrow_types import as_float64, feature_refusal, id_refusal, label_refusal
+from pcqr.pipeline.data.parquet_opener import dataset_files, parquet_file
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -70,53 +71,27 @@ class Dataset:
         return parts
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in uri:
-        try:
-            return pafs.FileSystem.from_uri(uri)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-            raise PcqrError(f"{uri}: cannot open ({exc})") from None
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
-
-
-def _full_uri(uri: str, path: str) -> str:
-    if "://" in uri:
-        scheme = uri.split("://", 1)[0]
-        return f"{scheme}://{path}"
-    return path
-
-
-def _list_files(uri: str, role: str) -> list[str]:
-    fs, path = filesystem(uri)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise PcqrError(f"{role} dataset {uri}: no such file or directory")
-    if info.type == pafs.FileType.File:
-        return [_full_uri(uri, path)]
-    selector = pafs.FileSelector(path, recursive=True)
-    files = sorted(
-        f.path
-        for f in fs.get_file_info(selector)
-        if f.type == pafs.FileType.File
-        and not os.path.basename(f.path).startswith((".", "_"))
-        and f.path.endswith((".parquet", ".parq", ".pq"))
-    )
-    if not files:
-        raise PcqrError(f"{role} dataset {uri}: the directory holds no .parquet file")
-    return [_full_uri(uri, f) for f in files]
-
-
-def _open_parquet(file: str) -> pq.ParquetFile:
-    fs, path = filesystem(file)
-    try:
-        return pq.ParquetFile(fs.open_input_file(path), page_checksum_verification=True)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise PcqrError(f"{file}: not a readable Parquet file ({exc})") from None
-
-
-def _is_numeric(field: pa.Field) -> bool:
-    t = field.type
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+def scan_dataset(uri: str, role: str) -> Dataset:
+    """A dataset's files, schema and row groups from metadata only, no column chosen (for a use
+    that reads no feature: a budget, a truth file's files). Raises PcqrError naming the file on an
+    unreadable file, files whose schemas differ, or no rows."""
+    files = dataset_files(uri, role)
+    first = parquet_file(files[0])
+    schema = first.schema_arrow
+    groups = []
+    for file in files:
+        pf = first if file == files[0] else parquet_file(file)
+        if not pf.schema_arrow.equals(schema, check_metadata=False):
+            raise PcqrError(
+                f"{file}: schema differs from {files[0]} "
+                f"({_schema_text(pf.schema_arrow)} vs {_schema_text(schema)})"
+            )
+        meta = pf.metadata
+        groups.append(tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups)))
+    dataset = Dataset(uri, tuple(files), schema, tuple(groups), (), None, None)
+    if dataset.rows == 0:
+        raise PcqrError(f"{role} dataset {uri}: no rows")
+    return dataset
 
 
 def open_dataset(
@@ -129,35 +104,22 @@ def open_dataset(
 ) -> Dataset:
     """Discover a dataset from metadata only and check its columns.
 
-    ``label`` is required to exist when given; ``features`` defaults to every
-    numeric column other than the label and the id column. Raises PcqrError
-    naming the file and column on an empty dataset, a missing or non-numeric
-    column, or files whose schemas differ.
+    ``label`` is required to exist when given; ``features`` defaults to every column other than
+    the label and the id column, each of which must then be of a type the table
+    (:mod:`pcqr.pipeline.data.arrow_types`) reads as a feature. Raises PcqrError naming the file
+    and column on an empty dataset, a missing column or one of a refused type, or files whose
+    schemas differ.
     """
-    files = _list_files(uri, role)
-    first = _open_parquet(files[0])
-    schema = first.schema_arrow
-    groups = []
-    for file in files:
-        pf = first if file == files[0] else _open_parquet(file)
-        if not pf.schema_arrow.equals(schema, check_metadata=False):
-            raise PcqrError(
-                f"{file}: schema differs from {files[0]} "
-                f"({_schema_text(pf.schema_arrow)} vs {_schema_text(schema)})"
-            )
-        meta = pf.metadata
-        groups.append(tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups)))
+    dataset = scan_dataset(uri, role)
+    schema, first = dataset.schema, dataset.files[0]
     names = schema.names
     for column, option in ((label, "--label"), (id_column, "id column")):
         if column is not None and column not in names:
-            raise PcqrError(f"{files[0]}: {role} dataset has no column {column!r} ({option}); columns: {', '.join(names)}")
-    if label is not None and not _is_numeric(schema.field(label)):
-        raise PcqrError(f"{files[0]}: label column {label!r} is {schema.field(label).type}, expected 0/1 integers")
-    chosen = _choose_features(schema, files[0], role, features, {label, id_column})
-    dataset = Dataset(uri, tuple(files), schema, tuple(groups), chosen, label, id_column)
-    if dataset.rows == 0:
-        raise PcqrError(f"{role} dataset {uri}: no rows")
-    return dataset
+            raise PcqrError(f"{first}: {role} dataset has no column {column!r} ({option}); columns: {', '.join(names)}")
+    if label is not None and (refused := label_refusal(schema.field(label).type)):
+        raise PcqrError(f"{first}: label column {label!r} {refused}")
+    chosen = _choose_features(schema, first, role, features, {label, id_column})
+    return replace(dataset, features=chosen, label=label, id_column=id_column)
 
 
 _SINGULAR = {"queries": "query"}
@@ -169,9 +131,9 @@ INT64_MAX = 2**63 - 1
 def check_id_type(schema: pa.Schema, file: str, column: str, option: str) -> None:
     """Query ids are integers that fit int64: a string, float or other column is refused (metadata
     only, before anything is charged); a uint64 column's values are checked by :func:`id_values`."""
-    kind = schema.field(column).type
-    if not pa.types.is_integer(kind):
-        raise PcqrError(f"{file}: {option} column {column!r} is {kind}, expected integer query ids")
+    refused = id_refusal(schema.field(column).type)
+    if refused:
+        raise PcqrError(f"{file}: {option} column {column!r} {refused}")
 
 
 def id_values(table: pa.Table, column: str, file: str, option: str = "--id-column") -> pa.Array:
@@ -190,7 +152,7 @@ def open_matching(
     """A dataset that must hold the given feature columns (those of ``against``, e.g. "the
     private features"). ``id_column`` (``--id-column``) must exist when given; when it is None,
     the ``query_id`` column is the id if present, else row positions are. Metadata is read once."""
-    probe = open_dataset(uri, role)
+    probe = scan_dataset(uri, role)
     names = probe.schema.names
     missing = [f for f in features if f not in names]
     if missing:
@@ -213,6 +175,8 @@ def open_matching(
 def _choose_features(
     schema: pa.Schema, file: str, role: str, features: Sequence[str] | None, exclude: set[str | None]
 ) -> tuple[str, ...]:
+    """The named feature columns, or by default every column but ``exclude``: each of a type the
+    table reads as a feature, else one line naming it (a default column is never dropped silently)."""
     if features:
         for name in features:
             if name in exclude:
@@ -220,12 +184,15 @@ def _choose_features(
                                 "not a feature")
             if name not in schema.names:
                 raise PcqrError(f"{file}: {role} dataset has no feature column {name!r} (--features)")
-            if not _is_numeric(schema.field(name)):
-                raise PcqrError(f"{file}: feature column {name!r} is {schema.field(name).type}, not numeric")
+            if refused := feature_refusal(schema.field(name).type):
+                raise PcqrError(f"{file}: feature column {name!r} {refused}")
         return tuple(features)
-    chosen = tuple(f.name for f in schema if f.name not in exclude and _is_numeric(f))
+    chosen = tuple(f.name for f in schema if f.name not in exclude)
+    for name in chosen:
+        if refused := feature_refusal(schema.field(name).type):
+            raise PcqrError(f"{file}: column {name!r} {refused}; pass --features to name the feature columns")
     if not chosen:
-        raise PcqrError(f"{file}: {role} dataset has no numeric feature column")
+        raise PcqrError(f"{file}: {role} dataset has no feature column")
     return chosen
 
 
@@ -237,7 +204,7 @@ def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
     """Read one part's row groups (runs on a worker). Page checksums are verified where the file
     has them; a page that fails its checksum or does not decode is a one-line error naming the file."""
     try:
-        return _open_parquet(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
+        return parquet_file(part.file).read_row_groups(list(part.row_groups), columns=list(columns))
     except (pa.ArrowException, OSError) as exc:
         raise _corrupt(part, exc) from None
 
@@ -253,7 +220,7 @@ def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) ->
     pending: list[pa.RecordBatch] = []
     held = 0
     try:
-        batches = _open_parquet(part.file).iter_batches(
+        batches = parquet_file(part.file).iter_batches(
             batch_size=rows, row_groups=list(part.row_groups), columns=list(columns), use_threads=False)
         for batch in batches:
             if skip:
@@ -273,11 +240,12 @@ def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) ->
 
 
 def check_features(table: pa.Table | pa.RecordBatch, features: Sequence[str], file: str) -> list[np.ndarray]:
-    """The feature columns as float64 arrays; PcqrError naming file and column on null, NaN or inf."""
+    """The feature columns as float64 arrays (:func:`pcqr.pipeline.data.arrow_types.as_float64`: the
+    table's conversion); PcqrError naming file and column on null, NaN or inf."""
     columns = []
     for name in features:
         column = table.column(name)
-        values = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        values = as_float64(column)
         if column.null_count or not np.isfinite(values).all():
             raise PcqrError(f"{file}: feature column {name!r} has missing, NaN or infinite values")
         columns.append(values)
@@ -297,7 +265,7 @@ def feature_matrix(table: pa.Table | pa.RecordBatch, features: Sequence[str], fi
 def label_vector(table: pa.Table, label: str, file: str) -> np.ndarray:
     """The labels as int8; PcqrError naming file and column if any is not 0 or 1."""
     column = table.column(label)
-    values = column.to_numpy(zero_copy_only=False)
+    values = as_float64(column)
     if column.null_count or not np.isin(values, (0, 1)).all():
         raise PcqrError(f"{file}: label column {label!r} has values outside {{0, 1}}")
     return values.astype(np.int8)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import os
 import uuid
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from distributed import Client, as_completed
 
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.data.parquet_opener import schema_of
 
 KINDS = ("realizable", "agnostic")
 CONCEPTS = ("threshold", "halfspace", "xor", "point")
@@ -282,6 +284,17 @@ def check_out(out: str, overwrite: bool) -> None:
             raise PcqrError(f"--out: {path} is not empty; pass --overwrite to replace its files")
 
 
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (None: ``path`` exists)."""
+    missing = None
+    while not os.path.lexists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
 def _remove_stale(out: str, parts: list[Part]) -> None:
     keep = {path for part in parts for path in part.paths}
     for directory in (os.path.join(out, d) for d in DATASETS):
@@ -301,6 +314,7 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
     out = os.path.abspath(out)
     check_out(out, overwrite)
     parts, futures = plan_parts(spec, out), []
+    made = _first_missing(out)  # every folder from here down is this run's: removed if it fails
     try:
         for dataset in DATASETS:
             os.makedirs(os.path.join(out, dataset), exist_ok=True)
@@ -311,6 +325,8 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
             (on_done or (lambda _: None))(1)
     except BaseException as error:
         client.cancel(futures)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
         if isinstance(error, OSError):
             raise PcqrError(f"--out: cannot write under {out}: {error}") from None
         raise
@@ -324,7 +340,7 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
 
 def read_concept(path: str) -> Concept:
     """The hidden concept recorded in a private part file's schema metadata."""
-    metadata = pq.read_schema(path).metadata or {}
+    metadata = schema_of(path).metadata or {}
     if CONCEPT_KEY.encode() not in metadata:
         raise PcqrError(f"{path}: no {CONCEPT_KEY} metadata; not written by pcqr generate")
     return Concept.from_json(metadata[CONCEPT_KEY.encode()])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pcqr.pipeline.data.datasets import Part, load_features
 from pcqr.pipeline.errors import PcqrError
 
 #: A domain's ends lie within +-this: float64 (the feature columns pcqr reads) holds every integer up
@@ -73,6 +74,17 @@ def _distinct(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values as int64, their counts) of integer-valued floats."""
     values, counts = np.unique(x.astype(np.int64), return_counts=True)
     return values, counts.astype(np.int64)
+
+
+def check_integer_values(part: Part, feature: str) -> None:
+    """Worker task, before the charge of a mechanism that counts integer points (:func:`value_counts`)
+    on a feature whose type may hold other values (floats, decimals): refuse a column holding a
+    value that is not an integer, which would count for no point (a silent all-zero answer)."""
+    x = load_features(part, [feature])[:, 0]
+    if not np.array_equal(x, np.floor(x)):
+        raise PcqrError(f"{part.file}: feature column {feature!r} holds values that are not integers; the point "
+                        "mechanisms count the integer points of --domain only, so such rows would count for none "
+                        "(round the column, or use learn-thresholds / san-thresholds, which take ceil(x))")
 
 
 def merge_counts(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -61,7 +61,7 @@ def learn_without_public_data(
         ``"label-private"``).
     features : str or sequence of str, optional
         The feature column (point, learn-thresholds: ONE; rectangle: one or more; default: every
-        numeric column besides ``label``).
+        column besides ``label``, each of a type pcqr reads as a number).
     epsilon, delta : float
         The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
     alpha, beta : float
@@ -133,7 +133,8 @@ def learn_without_public_data(
                       "out": out}
         (learnt, released), charged = _count_and_release(
             dataset, cluster, ledger, note, "learn", (epsilon, adist.certificate()["proven_delta"]), parameters,
-            positive_counts, merge_counts, parsed, lambda c: learn_point(c, parsed, adist, noise), labelled=True)
+            positive_counts, merge_counts, parsed, lambda c: learn_point(c, parsed, adist, noise), labelled=True,
+            points=True)
         model = point_record(learnt, released, list(dataset.features), dataset.rows, parsed, adist, alpha, beta,
                              noise.private)
     else:
@@ -237,7 +238,7 @@ def sanitize(
         ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain, so
         'x <= theta' is exact for every integer theta of [lo, hi - 1]).
     features : str or sequence of str, optional
-        The ONE feature column (default: the dataset's only numeric column).
+        The ONE feature column (default: the dataset's only column).
     epsilon, delta, alpha, beta : float
         Privacy; every query of the class within alpha with probability 1 - beta (SanThresholds:
         1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before anything is read,
@@ -270,7 +271,7 @@ def sanitize(
                   "domain": parsed.describe(), "out": out}
     released, charged = _count_and_release(
         dataset, cluster, ledger, note, "sanitize", (epsilon, proven["proven_delta"]), parameters, plan["count"],
-        plan["merge"], parsed, plan["release"], labelled=False)
+        plan["merge"], parsed, plan["release"], labelled=False, points=algorithm == "san-points")
     summary: dict[str, Any] = {
         "out": out, "algorithm": algorithm, "class": plan["class"], "feature": feature, "mechanism": plan["mechanism"],
         "domain": parsed.describe(), "domain_size": parsed.size, "private_rows": dataset.rows,
@@ -345,14 +346,20 @@ def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
 def _count_and_release(dataset: Dataset, cluster: str | None, ledger: str | None,
                        note: Callable[[str], None] | None, job: str, epsilon_delta: tuple[float, float],
                        parameters: dict[str, Any], count: Any, merge: Any, domain: Domain, release: Any,
-                       labelled: bool) -> tuple[Any, dict[str, Any]]:
+                       labelled: bool, points: bool = False) -> tuple[Any, dict[str, Any]]:
     """The charge, then the workers' ``count`` of their parts, the driver's ``merge`` and ``release``
     (the mechanism on the merged counts), all inside the charge: (what ``release`` returned, the
-    charge)."""
+    charge). ``points``: ``count`` counts integer points only, so a feature whose type may hold
+    other values has them checked on the workers first, before the charge."""
+    from pcqr.pipeline.data.arrow_types import integer_by_type
+    from pcqr.pipeline.mechanisms.integer_domain import check_integer_values
     from pcqr.pipeline.models.subsample import PART_ROWS, load_part
 
     load_cluster_config(cluster)
     with open_client(cluster, echo=note, array_work=True) as client:  # reading and counting: numpy only
+        feature = dataset.features[0]
+        if points and not integer_by_type(dataset.schema.field(feature).type):
+            client.gather(client.map(check_integer_values, dataset.parts(PART_ROWS), feature=feature, pure=False))
         with provisional_charge(dataset.files, dataset.uri, job, *epsilon_delta, parameters, ledger, client,
                                 dataset.features) as charged:
             parts: list[Any]

@@ -24,6 +24,7 @@ from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
+from pcqr.pipeline.data.parquet_opener import read_parquet, schema_of
 
 SYNTHETIC_FORMAT = "pcqr.synthetic-database/1"
 METADATA_KEY = b"pcqr.sanitized"
@@ -48,8 +49,8 @@ def write_synthetic(path: str, feature: str, values: Sequence[int], weights: Seq
 def is_synthetic(path: str) -> bool:
     """Whether ``path`` is a Parquet file carrying this format's metadata (False on anything else)."""
     try:
-        return METADATA_KEY in (pq.read_schema(path).metadata or {})
-    except (OSError, pa.ArrowException):
+        return METADATA_KEY in (schema_of(path).metadata or {})
+    except PcqrError:
         return False
 
 
@@ -57,8 +58,8 @@ def read_synthetic(path: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(values, weights, metadata) of a synthetic database; a one-line PcqrError naming the file on
     anything else (another format, a missing or mistyped column, a non-finite weight)."""
     try:
-        table = pq.read_table(path)
-        metadata = parse_json(table.schema.metadata[METADATA_KEY], f"{path}: not a pcqr synthetic database")
+        table = read_parquet(path)
+        metadata = parse_json((table.schema.metadata or {})[METADATA_KEY], f"{path}: not a pcqr synthetic database")
         if not isinstance(metadata, dict) or metadata.get("format") != SYNTHETIC_FORMAT:
             found = metadata.get("format") if isinstance(metadata, dict) else type(metadata).__name__
             raise ValueError(f"format is {found!r}, expected {SYNTHETIC_FORMAT}")

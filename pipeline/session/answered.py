@@ -19,14 +19,13 @@ log (:func:`index_from_log`), after verifying the log's hash chain up to the ses
 """
 from __future__ import annotations
 
-import io
 from typing import Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.log import PREV_HASH_KEY, batch_files, batch_path, sha256
+from pcqr.pipeline.data.parquet_opener import parquet_bytes, read_parquet, schema_of
 
 _MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
@@ -142,11 +141,10 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
         path = files.get(number)
         if path is None:
             raise PcqrError(f"{batch_path(log_dir, number)}: missing from the session's log; see pcqr replay")
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = parquet_bytes(path)
         digest = sha256(data)
         try:
-            table = pq.read_table(io.BytesIO(data), columns=[*features, "answer", "status"], page_checksum_verification=True)
+            table = read_parquet(path, [*features, "answer", "status"], data)
         except Exception:  # pyarrow raises several types for a file that is not what we wrote
             raise _tampered(path) from None
         recorded = (table.schema.metadata or {}).get(PREV_HASH_KEY, b"").decode(errors="replace")
@@ -171,7 +169,7 @@ def _blame(files: dict[int, str], number: int, digest: str, batches: int, last_h
     vouched = last_hash
     if number + 1 < batches:
         try:
-            metadata = pq.read_schema(files[number + 1]).metadata or {}
+            metadata = schema_of(files[number + 1]).metadata or {}
         except Exception:  # missing or unreadable: it vouches for nothing
             metadata = {}
         vouched = metadata.get(PREV_HASH_KEY, b"").decode(errors="replace")

@@ -16,7 +16,7 @@ from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.atomic import check_writable_directory
 from pcqr.pipeline.data.cluster import Connect, learner_modules
-from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching
+from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching, scan_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
 from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
@@ -171,7 +171,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
             return _nothing_asked(session, start.answered, queries, log_dir, state, answering, student, reporter)
         skip = start.skip
         if not answering.private_log:  # misuse guard, before any charge: no private row into a public log
-            guard_public_inputs([("--queries", queries), ("--truth", open_dataset(answering.truth, "truth")
+            guard_public_inputs([("--queries", queries), ("--truth", scan_dataset(answering.truth, "truth")
                                                           if answering.truth else None)],
                                 answering.allow_private_overlap, training.ledger, plan.private if plan else None,
                                 client, note)

@@ -5,17 +5,24 @@ queries; it is read in the driver and never touches the private dataset.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-from pcqr.pipeline.data.datasets import check_id_type, id_values, label_vector, open_dataset, read_part
+from pcqr.pipeline.data.arrow_types import as_float64, label_refusal
+from pcqr.pipeline.data.datasets import QUERY_ID, check_id_type, id_values, label_vector, read_part, scan_dataset
 from pcqr.pipeline.errors import PcqrError
 
 
 def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> Callable[[np.ndarray], np.ndarray]:
     """A lookup from query ids to true labels (-1 where the truth has no such id)."""
-    dataset = open_dataset(uri, "truth", id_column=id_column, features=[label])
+    dataset = scan_dataset(uri, "truth")
+    for column in (id_column, label):
+        if column not in dataset.schema.names:
+            raise PcqrError(f"{dataset.files[0]}: --truth has no column {column!r} (it needs {id_column!r} and "
+                            f"{label!r}); columns: {', '.join(dataset.schema.names)}")
     check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
+    if refused := label_refusal(dataset.schema.field(label).type):
+        raise PcqrError(f"{dataset.files[0]}: --truth label column {label!r} {refused}")
     ids, labels = [], []
     for part in dataset.parts(1 << 20):
         table = read_part(part, [id_column, label])
@@ -33,6 +40,32 @@ def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> C
         return np.where(found, all_labels[at], -1).astype(np.int64)
 
     return lookup
+
+
+def check_one_query_per_id(log_dir: str, provenance: dict[str, Any] | None) -> None:
+    """``--truth`` joins a log's answers to true labels by query id: refuse a log in which one id
+    names two different queries (their feature vectors differ; a log written before ``pcqr answer``
+    refused repeated ids), where the join would score answers against another query's label. The
+    same query asked again (same id, same features) joins correctly and is kept."""
+    from pcqr.pipeline.session.answered import column_keys
+    from pcqr.pipeline.session.replay import read_queries
+
+    features = (provenance or {}).get("features")
+    if not isinstance(features, list) or not features:
+        raise PcqrError(f"--log {log_dir}: its provenance lists no features; --truth cannot tell its queries apart")
+    ids, keys = [], []
+    for table in read_queries(log_dir, [str(f) for f in features]):
+        ids.append(table.column(QUERY_ID).to_numpy())
+        keys.append(column_keys([as_float64(table.column(str(f))) for f in features], table.num_rows, 0))
+    if not ids:
+        return
+    all_ids, all_keys = np.concatenate(ids), np.concatenate(keys)
+    order = np.lexsort((all_keys, all_ids))
+    all_ids, all_keys = all_ids[order], all_keys[order]
+    clash = np.flatnonzero((all_ids[1:] == all_ids[:-1]) & (all_keys[1:] != all_keys[:-1]))
+    if clash.size:
+        raise PcqrError(f"--log {log_dir}: query id {int(all_ids[clash[0]])} names two different queries; --truth "
+                        "joins answers by id, so it cannot score this log (give each query its own id)")
 
 
 def score(expected: np.ndarray, answers: np.ndarray) -> tuple[int, int, int]:

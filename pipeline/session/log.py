@@ -39,6 +39,7 @@ from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.datasets import feature_matrix
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.sparse_vector import ANSWERED, STATUS_NAMES
+from pcqr.pipeline.data.parquet_opener import read_parquet
 
 PROVENANCE_KEY = b"pcqr.provenance"
 PREV_HASH_KEY = b"pcqr.prev_sha256"
@@ -138,7 +139,7 @@ def batch_files(log_dir: str) -> list[tuple[int, str]]:
 def read_batches(log_dir: str) -> Iterator[pa.Table]:
     """The log's batch tables in order."""
     for _, path in batch_files(log_dir):
-        yield pq.read_table(path)
+        yield read_parquet(path)
 
 
 def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
@@ -151,7 +152,7 @@ def public_sample(log_dir: str, features: list[str], count: int) -> np.ndarray:
     for _, path in batch_files(log_dir):
         if have >= count:
             break
-        table = pq.read_table(path, columns=features)
+        table = read_parquet(path, features)
         take = min(table.num_rows, count - have)
         pieces.append(feature_matrix(table.slice(0, take), features, path))
         have += take
@@ -171,7 +172,7 @@ def released_rows(log_dir: str, features: list[str], sources: tuple[str, ...],
     for number, path in batch_files(log_dir):
         if batches is not None and number >= batches:
             break
-        table = pq.read_table(path, columns=[*features, "answer", "status", "source"])
+        table = read_parquet(path, [*features, "answer", "status", "source"])
         source = table.column("source").to_numpy(zero_copy_only=False)
         rows = np.flatnonzero((table.column("status").to_numpy(zero_copy_only=False) == "answered")
                               & np.isin(source, sources))

@@ -24,6 +24,7 @@ from typing import Any, Generator, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from pcqr.pipeline.data.arrow_types import as_float64
 from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble
@@ -50,19 +51,35 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
     return int(np.sum(keys, dtype=np.uint64))
 
 
-def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int) -> tuple[int, int]:
+def check_queries(part: Part, features: Sequence[str], id_column: str | None,
+                  rows: int) -> tuple[int, int, np.ndarray]:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
-    features, missing or out-of-range ids raise, naming the file and column); the part's row count
-    and its share of the queries' content identity (:func:`content_sum`)."""
+    features, missing, out-of-range or repeated ids raise, naming the file and column); the part's
+    row count, its share of the queries' content identity (:func:`content_sum`) and its ids, sorted
+    (empty without ``id_column``: row positions never repeat), for the driver's check across parts
+    (:func:`repeated_id`)."""
     columns = [*features] + ([id_column] if id_column else [])
     count, total = 0, 0
+    found: list[np.ndarray] = []
     for table in read_chunks(part, columns, rows):
         values = check_features(table, features, part.file)
         positions = np.arange(part.start + count, part.start + count + table.num_rows, dtype=np.int64)
         ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
+        if id_column is not None:
+            found.append(ids)
         total = (total + content_sum(values, ids, positions)) % 2**64
         count += table.num_rows
-    return count, total
+    ids = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+    if id_column is not None and (repeated := repeated_id(ids)) is not None:
+        raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
+                        "each query needs its own id (the log and --truth join answers by it)")
+    return count, total, ids
+
+
+def repeated_id(ids: np.ndarray) -> int | None:
+    """An id that a sorted array of ids holds twice (None: every id is unique)."""
+    twice = np.flatnonzero(ids[1:] == ids[:-1])
+    return int(ids[twice[0]]) if twice.size else None
 
 
 def _per_chunk(part: Part, features: Sequence[str], rows: int, seed: int, values: Any) -> Values:
@@ -112,7 +129,7 @@ def query_chunks(part: Part, features: Sequence[str], id_column: str | None, row
 
 def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarray:
     """Driver: the row keys of a batch it read (the same function the workers apply)."""
-    return column_keys([table.column(name).to_numpy() for name in features], table.num_rows, seed)
+    return column_keys([as_float64(table.column(name)) for name in features], table.num_rows, seed)
 
 
 def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,

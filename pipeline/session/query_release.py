@@ -24,6 +24,7 @@ from pcqr.pipeline.session.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
+from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.evaluation import score
 from pcqr.pipeline.session.inputs import content_identity
 from pcqr.pipeline.session.log import (
@@ -43,7 +44,7 @@ from pcqr.pipeline.session.log import (
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
+    LABELS, REFUSED_ALL, VOTES, check_queries, repeated_id, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.noisy_argmax import coordinator as session_coordinator
@@ -90,7 +91,10 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: 
     futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
                          rows=rows, pure=False)
     counted = [future.result() for future in futures]
-    return content_identity(sum(count for count, _ in counted), sum(total for _, total in counted))
+    if len(parts) > 1 and (repeated := repeated_id(np.sort(np.concatenate([ids for _, _, ids in counted])))) is not None:
+        raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
+                        "across files or parts; each query needs its own id (the log and --truth join answers by it)")
+    return content_identity(sum(count for count, _, _ in counted), sum(total for _, total, _ in counted))
 
 
 class UniversalSwitch:

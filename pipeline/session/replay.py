@@ -28,7 +28,6 @@ session's private state records the hash of the last batch it wrote
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -37,11 +36,11 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.log import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
+from pcqr.pipeline.data.parquet_opener import parquet_bytes, parquet_file, read_parquet
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
 ANSWER_TYPES: dict[str, pa.DataType] = {
@@ -200,7 +199,7 @@ def read_answers(log_dir: str) -> pa.Table:
     Verify the log first (:func:`verify_log`): this reads whatever is there.
     """
     tables = [
-        pq.ParquetFile(path, page_checksum_verification=True).read(columns=list(ANSWER_COLUMNS)).replace_schema_metadata(None)
+        read_parquet(path, list(ANSWER_COLUMNS)).replace_schema_metadata(None)
         for _, path in batch_files(log_dir)
     ]
     if not tables:
@@ -211,7 +210,7 @@ def read_answers(log_dir: str) -> pa.Table:
 def read_queries(log_dir: str, features: list[str]) -> Iterable[pa.Table]:
     """The logged queries batch by batch: query_id and the feature columns (public)."""
     for _, path in batch_files(log_dir):
-        yield pq.ParquetFile(path, page_checksum_verification=True).read(columns=["query_id", *features]).replace_schema_metadata(None)
+        yield read_parquet(path, ["query_id", *features]).replace_schema_metadata(None)
 
 
 def status_counts(table: pa.Table) -> dict[str, int]:
@@ -225,15 +224,14 @@ def status_counts(table: pa.Table) -> dict[str, int]:
 
 def _inspect(number: int, path: str) -> _Batch:
     """Read one batch file and find what is wrong with it on its own, if anything."""
-    with open(path, "rb") as handle:
-        data = handle.read()
+    data = parquet_bytes(path)
     batch = _Batch(number, path, sha256(data))
     if data[:4] != b"PAR1":  # pyarrow checks only the trailing magic
         batch.fault = f"batch {number} is altered: not a Parquet file (no leading PAR1)"
         return batch
     try:
         # page CRCs are checked when the writer stored them (pcqr.pipeline.session.log does not yet)
-        parquet = pq.ParquetFile(io.BytesIO(data), page_checksum_verification=True)
+        parquet = parquet_file(path, data)
         table = parquet.read()
         table.validate(full=True)  # e.g. invalid UTF-8 in a string column
         metadata = parquet.metadata.metadata or {}  # the footer's key-value pairs

@@ -27,6 +27,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
 from pcqr.pipeline.mechanisms.universal import UniversalParameters
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.session.evaluation import check_one_query_per_id
 from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
 from pcqr.pipeline.session.replay import STATUSES, read_answers, verify_log
 
@@ -202,6 +203,7 @@ def session_report(log_dir: str, state: str | None = None, truth: str | None = N
         raise PcqrError(f"--log {log_dir}: its batch files hold no queries")
     report = _over_the_stream(log_dir, answers, certificate_of(checked.provenance), files, bins)
     if truth is not None:
+        check_one_query_per_id(log_dir, checked.provenance)
         report.truth = _truth(report, answers, truth)
     if state is not None:
         report.state_summary = _state_summary(state)
@@ -241,7 +243,7 @@ def _per_bin(mask: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
-    from pcqr.pipeline.data.datasets import open_dataset
+    from pcqr.pipeline.data.datasets import scan_dataset
     from pcqr.pipeline.session.evaluation import load_truth
 
     lookup = load_truth(truth)
@@ -251,7 +253,7 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     released = answers.column("answer").to_numpy(zero_copy_only=False)
     evaluated = (status == "answered") & (expected >= 0)
     right = evaluated & (np.where(evaluated, released, -2) == expected)
-    report.files_read.extend(open_dataset(truth, "truth").files)
+    report.files_read.extend(scan_dataset(truth, "truth").files)
     return Truth(
         evaluated=_per_bin(evaluated, report.edges), correct=_per_bin(right, report.edges),
         true_ones=_per_bin(evaluated & (expected == 1), report.edges),

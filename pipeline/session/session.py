@@ -31,6 +31,7 @@ from pcqr.pipeline.session.planning import odometer, session_summary, train_new_
 from pcqr.pipeline.session.reporting import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
+from pcqr.pipeline.data.parquet_opener import read_parquet
 
 QueryInput = Any
 """A pandas DataFrame, a pyarrow Table, a 2-D numpy array (columns: the session's features in
@@ -243,7 +244,7 @@ class Session:
         label : str
             The label column (0/1).
         features : sequence of str, optional
-            Feature columns (default: every numeric column but the label).
+            Feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name).
         seed : int, optional
             Tests only, with ``insecure_seed=True``: the output is then NOT private.
         cluster, client, ledger, reporter, local_threads
@@ -410,7 +411,7 @@ class Session:
                 raise PcqrError(_as_named(str(refused), os.fspath(path))) from None
         log_dir = self.last_summary["log"]
         first, last = self.last_summary.get("already_answered_batches") or (before, None)
-        tables = [pq.read_table(file) for number, file in batch_files(log_dir)
+        tables = [read_parquet(file) for number, file in batch_files(log_dir)
                   if number >= first and (last is None or number <= last)]
         return pa.concat_tables(tables) if tables else pa.table({})
 
