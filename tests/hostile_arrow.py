@@ -2,15 +2,13 @@
 Arrow types): columns of every refused Arrow type, duplicate column names and query ids, special
 files (FIFO, socket, device, symlink loop) and Parquet files with a hostile footer.
 
-A FIFO case must not hang the run if a regression opens it: :func:`special` starts a rescuer that,
-after 10 s, opens the FIFO's other end and closes it, so a blocked reader sees end of file and the
-case fails instead of hanging.
+A FIFO case must not hang the run if a regression opens it: the FIFO is made by
+:func:`tests.hostile_files.make_special`, whose rescuer opens its other end after 10 s, so a blocked
+reader sees end of file and the case fails instead of hanging.
 """
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.conftest import threshold_data
+from tests.hostile_files import make_special
 from tests.hostile_world import World, _queries
 
 ROWS = 20_000  # the world's private rows
@@ -111,31 +110,6 @@ def twice_named(source: str, column: str = "x0") -> Callable[[World], None]:
         pq.write_table(pa.Table.from_arrays(arrays, names=[*table.column_names, column]), path)
         w.paths["bad"] = str(path.parent)
     return mutate
-
-
-def _rescue(fifo: Path) -> None:
-    """After 10 s, open the FIFO's writing end and close it: a reader blocked on it gets end of file."""
-    def unblock() -> None:
-        try:
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:  # nobody reads it (the case is over) or it is gone
-            pass
-    timer = threading.Timer(10.0, unblock)
-    timer.daemon = True
-    timer.start()
-
-
-def make_special(path: Path, kind: str) -> None:
-    """A FIFO, a socket or a symlink loop at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-        _rescue(path)
-    elif kind == "socket":
-        with socket.socket(socket.AF_UNIX) as server:
-            server.bind(str(path))
-    elif kind == "loop":
-        os.symlink(path, path)
 
 
 def special(kind: str, inside: bool = False) -> Callable[[World], None]:

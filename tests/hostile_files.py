@@ -101,6 +101,17 @@ def state_copy_with(name: str, kind: str) -> Mutate:
     return mutate
 
 
+def log_copy_with(kind: str) -> Mutate:
+    """w.paths["bad"]: a copy of the world's log (outside the sandbox) whose first batch is special."""
+    def mutate(w: World) -> None:
+        copy = _specials(w) / "log"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(w.path("log"), copy)
+        make_special(min(copy.glob("batch-*.parquet")), kind)
+        w.paths["bad"] = str(copy)
+    return mutate
+
+
 # --- .npy and .npz ---------------------------------------------------------------------------------
 
 

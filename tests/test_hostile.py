@@ -551,6 +551,13 @@ FILE_CASES = [
            mutate=hostile_files.state_copy_with(name, kind))
       for name, kind in [("session.json", "fifo"), ("session.json", "loop"), ("models.npz", "fifo"),
                          ("models.npz", "zero"), ("models.npz", "folder"), ("thresholds.npy", "fifo")]],
+    # a log whose first batch is a special file (replay, report and distill read batches whole)
+    *[case(f"file-log-batch-{kind}-replay", "replay {bad}", "batch-00000000.parquet", SPECIAL[kind],
+           mutate=hostile_files.log_copy_with(kind)) for kind in ("fifo", "zero", "loop", "socket")],
+    case("file-log-batch-fifo-report", "report --log {bad} --out {new}/r.html", "batch-00000000.parquet",
+         SPECIAL["fifo"], mutate=hostile_files.log_copy_with("fifo")),
+    case("file-log-batch-fifo-distill", "distill --log {bad} --out {new}/s.json", "batch-00000000.parquet",
+         SPECIAL["fifo"], mutate=hostile_files.log_copy_with("fifo")),
     # the scheduler file: pcqr reads it, distributed gets only a checked address
     case("file-scheduler-passwd", WITH_SCHEDULER, "pcqr.cluster.scheduler-file", "/etc/passwd", "not valid JSON",
          mutate=hostile_files.scheduler_file(lambda w: w.paths.__setitem__("bad", "/etc/passwd"))),

@@ -63,7 +63,6 @@ class Read:
     allowed: dict[str, str] = field(default_factory=dict)
 
 
-_LOG_BATCH = "a log batch's Parquet bytes, hashed then parsed from memory (Parquet: the datasets opener's row)"
 READS: dict[str, Read] = {
     "json.load/json.loads": Read(_calls("json.load", "json.loads"), {
         READER: "the strict JSON reader",
@@ -80,11 +79,7 @@ READS: dict[str, Read] = {
         "pipeline/models/store.py": "skops archives from models.npz, each bounded first by user_files.check_zip; "
                                     "types outside the allowed learner modules refused",
     }),
-    "open() for reading": Read(_open_for_reading, {
-        "pipeline/session/replay.py": _LOG_BATCH,
-        "pipeline/session/answered.py": _LOG_BATCH,
-        "pipeline/session/commit.py": _LOG_BATCH + " (the published and the staged copy)",
-    }),
+    "open() for reading": Read(_open_for_reading),
     "Path.read_text/read_bytes": Read(_method("read_text", "read_bytes")),
     "os.open/os.fdopen": Read(_calls("os.open", "os.fdopen"), {
         READER: "the one open: O_RDONLY | O_NONBLOCK | O_CLOEXEC, then fstat",

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data.user_files import file_kind, read_bytes
 from pcqr.pipeline.errors import PcqrError
 
 #: The largest Parquet footer (file metadata) pcqr parses: 64 MiB holds the metadata of thousands
@@ -30,6 +31,8 @@ from pcqr.pipeline.errors import PcqrError
 MAX_FOOTER_BYTES = 64 * 2**20
 #: The most elements of one Thrift list in a footer (pyarrow's own default).
 MAX_FOOTER_ITEMS = 1_000_000
+#: The largest Parquet file pcqr reads whole into memory (a log batch, to hash and parse the same bytes).
+MAX_FILE_BYTES = 8 * 2**30
 #: The endings of the files a dataset folder is made of.
 PARQUET_ENDINGS = (".parquet", ".parq", ".pq")
 
@@ -45,13 +48,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def _what(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
+    return file_kind(mode)
 
 
 def _stat(path: str, shown: str) -> os.stat_result | None:
@@ -195,11 +192,11 @@ def read_parquet(path: str, columns: list[str] | None = None, data: bytes | None
         raise PcqrError(f"{path}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})") from None
 
 
-def parquet_bytes(path: str) -> bytes:
-    """A local Parquet file's bytes (to hash them and parse the same bytes): regular files only."""
-    regular_file(path)
-    with open(path, "rb") as handle:
-        return handle.read()
+def parquet_bytes(path: str, option: str = "log batch") -> bytes:
+    """A local Parquet file's bytes (to hash them and parse the same bytes), read by the one reader of
+    files (:func:`pcqr.pipeline.data.user_files.read_bytes`: a regular file, at most
+    :data:`MAX_FILE_BYTES`)."""
+    return read_bytes(path, option, MAX_FILE_BYTES)
 
 
 def schema_of(path: str) -> pa.Schema:

@@ -76,6 +76,11 @@ class MissingFile(PcqrError):
     """The path names no file (a caller may add what to do, e.g. run ``pcqr train`` first)."""
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``os.stat`` mode ``mode`` is, in words ("a FIFO", "a folder", ...)."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def _size(n: int) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB" if n >= MiB else f"{n} bytes"
 
@@ -91,7 +96,7 @@ def read_bytes(path: str | os.PathLike[str], option: str, limit: int) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise PcqrError(f"{where}: is {_KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a file")
+            raise PcqrError(f"{where}: is {file_kind(info.st_mode)}, not a file")
         if info.st_size > limit:
             raise PcqrError(f"{where}: is {_size(info.st_size)}, more than the {_size(limit)} this kind of file may be")
         chunks, left = [], limit + 1

@@ -59,6 +59,7 @@ import os
 import re
 
 from pcqr.pipeline.data.atomic import fsync_directory, link_atomic, write_atomic
+from pcqr.pipeline.data.parquet_opener import parquet_bytes
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.log import append_batch, batch_path, sha256
 
@@ -96,15 +97,13 @@ def recover(state_dir: str, log_dir: str | None, pending_batch: int | None, last
         published = batch_path(log_dir, pending_batch)
         staged = pending_path(state_dir, pending_batch)
         if os.path.exists(published):
-            with open(published, "rb") as handle:
-                if sha256(handle.read()) != last_hash:
-                    raise PcqrError(
-                        f"{published}: differs from the batch this session committed (altered log?); "
-                        "see pcqr replay"
-                    )
+            if sha256(parquet_bytes(published)) != last_hash:
+                raise PcqrError(
+                    f"{published}: differs from the batch this session committed (altered log?); "
+                    "see pcqr replay"
+                )
         elif os.path.exists(staged):
-            with open(staged, "rb") as handle:
-                data = handle.read()
+            data = parquet_bytes(staged, "staged log batch")
             if sha256(data) != last_hash:
                 raise PcqrError(f"{staged}: does not match the session's committed batch hash")
             append_batch(log_dir, pending_batch, data)
