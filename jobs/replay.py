@@ -35,7 +35,7 @@ from pcqr.jobs.common import (
     note, wait_option,
 )
 from pcqr.pipeline.budget.overlap import guard_public_inputs
-from pcqr.pipeline.data.datasets import open_dataset
+from pcqr.pipeline.data.datasets import scan_dataset
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.evaluation import check_one_query_per_id, load_truth, score
@@ -249,8 +249,8 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
     summary["sources"] = {str(s): int(np.count_nonzero(sources == s)) for s in sorted(set(sources))}
     if report.other_files:
         summary["other_files"] = ",".join(report.other_files)
-    if truth is not None:  # the misuse guard first: a --truth of private rows is refused, as in pcqr answer
-        guard_public_inputs([("--truth", open_dataset(truth, "truth"))], allow_private_overlap, ledger, echo=note)
+    if truth is not None:  # the misuse guard first (as in pcqr answer): a --truth of private rows is refused
+        guard_public_inputs([("--truth", scan_dataset(truth, "truth"))], allow_private_overlap, ledger, echo=note)
         check_one_query_per_id(log, report.provenance)
         summary["accuracy"], summary["evaluated"], missing = accuracy(answers, truth)
         if allow_private_overlap:

@@ -254,8 +254,11 @@ def test_replay_truth_and_predict_queries_holding_private_rows_are_refused(sessi
                "10000", *common)[0] == 0
     code, _, err = cli(capsys, "replay", str(d / "log"), "--truth", private, "--ledger", ledger)
     refused(code, err, "--truth", f"private dataset {private}", "--allow-private-overlap")
-    code, out, err = cli(capsys, "replay", str(d / "log"), "--truth", str(d / "truth"), "--ledger", ledger, "--json")
-    assert code == 0 and json.loads(out.strip().splitlines()[-1])["evaluated"] > 0, err
+    truth = pq.read_table(d / "truth")  # a truth file with a column that is no feature (a note): still scored
+    pq.write_table(truth.append_column("note", pa.array(["n"] * truth.num_rows)), d / "noted.parquet")
+    for file in ("truth", "noted.parquet"):
+        code, out, err = cli(capsys, "replay", str(d / "log"), "--truth", str(d / file), "--ledger", ledger, "--json")
+        assert code == 0 and json.loads(out.strip().splitlines()[-1])["evaluated"] > 0, err
     code, _, err = cli(capsys, "learn", "--private", private, "--public", str(d / "queries"), "--features", "x0",
                        "--hypothesis", "threshold", "--out", str(d / "model.json"), *common)
     assert code == 0, err

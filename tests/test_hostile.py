@@ -701,7 +701,7 @@ CASES += FILE_CASES
 
 BAD_PRIVATE_TRAIN = "train --private {bad} --state {new}/st " + PRIVACY
 SPECIALS = ("fifo", "socket", "zero", "loop")
-SPECIAL_WORDS = {"fifo": "a FIFO", "socket": "a socket", "zero": "a device", "loop": "symbolic links"}
+SPECIAL_WORDS = {"fifo": "a FIFO", "socket": "a socket", "zero": "a character device", "loop": "symbolic links"}
 
 
 def _type_cases(kind: str, values: Callable[[int], Any]) -> list[Case]:

@@ -76,8 +76,9 @@ def test_a_changed_input_continues_the_session(session, capsys, change) -> None:
         x1 = table.column("x1").to_numpy().copy()
         x1[123] += 1e-9
         table = table.set_column(table.schema.get_field_index("x1"), "x1", pa.array(x1))
-    elif change == "row":  # one row added
-        table = pa.concat_tables([table, table.slice(0, 1)])
+    elif change == "row":  # one row added (a copy of the first, with its own id: ids are unique)
+        extra = table.slice(0, 1).set_column(0, "query_id", pa.array([QUERIES], type=table.schema.field(0).type))
+        table = pa.concat_tables([table, extra])
     elif change == "order":  # two rows swapped
         order = np.arange(QUERIES)
         order[[10, 20]] = order[[20, 10]]
