@@ -88,7 +88,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
             proc.terminate()
         for proc in procs:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=2)  # a worker without nanny may linger on SIGTERM (it waited the whole 10 s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -39,9 +39,13 @@ def _sharded_em(mistakes: np.ndarray, bounds: list[int], epsilon: float, noise, 
                      for _ in range(draws)])
 
 
-@pytest.mark.parametrize("bounds", [[0, 40], [0, 7, 8, 23, 40], [0, 10, 20, 30, 40]], ids=["1 shard", "uneven", "4 shards"])
-@pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(5)], ids=["secure", "seeded"])
+@pytest.mark.parametrize("noise_factory,bounds", [
+    (SecureNoise, [0, 40]), (SecureNoise, [0, 7, 8, 23, 40]), (SecureNoise, [0, 10, 20, 30, 40]),
+    (lambda: SeededNoise(5), [0, 7, 8, 23, 40]),
+], ids=["secure-1 shard", "secure-uneven", "secure-4 shards", "seeded-uneven"])
 def test_em_matches_closed_form(bounds, noise_factory) -> None:
+    """Chi-square of 20,000 draws against the closed form (false failure 1e-6): the secure source at
+    every shard layout, the seeded one (tests only) at one."""
     rng = np.random.default_rng(1)
     mistakes = rng.integers(0, 9, size=40)  # repeated levels across shards
     epsilon, draws = 0.8, 20_000
