@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-from distributed.scheduler import KilledWorker, NoValidWorkerError, NoWorkerError
 
 from pcqr.pipeline import __version__
 from pcqr.pipeline.errors import PcqrError
@@ -108,15 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     except PcqrError as exc:
         error(str(exc))
         return exc.exit_code
-    except KilledWorker as exc:
-        error(f"a task kept killing its workers and was given up ({exc}); nothing uncommitted was released; "
-              "re-running the command retries (a session with committed batches resumes; a new session that "
-              "released nothing was refunded and is created again)")
-        return 3
-    except (NoWorkerError, NoValidWorkerError) as exc:
-        error(f"{exc} (distributed.scheduler.no-workers-timeout); nothing uncommitted was released; check the "
-              "cluster's workers and re-run the command (pcqr answer resumes)")
-        return 3
     except OSError as exc:
         if exc.errno not in USER_ERRNOS or not exc.filename:
             raise
@@ -134,7 +124,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except Exception as exc:
+        if (message := _cluster_failure(exc)) is None:
+            raise
+        error(message)
+        return 3
     return 0
+
+
+def _cluster_failure(exc: Exception) -> str | None:
+    """The line for a cluster that gave a task up, else None. distributed is imported only if the
+    command imported it (about half a second that commands without a cluster need not pay)."""
+    scheduler = sys.modules.get("distributed.scheduler")
+    if scheduler is None:
+        return None
+    if isinstance(exc, scheduler.KilledWorker):
+        return (f"a task kept killing its workers and was given up ({exc}); nothing uncommitted was released; "
+                "re-running the command retries (a session with committed batches resumes; a new session that "
+                "released nothing was refunded and is created again)")
+    if isinstance(exc, (scheduler.NoWorkerError, scheduler.NoValidWorkerError)):
+        return (f"{exc} (distributed.scheduler.no-workers-timeout); nothing uncommitted was released; check the "
+                "cluster's workers and re-run the command (pcqr answer resumes)")
+    return None
 
 
 if __name__ == "__main__":

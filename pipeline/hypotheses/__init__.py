@@ -28,10 +28,11 @@ Cut points are midpoints between consecutive distinct sample values and
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from pcqr.pipeline.hypotheses.base import (
     Enumeration, EnumerationCost, Hypothesis, HypothesisClass, Shard, check_enumerable,
 )
-from pcqr.pipeline.hypotheses.erm import ERMClassifier
 from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
 from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
 from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
@@ -66,3 +67,17 @@ __all__ = [
     "hypothesis_from_dict",
     "make_class",
 ]
+
+
+if TYPE_CHECKING:
+    from pcqr.pipeline.hypotheses.erm import ERMClassifier
+
+
+def __getattr__(name: str) -> Any:
+    """``ERMClassifier`` on first use: it is a scikit-learn estimator, and importing scikit-learn
+    costs about a second that commands which only read or apply a hypothesis need not pay."""
+    if name == "ERMClassifier":
+        from pcqr.pipeline.hypotheses.erm import ERMClassifier
+
+        return ERMClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
