@@ -51,7 +51,8 @@ SPECS = {
     "stump": (LearnerSpec("stump"), StumpVotes, "stump"),
     "threshold": (LearnerSpec("threshold", {"feature": 2}), StumpVotes, "stump"),
     "logistic": (LearnerSpec("sklearn.linear_model.LogisticRegression"), LinearVotes, "linear"),
-    "tree": (LearnerSpec("sklearn.tree.DecisionTreeClassifier", {"max_depth": 3}), ModelVotes, "skops"),
+    "tree": (LearnerSpec("sklearn.tree.DecisionTreeClassifier", {"max_depth": 3}), ModelVotes, "trees"),
+    "naive_bayes": (LearnerSpec("sklearn.naive_bayes.GaussianNB"), ModelVotes, "skops"),
     "erm_interval": (LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": "interval", "features": [0]}),
                      ModelVotes, "erm"),
     "erm_halfspace": (LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": "halfspace", "features": [0, 2]}),
@@ -73,7 +74,8 @@ def test_a_round_trip_gives_identical_votes(name: str, tmp_path) -> None:
     assert (loaded.count_ones(queries) == ensemble.count_ones(queries)).all()
     if isinstance(ensemble.counter, ModelVotes):  # model by model, the same predictions
         for before, after in zip(ensemble.counter.models, loaded.counter.models):
-            assert type(after) is type(before) and (after.predict(queries) == before.predict(queries)).all()
+            same_type = type(after) is type(before) or (kind == "trees" and type(after).__name__ == "TreesHypothesis")
+            assert same_type and (after.predict(queries) == before.predict(queries)).all()
 
 
 def test_state_round_trip_and_an_old_pickle_is_refused_without_being_opened(tmp_path) -> None:
@@ -108,19 +110,19 @@ def test_state_round_trip_and_an_old_pickle_is_refused_without_being_opened(tmp_
         load_models(str(tmp_path), session)
 
 
-def _tree_with(attribute: object) -> bytes:
-    ensemble = _ensemble(SPECS["tree"][0])
+def _skops_with(attribute: object) -> bytes:
+    ensemble = _ensemble(SPECS["naive_bayes"][0])
     ensemble.counter.models[0].extra_ = attribute  # type: ignore[attr-defined]
     return dump_models(ensemble)
 
 
 def test_a_skops_file_holding_an_untrusted_type_is_refused(tmp_path) -> None:
-    path = _write(tmp_path, _tree_with(os.system))
+    path = _write(tmp_path, _skops_with(os.system))
     with pytest.raises(PcqrError, match=f"{MODELS_FILE}: holds type posix.system, which is not a class under"):
         load_models_file(path, K, FEATURES, ALLOWED)
     import operator
 
-    path = _write(tmp_path, _tree_with(operator.attrgetter("x")))
+    path = _write(tmp_path, _skops_with(operator.attrgetter("x")))
     with pytest.raises(PcqrError, match="holds type operator.attrgetter"):
         load_models_file(path, K, FEATURES)
     path = _write(tmp_path, dump_models(_ensemble(SPECS["allowed"][0])))
@@ -172,6 +174,13 @@ def _erm(edit) -> bytes:
         ("feature_float", lambda: _tampered("stump", feature=np.zeros(K)), "'feature' holds float64"),
         ("coef_inf", lambda: _tampered("logistic", coef=np.full((K, FEATURES), np.inf)), "not finite"),
         ("constant_label_5", lambda: _tampered("tree", constant=np.full(K, 5, dtype=np.int8)), "constant label"),
+        ("tree_child_before_parent", lambda: _tampered("tree", left=_arrays(dump_models(_ensemble(SPECS["tree"][0])))[
+            "left"].clip(max=0)), "a tree"),
+        ("tree_feature_out_of_range", lambda: _tampered("tree", feature=np.full_like(
+            _arrays(dump_models(_ensemble(SPECS["tree"][0])))["feature"], FEATURES)), "feature index 3"),
+        ("tree_nodes_short", lambda: _tampered("tree", tree_nodes=np.ones(K - 2, dtype=np.int64)), "nodes"),
+        ("tree_value_inf", lambda: _tampered("tree", value=np.full_like(
+            _arrays(dump_models(_ensemble(SPECS["tree"][0])))["value"], np.inf)), "not finite"),
         ("erm_direction", lambda: _erm(lambda r: r["hypothesis"].update({"class": "threshold", "threshold": 0.0,
                                                                         "direction": "sideways"})),
          "direction must be 'up' or 'down'"),
@@ -182,7 +191,7 @@ def _erm(edit) -> bytes:
         ("other_format", lambda: _tampered("stump", format="pcqr-models/0"), "not a pcqr model file"),
         ("missing_array", lambda: _npz(format=np.array(FORMAT), kind=np.array("stump")), "no 'feature' array"),
         ("truncated", lambda: dump_models(_ensemble(SPECS["stump"][0]))[:300], "not a pcqr model file"),
-        ("skops_garbage", lambda: _tampered("tree", skops=np.frombuffer(b"PK\x03\x04junk", np.uint8)),
+        ("skops_garbage", lambda: _tampered("naive_bayes", skops=np.frombuffer(b"PK\x03\x04junk", np.uint8)),
          "not a pcqr model file (skops"),
     ],
 )
@@ -267,7 +276,7 @@ def test_skops_models_are_kept_in_chunks_and_one_archive_still_loads(tmp_path, m
     from pcqr.pipeline.models import store
 
     monkeypatch.setattr(store, "SKOPS_CHUNK", 3)
-    ensemble = _ensemble(SPECS["tree"][0])  # K - 2 fitted trees: several chunks
+    ensemble = _ensemble(SPECS["naive_bayes"][0])  # K - 2 fitted models: several chunks
     arrays = _arrays(dump_models(ensemble))
     assert len(arrays["skops_sizes"]) == -(-(K - 2) // 3) and arrays["skops_sizes"].sum() == arrays["skops"].size
     queries = np.random.default_rng(9).normal(size=(500, FEATURES))
@@ -291,6 +300,6 @@ def test_a_skops_archive_is_bounded_by_its_declared_size(tmp_path) -> None:
         for _ in range(16):
             member.write(bytes(1 << 24))
     bomb = np.frombuffer(sink.getvalue(), np.uint8)
-    path = _write(tmp_path, _tampered("tree", skops=bomb, skops_sizes=np.array([bomb.size], dtype=np.int64)))
+    path = _write(tmp_path, _tampered("naive_bayes", skops=bomb, skops_sizes=np.array([bomb.size], dtype=np.int64)))
     with pytest.raises(PcqrError, match=r"not a pcqr model file \(skops\): .*more than 64 times"):
         load_models_file(path, K, FEATURES, ALLOWED)

@@ -1,0 +1,91 @@
+"""The k models of a session as node arrays when they are scikit-learn decision trees (``learner="auto"``
+and ``--learner sklearn.tree.DecisionTreeClassifier``): ``models.npz`` kind ``trees``.
+
+skops writes a tree as a JSON tree of its attributes: 1,000 depth-4 trees took 5.6 s to write and
+5.5 s to read back (a 30,000-row PrivateClassifier fit spent most of its time there). Their node
+arrays hold everything a prediction reads, so pcqr keeps those instead, all trees concatenated:
+
+* ``tree_nodes`` (int64, one per fitted tree): how many of the nodes below are that tree's;
+* ``feature`` (int64), ``threshold`` (float64), ``left``, ``right`` (int64, a tree's own node
+  indices; -1 at a leaf): scikit-learn's ``tree_`` arrays;
+* ``value`` (float64, nodes x 2): the leaf's class weights as scikit-learn keeps them.
+
+On load each tree is a :class:`pcqr.pipeline.hypotheses.trees.TreesHypothesis` of one tree with
+``precision="float32"`` (scikit-learn compares float32 features with its thresholds) and the vote
+rule of ``predict`` (the larger weight; a tie is class 0, as its argmax): the same labels as the
+fitted tree (tests/test_model_store.py compares them). Every array is checked first: shapes and
+dtypes, finite values, children inside their tree and after their parent (so every walk ends at a
+leaf), feature indices below the session's.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pcqr.pipeline.hypotheses.trees import MAX_NODES, Tree, TreesHypothesis
+
+_FIELDS = {"feature": np.int64, "threshold": np.float64, "left": np.int64, "right": np.int64}
+
+
+def plain_trees(models: Sequence[Any]) -> bool:
+    """Whether every model is a fitted binary scikit-learn DecisionTreeClassifier (labels 0 and 1)."""
+    return bool(models) and all(
+        type(m).__module__.startswith("sklearn.tree") and type(m).__name__ == "DecisionTreeClassifier"
+        and getattr(m, "n_outputs_", None) == 1 and np.array_equal(getattr(m, "classes_", None), [0, 1])
+        for m in models)
+
+
+def dump_trees(models: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The node arrays of ``models`` (see :func:`plain_trees`), concatenated."""
+    trees = [m.tree_ for m in models]
+    arrays = {name: np.concatenate([np.asarray(getattr(t, attr), dtype=kind) for t in trees])
+              for name, attr, kind in (("feature", "feature", np.int64), ("threshold", "threshold", np.float64),
+                                       ("left", "children_left", np.int64), ("right", "children_right", np.int64))}
+    arrays["value"] = np.concatenate([np.asarray(t.value, dtype=np.float64)[:, 0, :] for t in trees])
+    arrays["tree_nodes"] = np.array([t.node_count for t in trees], dtype=np.int64)
+    return arrays
+
+
+def load_trees(arrays: dict[str, np.ndarray], count: int, n_features: int,
+               refuse: Callable[[str], Exception]) -> list[TreesHypothesis]:
+    """The ``count`` trees of ``arrays``, every field checked (``refuse(message)`` is raised on the first
+    fault)."""
+    sizes = _checked(arrays, "tree_nodes", np.int64, refuse)
+    if sizes.shape != (count,) or (sizes < 1).any():
+        raise refuse(f"'tree_nodes' must hold {count} positive node counts")
+    total = int(sizes.sum())
+    if total > MAX_NODES:
+        raise refuse(f"the trees hold {total:,} nodes, more than {MAX_NODES:,}")
+    fields = {name: _checked(arrays, name, kind, refuse) for name, kind in _FIELDS.items()}
+    value = _checked(arrays, "value", np.float64, refuse)
+    if any(a.shape != (total,) for a in fields.values()) or value.shape != (total, 2):
+        raise refuse(f"the node arrays must hold the {total:,} nodes 'tree_nodes' counts")
+    start = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    ids, end = np.arange(total) - start, np.repeat(sizes, sizes)
+    left, right, feature, threshold = fields["left"], fields["right"], fields["feature"], fields["threshold"]
+    leaf = left < 0
+    if np.any(leaf != (right < 0)) or np.any(leaf & ((left != -1) | (right != -1))):
+        raise refuse("a tree node must have two children or none (-1, -1)")
+    inner = ~leaf
+    if np.any(inner & ((left <= ids) | (right <= ids) | (left >= end) | (right >= end))):
+        raise refuse("a tree's children must come after their parent and inside the tree")
+    outside = inner & ((feature < 0) | (feature >= n_features))
+    if outside.any():
+        raise refuse(f"a tree splits on feature index {int(feature[outside][0])}: the session has {n_features} features")
+    if np.any(inner & np.isnan(threshold)):
+        raise refuse("a tree splits at a NaN threshold")
+    if not np.isfinite(value).all():
+        raise refuse("a tree's leaf weights are not finite")
+    edges = np.cumsum(sizes)[:-1]
+    parts = zip(*(np.split(a, edges) for a in (feature, threshold, left, right, value)))
+    return [TreesHypothesis((Tree(f, t, lo, hi, np.zeros(f.size, dtype=bool), v),), "vote", precision="float32")
+            for f, t, lo, hi, v in parts]
+
+
+def _checked(arrays: dict[str, np.ndarray], name: str, kind: type, refuse: Callable[[str], Exception]) -> np.ndarray:
+    if name not in arrays:
+        raise refuse(f"no {name!r} array")
+    if arrays[name].dtype != kind:
+        raise refuse(f"{name!r} holds {arrays[name].dtype} values, expected {np.dtype(kind)}")
+    return arrays[name]
