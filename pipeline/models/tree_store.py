@@ -32,7 +32,7 @@ def plain_trees(models: Sequence[Any]) -> bool:
     """Whether every model is a fitted binary scikit-learn DecisionTreeClassifier (labels 0 and 1)."""
     return bool(models) and all(
         type(m).__module__.startswith("sklearn.tree") and type(m).__name__ == "DecisionTreeClassifier"
-        and getattr(m, "n_outputs_", None) == 1 and np.array_equal(getattr(m, "classes_", None), [0, 1])
+        and getattr(m, "n_outputs_", None) == 1 and np.array_equal(getattr(m, "classes_", []), [0, 1])
         for m in models)
 
 
