@@ -81,16 +81,23 @@ class Tree:
             raise ValueError("a tree's missing_left must hold true/false")
         value = np.array([[number({"value": v}, "value") for v in _row(row, width)] for row in arrays["value"]],  # type: ignore[union-attr]
                          dtype=np.float64).reshape(nodes, width)
-        ids = np.arange(nodes)
-        leaf = left < 0
-        if np.any(leaf != (right < 0)) or np.any(leaf & ((left != -1) | (right != -1))):
-            raise ValueError("a tree node must have two children or none (-1, -1)")
-        inner = ~leaf
-        if np.any(inner & ((left <= ids) | (right <= ids) | (left >= nodes) | (right >= nodes))):
-            raise ValueError("a tree's children must come after their parent and inside the tree")
-        if np.any(inner & (feature < 0)):
-            raise ValueError("a tree's feature indices must be non-negative")
+        check_structure(feature, left, right, np.arange(nodes), np.full(nodes, nodes))
         return cls(feature, threshold, left, right, np.array(missing, dtype=bool), value)
+
+
+def check_structure(feature: np.ndarray, left: np.ndarray, right: np.ndarray, ids: np.ndarray,
+                    end: np.ndarray) -> None:
+    """ValueError unless every node has two children or none (-1, -1), every child comes after its
+    parent and before ``end`` (its tree's node count; ``ids`` are the nodes' indices in their tree),
+    so every walk ends at a leaf, and split features are non-negative. Arrays of one or many trees."""
+    leaf = left < 0
+    if np.any(leaf != (right < 0)) or np.any(leaf & ((left != -1) | (right != -1))):
+        raise ValueError("a tree node must have two children or none (-1, -1)")
+    inner = ~leaf
+    if np.any(inner & ((left <= ids) | (right <= ids) | (left >= end) | (right >= end))):
+        raise ValueError("a tree's children must come after their parent and inside the tree")
+    if np.any(inner & (feature < 0)):
+        raise ValueError("a tree's feature indices must be non-negative")
 
 
 def _integers(values: Any, key: str) -> np.ndarray:

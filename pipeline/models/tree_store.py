@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pcqr.pipeline.hypotheses.trees import MAX_NODES, Tree, TreesHypothesis
+from pcqr.pipeline.hypotheses.trees import MAX_NODES, Tree, TreesHypothesis, check_structure
 
 _FIELDS = {"feature": np.int64, "threshold": np.float64, "left": np.int64, "right": np.int64}
 
@@ -64,13 +64,12 @@ def load_trees(arrays: dict[str, np.ndarray], count: int, n_features: int,
     start = np.repeat(np.cumsum(sizes) - sizes, sizes)
     ids, end = np.arange(total) - start, np.repeat(sizes, sizes)
     left, right, feature, threshold = fields["left"], fields["right"], fields["feature"], fields["threshold"]
-    leaf = left < 0
-    if np.any(leaf != (right < 0)) or np.any(leaf & ((left != -1) | (right != -1))):
-        raise refuse("a tree node must have two children or none (-1, -1)")
-    inner = ~leaf
-    if np.any(inner & ((left <= ids) | (right <= ids) | (left >= end) | (right >= end))):
-        raise refuse("a tree's children must come after their parent and inside the tree")
-    outside = inner & ((feature < 0) | (feature >= n_features))
+    try:
+        check_structure(feature, left, right, ids, end)
+    except ValueError as exc:
+        raise refuse(str(exc)) from None
+    inner = left >= 0
+    outside = inner & (feature >= n_features)
     if outside.any():
         raise refuse(f"a tree splits on feature index {int(feature[outside][0])}: the session has {n_features} features")
     if np.any(inner & np.isnan(threshold)):
