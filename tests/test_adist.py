@@ -100,7 +100,8 @@ def test_threshold_is_the_smallest_that_fits_and_never_rounded_down(epsilon: flo
     assert Fraction(1) / Fraction(params.scale) <= Fraction(proven) and proven <= epsilon
 
 
-@pytest.mark.parametrize("noise_factory", [SecureNoise, lambda: SeededNoise(5)], ids=["secure", "seeded"])
+# the secure source, which private runs use; the seeded one's law is tests/test_noise.py's
+@pytest.mark.parametrize("noise_factory", [SecureNoise], ids=["secure"])
 @pytest.mark.parametrize("dist", [0, 1, 2, 4])
 def test_the_noisy_test_matches_its_closed_form(noise_factory, dist: int) -> None:
     """Empirical pass frequency of :func:`passes` (OpenDP's exact sampler, or the seeded one) against
