@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from distributed import LocalCluster
+from distributed import Client, LocalCluster
 
 from pcqr.jobs import cli, demo
 from pcqr.jobs.cli import main
@@ -50,6 +50,27 @@ def test_the_filter_drops_only_expected_errors() -> None:
     assert quiet.filter(_record(KeyError("PcqrError(")))  # the name inside another exception's text
     other = logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, "Worker stream died", (), None)
     assert quiet.filter(other)
+
+
+def test_a_local_clusters_workers_drop_only_the_heartbeat_failure_of_its_shutdown() -> None:
+    """On a local cluster pcqr started (and closes), a heartbeat that finds the scheduler gone is not
+    logged with its traceback; every other record passes. The plugin reaches worker processes."""
+    from pcqr.pipeline.data.worker_errors import QuietLocalShutdown, quiet_expected_errors
+
+    quiet = QuietLocalShutdown()
+    heartbeat = logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1,
+                                  "Failed to communicate with scheduler during heartbeat.", (), None)
+    assert not quiet.filter(heartbeat)
+    assert quiet.filter(logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1,
+                                          "Unexpected exception during heartbeat. Closing worker.", (), None))
+    assert quiet.filter(_record(ValueError("a bug")))
+    with LocalCluster(n_workers=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+        quiet_expected_errors(client, local=True)
+
+        def filters() -> list[str]:
+            return [type(f).__name__ for f in logging.getLogger("distributed.worker").filters]
+
+        assert "QuietLocalShutdown" in next(iter(client.run(filters).values()))
 
 
 def _stderr_lines(err: str) -> list[str]:

@@ -404,7 +404,9 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
     config = load_cluster_config(cluster_path)
     with dask.config.set(config.dask_config), ExitStack() as stack:
         client, asked = _start(config, stack, array_work)
-        quiet_expected_errors(client)  # a worker's PcqrError: pcqr's one line, no "Compute Failed" block
+        # a worker's PcqrError: pcqr's one line, no "Compute Failed" block (nor, on the local cluster it
+        # closes, its workers' heartbeat failures at shutdown)
+        quiet_expected_errors(client, local=config.backend == "local")
         _wait_for_workers(config, client)
         if echo is not None and asked:
             link = None

@@ -64,8 +64,35 @@ class QuietExpectedErrorsPlugin(WorkerPlugin):
         install_quiet_filter()
 
 
-def quiet_expected_errors(client: Any) -> None:
-    """Silence the "Compute Failed" block of PcqrErrors in this process and on ``client``'s workers.
+class QuietLocalShutdown(logging.Filter):
+    """Drops ``distributed.worker``'s "Failed to communicate with scheduler during heartbeat." record.
+
+    Installed only in the worker processes of a local cluster that a pcqr command started and owns:
+    when the command ends it closes the scheduler and its workers together, and a heartbeat already
+    on its way finds the scheduler gone. distributed logs that OSError with a traceback on the
+    user's terminal after a run that succeeded (about one command in a hundred in the README's
+    session). A scheduler lost while the job runs fails the job in the driver with its own error.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+
+
+class QuietLocalShutdownPlugin(WorkerPlugin):
+    """Installs :class:`QuietLocalShutdown` in a local cluster's worker processes."""
+
+    name = "pcqr-quiet-local-shutdown"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        logger = logging.getLogger(WORKER_LOGGER)
+        if not any(isinstance(f, QuietLocalShutdown) for f in logger.filters):
+            logger.addFilter(QuietLocalShutdown())
+
+
+def quiet_expected_errors(client: Any, local: bool = False) -> None:
+    """Silence the "Compute Failed" block of PcqrErrors in this process and on ``client``'s workers
+    (and, on a ``local`` cluster pcqr started, the heartbeat failures of its shutdown).
 
     Best effort: a cluster that refuses the plugin (say, workers that cannot import pcqr) runs the
     job as before, and such a worker fails the job's first task with its own error anyway.
@@ -73,5 +100,7 @@ def quiet_expected_errors(client: Any) -> None:
     install_quiet_filter()
     try:
         client.register_plugin(QuietExpectedErrorsPlugin())
+        if local:  # pcqr owns this cluster and closes it: its shutdown's heartbeat failures are not news
+            client.register_plugin(QuietLocalShutdownPlugin())
     except Exception:  # noqa: BLE001 -- cosmetic: never fail a job over its log's tidiness
         logging.getLogger(__name__).debug("worker log filter not installed", exc_info=True)
