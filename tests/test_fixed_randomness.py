@@ -170,8 +170,9 @@ def test_key_and_thresholds_live_in_the_private_state(tmp_path) -> None:
 
 # Batches of 50: 800 commits, so a run outlasts the kills (at 200 a faster answer loop finished
 # 40,000 queries within 5 kills on a clean CI run; at 50 all 20 are used, 11 inside the loop; with
-# runs forked after their imports, still all 20, 11 inside the loop, 26,600 queries done, quiet machine).
-KILLS, QUERIES, BATCH = 20, 40_000, 50
+# runs forked after their imports, still all 20, 11 inside the loop, 26,600 queries done, quiet machine;
+# issue 27 cut the stream to 32,000 for the suite's time: the guard below still needs 8 kills).
+KILLS, QUERIES, BATCH = 20, 32_000, 50
 
 
 @pytest.fixture(scope="module")
