@@ -23,7 +23,8 @@ from pcqr.pipeline.privacy.limits import (
     MAX_CUTOFF, MAX_DICHOTOMIES, MAX_SUBSAMPLES, MAX_TAIL_ENTRIES, largest_lambda, paper_lambda, tail_entries,
 )
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
-from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, tail_span
+from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail
+from pcqr.pipeline.privacy.tail_window import tail_span
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from tests.conftest import write_session_data
 

@@ -135,7 +135,7 @@ def paper_lambda(epsilon: float, delta: float, cutoff: int) -> float:
 
 def tail_entries(lam: float) -> int:
     """Entries of the coordinator's tail table at lambda (its query noise has scale 4 lambda)."""
-    from pcqr.pipeline.privacy.noise import tail_span
+    from pcqr.pipeline.privacy.tail_window import tail_span
 
     return tail_span(4 * lam) + 2
 
@@ -244,7 +244,7 @@ def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: 
     (scale sigma / sqrt(2), pcqr.pipeline.privacy.noise.DiscreteGaussianTail) within MAX_TAIL_ENTRIES, and
     the fields it does not use as the gate sets them (T = m, w = 0; an edited state otherwise)."""
     from pcqr.pipeline.privacy.gnmax import count_sigma
-    from pcqr.pipeline.privacy.noise import gaussian_tail_span
+    from pcqr.pipeline.privacy.tail_window import gaussian_tail_span
 
     if cutoff != queries_max or threshold != 0:
         return f"gnmax gate has T = {cutoff:,} and w = {threshold:g}; it needs T = m = {queries_max:,} and w = 0"

@@ -38,6 +38,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
+from pcqr.pipeline.privacy.tail_window import SCALE_BITS, gaussian_tail_span, tail_span
+
 
 class NoiseSource(Protocol):
     """What the mechanisms need from a source of randomness."""
@@ -185,17 +188,11 @@ def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
     return (1 - q) / (1 + q) * np.power(q, np.abs(np.asarray(z, dtype=float)))
 
 
-_SCALE_BITS = 128  # F(a) = floor(P(Z >= a) * 2^128), held as two uint64 words (hi, lo)
+_SCALE_BITS = SCALE_BITS  # F(a) = floor(P(Z >= a) * 2^128), held as two uint64 words (hi, lo)
 _PRECISION = 256  # bits of the fixed-point recurrence that computes the table
 _DECIMAL_DIGITS = 100  # about 330 bits, for q and the first entry
 _MASK64 = (1 << 64) - 1
 _TOP = (1 << _SCALE_BITS) - 1
-
-
-def tail_span(scale: float) -> int:
-    """J, the half-width of :class:`DiscreteLaplaceTail`'s saturation window at ``scale``:
-    q^J < 2^-130. The table stores J + 2 entries (a = 1 .. J + 2)."""
-    return math.ceil(scale * (_SCALE_BITS + 2) * math.log(2)) + 1
 
 
 @functools.lru_cache(maxsize=8)
@@ -208,8 +205,6 @@ def _tail_table(scale: float) -> tuple[int, np.ndarray, np.ndarray]:
     :data:`pcqr.pipeline.privacy.limits.MAX_TAIL_ENTRIES` entries are built (about 1 GiB and 4 s): a larger
     scale is refused here, and before any charge by :meth:`pcqr.pipeline.privacy.subsamp.SubSampParameters.check_limits`.
     """
-    from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
-
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive number, got {scale}")
     span = tail_span(scale)  # q^span < 2^-130
@@ -336,13 +331,6 @@ class DiscreteLaplaceTail:
         return self.at_least(a, u_hi, u_lo)
 
 
-_GAUSS_TAIL_BITS = 150  # the window ends where the truncated tail is below 2^-150
-
-
-def gaussian_tail_span(sigma: float) -> int:
-    """J for :class:`DiscreteGaussianTail` at ``sigma``: exp(-J^2 / (2 sigma^2)) < 2^-150, so P(Z >= J) is
-    far below 2^-128 and the table saturates at 0 inside its J + 2 entries."""
-    return math.ceil(sigma * math.sqrt(2 * _GAUSS_TAIL_BITS * math.log(2))) + 2
 
 
 @functools.lru_cache(maxsize=8)
@@ -359,8 +347,6 @@ def _gaussian_table(sigma: float) -> tuple[int, np.ndarray, np.ndarray]:
     then within 2^-128 + 2^-145 of P(Z >= a) per draw: under the 3e-39 of TAIL_SAMPLER_ERROR, so the
     same delta_sampler accounting applies.
     """
-    from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
-
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a positive number, got {sigma}")
     span = gaussian_tail_span(sigma)
