@@ -12,7 +12,7 @@ from pcqr.pipeline.data.atomic import check_writable_directory, check_writable_f
 from pcqr.pipeline.data.datasets import split_features  # noqa: F401 (used by jobs)
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
-from pcqr.pipeline.session.reporting import NoBar, Reporter
+from pcqr.pipeline.session.progress import NoBar, Reporter
 
 if TYPE_CHECKING:
     from pcqr.pipeline.data.cluster import Connect

@@ -32,7 +32,7 @@ from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training
                                             session_summary, train_session, trains_by_arrays)
 from pcqr.pipeline.session.noisy_argmax import coordinator
 from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, validate_queries
-from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
     SessionState,
     check_private_location,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcqr.pipeline.data.datasets import Dataset
-from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import SessionState
 
 #: Inputs answered in full that a session remembers (the most recent): a bound on session.json,

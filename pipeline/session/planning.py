@@ -27,7 +27,7 @@ from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.options import TrainingOptions
 from pcqr.pipeline.session.public_guess import GuessSpec
-from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.noisy_argmax import new_coordinator
 from pcqr.pipeline.session.state import SessionState, has_session
 

@@ -28,7 +28,7 @@ from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.session.log import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions, join_features
 from pcqr.pipeline.session.planning import odometer, session_summary, train_new_session
-from pcqr.pipeline.session.reporting import LOGGING, Reporter
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
 from pcqr.pipeline.data.parquet_opener import read_parquet

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # what the names below resolve to, for type checkers and read
     from pcqr.pipeline.session.estimator import (PrivacyCostWarning, PrivateClassifier, SmallDataWarning,
                                                  UnansweredWarning)
     from pcqr.pipeline.session.model_selection import PrivacyCost, privacy_cost, set_budget
-    from pcqr.pipeline.session.reporting import Reporter
+    from pcqr.pipeline.session.progress import Reporter
     from pcqr.pipeline.session.session import Session, SessionStatus
 
 _HOMES = {
@@ -55,7 +55,7 @@ _HOMES = {
     "distill": "pcqr.pipeline.session.distillation",
     "learn_without_public_data": "pcqr.pipeline.mechanisms.without_public_data",
     "sanitize": "pcqr.pipeline.mechanisms.without_public_data",
-    "Reporter": "pcqr.pipeline.session.reporting",
+    "Reporter": "pcqr.pipeline.session.progress",
     "Session": "pcqr.pipeline.session.session",
     "SessionStatus": "pcqr.pipeline.session.session",
 }
