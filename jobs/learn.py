@@ -23,7 +23,8 @@ from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import feature_matrix, id_values, open_dataset, open_matching, read_part, read_public_features
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.budget.charging import provisional_charge
+from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction
 from pcqr.pipeline.models.released import load_model, write_model

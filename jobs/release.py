@@ -33,7 +33,8 @@ from pcqr.pipeline.data.datasets import load_features, open_dataset, open_matchi
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.fields import DIRECTIONS, number
-from pcqr.pipeline.budget.ledger import charge_note, provisional_charge
+from pcqr.pipeline.budget.charging import provisional_charge
+from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.privacy.limits import MIN_PMW_ALPHA, MIN_PROBABILITY
 from pcqr.pipeline.mechanisms.pmw import PMWParameters
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction

@@ -22,7 +22,8 @@ from pcqr.jobs.budget import command
 from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity
-from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, charge_private_use, ledger_path
+from pcqr.pipeline.budget.charging import charge_private_use
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, ledger_path
 from tests.conftest import threshold_data, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

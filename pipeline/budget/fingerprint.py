@@ -305,12 +305,10 @@ def fingerprint_dataset(files: Sequence[str], client: Any = None, ledger: Ledger
 
 def _stored(ledger: Ledger | None, identity: str, rows: int, columns: tuple[str, ...] | None) -> Fingerprint | None:
     """The fingerprint from sketches the ledger already holds, or None if one is missing."""
-    from pcqr.pipeline.budget.overlap import load_sketch
-
     if ledger is None:
         return None
-    row_sketch = load_sketch(ledger, identity, None)
-    feature_sketch = load_sketch(ledger, identity, columns) if columns else None
+    row_sketch = ledger.load_sketch(identity, None)
+    feature_sketch = ledger.load_sketch(identity, columns) if columns else None
     if row_sketch is None or (columns and feature_sketch is None):
         return None
     return Fingerprint(identity, rows, row_sketch, columns, feature_sketch)

@@ -7,7 +7,7 @@ A job charges what it requests, not what it ends up using. Charged only with a r
 fails after its charge BEFORE releasing anything has its charge marked refunded, whatever the
 failure (invalid values found while reading its rows, a learner's exception, an interrupt: the
 error, seen by the operator, is its only output), and its error ends "charge refunded"
-(:func:`provisional_charge`; a session's charge: pcqr.pipeline.session.book.new_session, which keeps
+(:func:`pcqr.pipeline.budget.charging.provisional_charge`; a session's charge: pcqr.pipeline.session.book.new_session, which keeps
 it once a batch was released and says "charge kept: N batches were released"). A process killed
 outright (SIGKILL, out of memory) keeps its charge: the safe side. With no budget set, charges are
 still recorded, without a limit.
@@ -42,12 +42,13 @@ never in a public output such as the answer log.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
+from pcqr.pipeline.budget.sketch import Sketch
 from pcqr.pipeline.budget.store import LedgerStore, now
 from pcqr.pipeline.errors import PcqrError
 
@@ -115,9 +116,24 @@ def check_budget(epsilon: float, delta: float, name: str | None) -> None:
         raise PcqrError("--name must not be empty")
 
 
+#: The kinds of sketch the ledger keeps for a dataset identity (pcqr.pipeline.budget.overlap): of its
+#: rows, of its feature columns, and a link to an identity of earlier pcqr versions.
+ROWS, FEATURES, LEGACY = "rows", "features", "legacy"
+
+
+def sketch_key(columns: Sequence[str] | None) -> str:
+    """How a feature sketch's columns are keyed in the ledger (order-free); "" for the row sketch."""
+    return "" if not columns else json.dumps(sorted(columns))
+
+
 class Ledger(LedgerStore):
     """The ledger's policy over its storage (pcqr.pipeline.budget.store): budgets, charges under
     basic composition, refunds. Use it as a context manager, or call :meth:`close`."""
+
+    def load_sketch(self, identity: str, columns: Sequence[str] | None) -> Sketch | None:
+        """The row sketch (``columns`` None) or the feature sketch over ``columns`` stored for ``identity``."""
+        stored = self.sketch(identity, FEATURES if columns else ROWS, sketch_key(columns))
+        return None if stored is None else Sketch.from_bytes(stored[1])
 
     def set_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None = None) -> None:
         """Record the total budget (eps, delta) of a dataset identity (replacing an earlier one).
@@ -177,61 +193,6 @@ class Ledger(LedgerStore):
         self.mark_refunded(charge_id, f"{now()} {reason}")
 
 
-def charge_private_use(
-    files: Sequence[str], uri: str, job: str, epsilon: float, delta: float, parameters: dict[str, Any],
-    ledger_option: str | None = None, client: Any = None, echo: Callable[[str], None] | None = None,
-    features: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """Charge a job's (eps, delta) to the private dataset ``uri`` (whose ``files`` it reads) BEFORE
-    it reads a row; raises PcqrError when the budget would be exceeded (nothing is charged).
-
-    ``files``/``uri`` are ``Dataset.files``/``Dataset.uri`` (``uri`` labels the charge); ``job``
-    the command's name; (``epsilon``, ``delta``) what the whole run requests; ``parameters`` its
-    public options (recorded as JSON); ``ledger_option`` is ``--ledger``; ``client`` hashes the
-    files on its workers; ``echo`` gets one status line; ``features``, the job's feature columns,
-    get a feature sketch (:mod:`pcqr.pipeline.budget.overlap`). The charge also goes to every registered
-    dataset the data overlaps (``overlaps``: the line saying so). Returns the charge, its new
-    totals, ``limited`` and ``ledger`` (the path).
-    """
-    from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
-    from pcqr.pipeline.budget.overlap import register, related_identities, relation_note
-
-    path = ledger_path(ledger_option)
-    with Ledger(path) as ledger:
-        found = fingerprint_dataset(files, client, ledger, features)
-        related = related_identities(ledger, found, files, client)
-        charged = ledger.charge(found.identity, uri, job, epsilon, delta, parameters,
-                                [(r.identity, r.label) for r in related])
-        register(ledger, found, uri)
-        earlier = [i for i in ledger.labelled(uri) if i != found.identity and i not in {r.identity for r in related}]
-        budgets = [_totals(ledger, r.identity, r.label) for r in related if ledger.budget(r.identity) is not None]
-    charged = {**charged, "ledger": path, "earlier_identities": earlier,
-               "overlaps": relation_note(related) if related else None, "overlap_budgets": budgets}
-    if echo is not None:
-        echo(charge_note(charged))
-        if earlier and not charged["limited"]:
-            echo(f"ledger: warning: {uri} has other contents on record ({len(earlier)} earlier identities): "
-                 "a changed dataset that does not overlap them gets a new identity with no budget; "
-                 f"see {budget_command('show', uri, path)}")
-    return charged
-
-
-@contextmanager
-def provisional_charge(
-    files: Sequence[str], uri: str, job: str, epsilon: float, delta: float, parameters: dict[str, Any],
-    ledger_option: str | None = None, client: Any = None, features: Sequence[str] | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Charge (see :func:`charge_private_use`) for a block that releases nothing itself: if it fails,
-    the charge is refunded and the error goes on, saying so (:func:`failed_after_charge`)."""
-    charged = charge_private_use(files, uri, job, epsilon, delta, parameters, ledger_option, client,
-                                 features=features)
-    try:
-        yield charged
-    except (Exception, KeyboardInterrupt) as exc:
-        refund_charge(charged, refund_reason(job, exc))
-        raise failed_after_charge(exc, job, "charge refunded") from None
-
-
 def refund_reason(job: str, failure: BaseException) -> str:
     """What a refund records: the job failed (on invalid input, for a PcqrError) before releasing anything."""
     return f"{job} failed {'on invalid input ' if isinstance(failure, PcqrError) else ''}before releasing anything"
@@ -251,14 +212,6 @@ def refund_charge(charged: dict[str, Any], reason: str) -> None:
     with Ledger(charged["ledger"]) as ledger:
         for charge_id in [charged["id"], *charged.get("also_ids", ())]:
             ledger.refund(int(charge_id), reason)
-
-
-def _totals(ledger: Ledger, identity: str, label: str) -> dict[str, Any]:
-    """A budgeted dataset's label, spent and budget (after a charge that also went to it)."""
-    spent, budget = ledger.spent(identity), ledger.budget(identity)
-    assert budget is not None
-    return {"dataset": label, "spent_epsilon": spent[0], "spent_delta": spent[1], "budget_epsilon": budget[0],
-            "budget_delta": budget[1]}
 
 
 def overlap_budgets_note(budgets: Sequence[dict[str, Any]]) -> str:

@@ -39,7 +39,6 @@ Two uses, both reading only sketches in the ledger and (for the guard) the publi
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -54,29 +53,17 @@ from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
-from pcqr.pipeline.budget.ledger import Ledger, ledger_path
+from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, ledger_path, sketch_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
 RARE = 1
-ROWS, FEATURES, LEGACY = "rows", "features", "legacy"
-
-
-def _key(columns: Sequence[str] | None) -> str:
-    return "" if not columns else json.dumps(sorted(columns))
-
-
-def load_sketch(ledger: Ledger, identity: str, columns: Sequence[str] | None) -> Sketch | None:
-    """The row sketch (``columns`` None) or the feature sketch over ``columns`` stored for ``identity``."""
-    stored = ledger.sketch(identity, FEATURES if columns else ROWS, _key(columns))
-    return None if stored is None else Sketch.from_bytes(stored[1])
-
 
 def register(ledger: Ledger, found: Fingerprint, label: str) -> None:
     """Store the fingerprint's sketches under its identity (those already stored are kept)."""
     if found.row_sketch is not None:
         ledger.store_sketch(found.identity, ROWS, "", label, found.rows, found.row_sketch.to_bytes())
     if found.feature_sketch is not None and found.features:
-        ledger.store_sketch(found.identity, FEATURES, _key(found.features), label, found.rows,
+        ledger.store_sketch(found.identity, FEATURES, sketch_key(found.features), label, found.rows,
                             found.feature_sketch.to_bytes())
 
 
@@ -192,7 +179,7 @@ def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | Non
     names = {f.name for f in public.schema if _numeric(f.type)}  # only those can hold a numeric feature
     found: dict[tuple[str, str], _Candidate] = {}
     if own is not None and own.feature_sketch is not None and own.features and set(own.features) <= names:
-        found[(own.identity, _key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
+        found[(own.identity, sketch_key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
     if ledger_path is not None:
         with Ledger(ledger_path) as ledger:
             for identity, columns, label, data in ledger.sketches(FEATURES):

@@ -315,7 +315,7 @@ class NewSession:
 
 @contextlib.contextmanager
 def new_session(charged: dict[str, Any], state_dir: str, job: str) -> Iterator[NewSession]:
-    """The block of a job that creates a session after ``charged`` (pcqr.pipeline.budget.ledger.charge_private_use).
+    """The block of a job that creates a session after ``charged`` (pcqr.pipeline.budget.charging.charge_private_use).
 
     Charged only with a result (issue 11): if the block fails, the charge is refunded unless a batch
     was committed -- the ledger says how many -- and the error says which ("charge refunded" /

@@ -192,7 +192,7 @@ def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, jo
     mode's A_SSPP is inside the same (eps, delta). The block registers the session with the charge
     (``.register(session)``: pcqr.pipeline.session.book); if it fails, the charge is refunded unless a
     batch was released, and the error says which."""
-    from pcqr.pipeline.budget.ledger import charge_private_use
+    from pcqr.pipeline.budget.charging import charge_private_use
 
     charged = charge_private_use(plan.private.files, plan.private.uri, job, options.epsilon, options.delta,
                                  {**options.public_record(), "gate": plan.params.gate}, options.ledger, client, features=plan.private.features)
