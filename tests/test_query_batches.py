@@ -113,3 +113,14 @@ def test_an_answer_run_on_linear_models_imports_no_scikit_learn(tmp_path: Path, 
             "print(rc, sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code, *answer], capture_output=True, text=True, check=True)
     assert run.stdout.strip().splitlines()[-1] == "0 []", run.stderr[-2000:]
+
+
+def test_only_parts_whose_id_ranges_overlap_are_compared() -> None:
+    """The cross-part duplicate-id check fetches the ids of overlapping parts only (issue 27: the
+    driver's memory does not grow with the queries when ids ascend through the files)."""
+    from pcqr.pipeline.session.query_batches import overlapping_groups
+
+    assert overlapping_groups([(0, 9), (10, 19), (20, 29)]) == []  # ascending ids: nothing to fetch
+    assert overlapping_groups([(0, 9), (5, 14), (20, 29), (None, None)]) == [[0, 1]]
+    assert overlapping_groups([(20, 29), (0, 30), (40, 41), (41, 50)]) == [[1, 0], [2, 3]]  # touching ends too
+    assert overlapping_groups([(3, 3), (3, 3)]) == [[0, 1]]

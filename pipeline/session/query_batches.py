@@ -76,6 +76,34 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None,
     return count, total, ids
 
 
+def id_range(checked: tuple[int, int, np.ndarray]) -> tuple[int, int, int | None, int | None]:
+    """Worker: a checked part's (rows, content share, smallest id, largest id): what the driver
+    needs to find the parts whose ids could repeat another's (their ids stay on the worker)."""
+    count, total, ids = checked
+    return count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None)
+
+
+def checked_ids(checked: tuple[int, int, np.ndarray]) -> np.ndarray:
+    """Worker: a checked part's sorted ids (fetched only for parts whose id ranges overlap)."""
+    return checked[2]
+
+
+def overlapping_groups(ranges: Sequence[tuple[int | None, int | None]]) -> list[list[int]]:
+    """The indices of the parts whose id ranges [lo, hi] overlap, in groups of two or more (a part
+    with no ids is in none): only within a group can an id repeat across parts."""
+    order = sorted((lo, hi, i) for i, (lo, hi) in enumerate(ranges) if lo is not None and hi is not None)
+    groups: list[list[int]] = []
+    reach: int | None = None
+    for lo, hi, i in order:
+        if reach is not None and lo <= reach:
+            groups[-1].append(i)
+            reach = max(reach, hi)
+        else:
+            groups.append([i])
+            reach = hi
+    return [g for g in groups if len(g) > 1]
+
+
 def repeated_id(ids: np.ndarray) -> int | None:
     """An id that a sorted array of ids holds twice (None: every id is unique)."""
     twice = np.flatnonzero(ids[1:] == ids[:-1])

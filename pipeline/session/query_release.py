@@ -44,7 +44,8 @@ from pcqr.pipeline.session.log import (
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, check_queries, repeated_id, check_same_rows, model_batch, read_ahead, refused_batch, vote_batch,
+    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, checked_ids, id_range, model_batch, overlapping_groups,
+    read_ahead, refused_batch, repeated_id, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.noisy_argmax import coordinator as session_coordinator
@@ -88,13 +89,17 @@ class ReleaseCounts:
 def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> str:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
     released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)."""
-    futures = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
+    checked = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
                          rows=rows, pure=False)
-    counted = [future.result() for future in futures]
-    if len(parts) > 1 and (repeated := repeated_id(np.sort(np.concatenate([ids for _, _, ids in counted])))) is not None:
-        raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
-                        "across files or parts; each query needs its own id (the log and --truth join answers by it)")
-    return content_identity(sum(count for count, _, _ in counted), sum(total for _, total, _ in counted))
+    counted = client.gather(client.map(id_range, checked, pure=False))
+    # an id can repeat across parts only where their id ranges overlap: only those parts' ids come to
+    # the driver (none when the ids ascend through the files), so its memory does not grow with the queries
+    for group in overlapping_groups([(lo, hi) for _, _, lo, hi in counted]):
+        ids = np.sort(np.concatenate(client.gather([client.submit(checked_ids, checked[i], pure=False) for i in group])))
+        if (repeated := repeated_id(ids)) is not None:
+            raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
+                            "across files or parts; each query needs its own id (the log and --truth join answers by it)")
+    return content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
 
 
 class UniversalSwitch:
