@@ -47,10 +47,6 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
-def _what(mode: int) -> str:
-    return file_kind(mode)
-
-
 def _stat(path: str, shown: str) -> os.stat_result | None:
     """The path's status, following links (None: it does not exist); a link loop is refused."""
     try:
@@ -71,7 +67,7 @@ def regular_file(path: str, shown: str | None = None) -> None:
     if found is None:
         raise PcqrError(f"{shown}: no such file")
     if not stat.S_ISREG(found.st_mode):
-        kind = "a folder" if stat.S_ISDIR(found.st_mode) else _what(found.st_mode)
+        kind = "a folder" if stat.S_ISDIR(found.st_mode) else file_kind(found.st_mode)
         raise PcqrError(f"{shown}: {kind}, not a regular Parquet file")
 
 
@@ -88,7 +84,7 @@ def dataset_files(uri: str, role: str) -> list[str]:
     if stat.S_ISREG(found.st_mode):
         return [root]
     if not stat.S_ISDIR(found.st_mode):
-        raise PcqrError(f"{role} dataset {uri}: {_what(found.st_mode)}, not a Parquet file or a folder of them")
+        raise PcqrError(f"{role} dataset {uri}: {file_kind(found.st_mode)}, not a Parquet file or a folder of them")
     files: list[str] = []
     _walk(root, role, {(found.st_dev, found.st_ino)}, files)
     if not files:
@@ -117,7 +113,7 @@ def _walk(folder: str, role: str, above: set[tuple[int, int]], files: list[str])
         elif hidden:
             continue
         elif not stat.S_ISREG(found.st_mode):
-            raise PcqrError(f"{role} dataset: {entry.path}: {_what(found.st_mode)}, not a regular Parquet file")
+            raise PcqrError(f"{role} dataset: {entry.path}: {file_kind(found.st_mode)}, not a regular Parquet file")
         elif entry.name.endswith(PARQUET_ENDINGS):
             files.append(entry.path)
 

@@ -47,11 +47,11 @@ class QuietExpectedErrors(logging.Filter):
         return not str(args[3]).startswith(_expected_names())
 
 
-def install_quiet_filter() -> None:
-    """Put one :class:`QuietExpectedErrors` on this process's ``distributed.worker`` logger."""
+def install_filter(kind: type[logging.Filter] = QuietExpectedErrors) -> None:
+    """Put one filter of ``kind`` on this process's ``distributed.worker`` logger (never two)."""
     logger = logging.getLogger(WORKER_LOGGER)
-    if not any(isinstance(f, QuietExpectedErrors) for f in logger.filters):
-        logger.addFilter(QuietExpectedErrors())
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
 
 
 class QuietExpectedErrorsPlugin(WorkerPlugin):
@@ -61,7 +61,7 @@ class QuietExpectedErrorsPlugin(WorkerPlugin):
     idempotent = True  # registered again by every pcqr command on a long-lived cluster: kept once
 
     def setup(self, worker: Any) -> None:
-        install_quiet_filter()
+        install_filter(QuietExpectedErrors)
 
 
 class QuietLocalShutdown(logging.Filter):
@@ -85,9 +85,7 @@ class QuietLocalShutdownPlugin(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker: Any) -> None:
-        logger = logging.getLogger(WORKER_LOGGER)
-        if not any(isinstance(f, QuietLocalShutdown) for f in logger.filters):
-            logger.addFilter(QuietLocalShutdown())
+        install_filter(QuietLocalShutdown)
 
 
 def quiet_expected_errors(client: Any, local: bool = False) -> None:
@@ -97,7 +95,7 @@ def quiet_expected_errors(client: Any, local: bool = False) -> None:
     Best effort: a cluster that refuses the plugin (say, workers that cannot import pcqr) runs the
     job as before, and such a worker fails the job's first task with its own error anyway.
     """
-    install_quiet_filter()
+    install_filter(QuietExpectedErrors)
     try:
         client.register_plugin(QuietExpectedErrorsPlugin())
         if local:  # pcqr owns this cluster and closes it: its shutdown's heartbeat failures are not news

@@ -264,9 +264,9 @@ def relabelled_resample(sample: tuple[np.ndarray, np.ndarray], hypothesis: Any,
 def sample_positions(part_rows: Sequence[int], total: int, words: KeyedWords) -> list[np.ndarray]:
     """The secret sample S' as local positions in each part: ``total`` of the parts' rows, a uniform
     subset without replacement (step 2), drawn from the session key's stream for that purpose."""
-    chosen = uniform_subset(words, int(sum(part_rows)), total)
-    edges = np.cumsum([0, *part_rows])
-    return [chosen[(chosen >= lo) & (chosen < hi)] - lo for lo, hi in zip(edges[:-1], edges[1:])]
+    chosen = uniform_subset(words, int(sum(part_rows)), total)  # sorted
+    starts = np.cumsum([0, *part_rows[:-1]])
+    return [piece - start for piece, start in zip(np.split(chosen, np.searchsorted(chosen, starts[1:])), starts)]
 
 
 def _enumerate(hypothesis_class: Any, sample: tuple[np.ndarray, np.ndarray]) -> Any:

@@ -57,10 +57,8 @@ class KeyedWords:
         self.private = private
 
     def uniform_words(self, size: int) -> np.ndarray:
-        numbers = -(-size // 4)
-        hi, lo = self._stream.uniforms(self._position, numbers)
-        self._position += numbers
-        return np.stack([hi, lo], axis=1).astype(">u8").view(">u4").astype(np.uint32).reshape(-1)[:size]
+        """``size`` independent uniform 32-bit words (uint32): the halves of :meth:`uniform_64`'s values."""
+        return self.uniform_64(-(-size // 2)).astype(">u8").view(">u4").astype(np.uint32)[:size]
 
     def uniform_64(self, size: int) -> np.ndarray:
         """``size`` independent uniform 64-bit integers (uint64)."""
