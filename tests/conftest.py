@@ -48,6 +48,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in slow)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker's base folder holds its tests' generated "private" datasets: removed when
+    none of its tests failed, as tmp_path_retention_policy = "failed" (pyproject.toml) does for a run
+    without workers (pytest applies that policy in the controller, which never sees the workers' folders)."""
+    import shutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if hasattr(session.config, "workerinput") and factory is not None and not session.testsfailed:
+        shutil.rmtree(factory.getbasetemp(), ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def suite_tmpdir(tmp_path_factory) -> Iterator[Path]:
     """$TMPDIR of the suite and of every process it starts (CLI runs, dask scheduler and workers):
