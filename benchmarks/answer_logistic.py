@@ -23,7 +23,7 @@ from harness import (
 # eps 100 is a certificate, not meaningful privacy: the work per query is what is measured.
 # The stability gate (Algorithm 5), named: without --gate, a non-default --cutoff makes pcqr choose
 # the public-guess gate, whose student is refitted on the driver during the first 200,000 answers of
-# a session (pcqr.pipeline.session.public_guess) -- measured separately (GUESS_RUN).
+# a session (pcqr.pipeline.gates.public_guess) -- measured separately (GUESS_RUN).
 LOGISTIC = ["--epsilon", "100", "--delta", "1e-6", "--cutoff", "20", "--subsamples", "100",
             "--learner", "sklearn.linear_model.LogisticRegression", "--gate", "stability"]
 #: One more 10^6-query run on a session trained with the same options but no --gate (pcqr's choice).

@@ -36,7 +36,7 @@ def _coordinator_regime(params: Any, ones: Any, k: int, batch_sizes: tuple[int, 
     import numpy as np
 
     from pcqr.pipeline.privacy.noise import SecureNoise
-    from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+    from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 
     total, out = int(ones.size), {}
     for batch in batch_sizes:

@@ -48,7 +48,7 @@ import distributed
 import pcqr.pipeline.session.answering
 import pcqr.pipeline.privacy.noise as noise
 import pcqr.pipeline.session.query_release as qr
-import pcqr.pipeline.session.sparse_vector as sv
+import pcqr.pipeline.gates.sparse_vector as sv
 release = pcqr.pipeline.session.answering.release_answers
 def release_answers(*args, **kwargs):
     inside.append(True)

@@ -15,7 +15,7 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pcqr.pipeline.session.evaluation import max_threshold_error
+    from pcqr.pipeline.report.evaluation import max_threshold_error
     from pcqr.pipeline.mechanisms.pap import public_key
 
     n_pub, n = (1000, 10**5) if quick else (4000, 10**6)
@@ -24,7 +24,7 @@ def bench_pap_thresholds(quick: bool) -> dict[str, Any]:
         "how": "public x ~ N(0,1); private x ~ N(shift, 1); pcqr release --hypothesis threshold --epsilon 1 "
         "--delta 1e-6 --alpha A --beta 0.05 on the local 2-worker cluster; max_error = sup over all "
         "thresholds t and both directions of |answer(projection of h_t) - fraction of private rows h_t "
-        "labels 1| (exact, pcqr.pipeline.session.evaluation.max_threshold_error); public_only_error = the same for the "
+        "labels 1| (exact, pcqr.pipeline.report.evaluation.max_threshold_error); public_only_error = the same for the "
         "answers the public data alone gives (PMW's uniform start on X_tilde)",
         "settings": {},
     }

@@ -1,7 +1,7 @@
 """``pcqr replay LOG``: verify a public answered-query log and re-serve its answers.
 
 Reads the log only: no private data, no private state, no budget. The log is
-verified first (:func:`pcqr.pipeline.session.replay.verify_log`: contiguous batches, Parquet,
+verified first (:func:`pcqr.pipeline.public_log.replay.verify_log`: contiguous batches, Parquet,
 hash chain, batch numbers, provenance); on any problem the command stops with
 one line naming the log and the first bad batch, and writes nothing. Then
 
@@ -38,11 +38,11 @@ from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.datasets import scan_dataset
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.evaluation import check_one_query_per_id, load_truth, score
+from pcqr.pipeline.report.evaluation import check_one_query_per_id, load_truth, score
 from pcqr.pipeline.session.state import check_private_location, has_session
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
-from pcqr.pipeline.session.log import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
-from pcqr.pipeline.session.replay import LogReport, read_answers, read_queries, status_counts, verify_log
+from pcqr.pipeline.public_log.batches import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
+from pcqr.pipeline.public_log.replay import LogReport, read_answers, read_queries, status_counts, verify_log
 from pcqr.pipeline.data.parquet_opener import metadata_of, read_parquet
 
 REPLAY_KEY = b"pcqr.replay"

@@ -2,7 +2,7 @@
 
 Reads the public log (and a truth file, and the state's summary, only when given); writes one
 self-contained HTML page and the PNG figures beside it. The work is the library's
-(pcqr.pipeline.session.report for the data, pcqr.pipeline.session.render for the drawing).
+(pcqr.pipeline.report.contents for the data, pcqr.pipeline.report.render for the drawing).
 """
 from __future__ import annotations
 
@@ -31,14 +31,15 @@ def command(log_dir: str, state: str | None, truth: str | None, out: str, as_jso
     (answered by source, abstained, refused), the gate's figure, the answer rate (and with --truth
     accuracy, per bin and by source) and the labels released. Matplotlib is needed: pip install
     'pcqr[report]'."""
-    from pcqr.pipeline.session.render import pyplot, write_report
-    from pcqr.pipeline.session.report import session_report
+    from pcqr.pipeline.report.render import pyplot, write_report
+    from pcqr.pipeline.report.contents import session_report
+    from pcqr.pipeline.session.planning import read_state_summary
 
     if not out.lower().endswith((".html", ".htm")):
         raise PcqrError(f"--out {out}: give an .html file name")
     check_writable_file(out, "--out")
     pyplot()  # refuse before reading anything when matplotlib is missing
-    report = session_report(log_dir, state=state, truth=truth)
+    report = session_report(log_dir, state=read_state_summary(state) if state is not None else None, truth=truth)
     written = write_report(report, out)
     emit_summary({"report": out, "figures": written[1:], "files_read": report.files_read,
                   "queries": report.total_queries, "budget_used": report.budget_used,

@@ -10,11 +10,11 @@ names (issue 10, Deliver 9; documented in docs/privacy.md, "Audit surface"):
   'tight', unless ``profile='paper'``; a setting pcqr would refuse is refused).
 * :func:`run_sparse_vector` -- the sparse-vector coordinator (A_SubSamp with A_stab) on given
   vote counts, in many independent sessions, each with fresh secure noise
-  (:meth:`pcqr.pipeline.session.sparse_vector.SparseVector.create` and ``.process``).
+  (:meth:`pcqr.pipeline.gates.sparse_vector.SparseVector.create` and ``.process``).
 * :func:`run_guess_gate` -- the public-guess gate (``--gate guess``) on given vote counts and
   fixed public guesses, likewise (``.process_guess``): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
 * :func:`run_gnmax` -- the Gaussian noisy argmax (``--gate gnmax``) on given vote counts, likewise
-  (:class:`pcqr.pipeline.session.noisy_argmax.NoisyArgmax`): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
+  (:class:`pcqr.pipeline.gates.noisy_argmax.NoisyArgmax`): codes ANSWERED_0 / ANSWERED_1 / REFUSED.
 * :func:`exponential_selection` -- independent draws of the exponential mechanism
   (:mod:`pcqr.pipeline.mechanisms.exponential`: the histogram, the level-then-rank draw and the
   pick, as A_Relabel and A_SSPP run them) on given scores.
@@ -58,9 +58,9 @@ from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogr
 from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.privacy.noise import NoiseSource, SecureNoise
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.sparse_vector import ABSTAINED as _ABSTAINED
-from pcqr.pipeline.session.sparse_vector import ANSWERED as _ANSWERED
-from pcqr.pipeline.session.sparse_vector import SparseVector
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED as _ABSTAINED
+from pcqr.pipeline.gates.sparse_vector import ANSWERED as _ANSWERED
+from pcqr.pipeline.gates.sparse_vector import SparseVector
 
 ANSWERED_0, ANSWERED_1, ABSTAINED, REFUSED = 0, 1, 2, 3
 CODE_NAMES = ("answered 0", "answered 1", "abstained", "refused")
@@ -176,7 +176,7 @@ def run_gnmax(
     np.ndarray of int8, shape (sessions, q)
         ANSWERED_0 / ANSWERED_1 (the noisy majority) or REFUSED (after m answers). Never abstains.
     """
-    from pcqr.pipeline.session.noisy_argmax import NoisyArgmax
+    from pcqr.pipeline.gates.noisy_argmax import NoisyArgmax
 
     votes = _vote_counts(ones, subsamples)
     if params.gate != "gnmax":

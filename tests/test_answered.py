@@ -1,10 +1,10 @@
-"""The answered-queries index (pcqr.pipeline.session.answered.AnsweredIndex) against a dict: every
+"""The answered-queries index (pcqr.pipeline.public_log.answered.AnsweredIndex) against a dict: every
 answered key found with its first label, nothing else found, 8 bytes per entry."""
 from __future__ import annotations
 
 import numpy as np
 
-from pcqr.pipeline.session.answered import AnsweredIndex
+from pcqr.pipeline.public_log.answered import AnsweredIndex
 
 
 def test_index_agrees_with_a_dict_over_many_merges() -> None:

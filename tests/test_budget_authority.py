@@ -34,8 +34,8 @@ import pcqr.pipeline.session.answering
 import pcqr.pipeline.session.query_release
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import PREV_HASH_KEY, PROVENANCE_KEY, append_batch, batch_files, encode_batch, sha256
-from pcqr.pipeline.session.replay import verify_log
+from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, PROVENANCE_KEY, append_batch, batch_files, encode_batch, sha256
+from pcqr.pipeline.public_log.replay import verify_log
 from tests.conftest import write_parquet, write_session_data
 
 ROOT = Path(__file__).resolve().parents[1]

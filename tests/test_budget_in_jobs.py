@@ -18,7 +18,7 @@ import pytest
 
 import pcqr.pipeline.models.subsample
 from pcqr.jobs.cli import main
-from pcqr.pipeline.session.answered import AnsweredIndex, row_keys
+from pcqr.pipeline.public_log.answered import AnsweredIndex, row_keys
 from pcqr.pipeline.budget.fingerprint import dataset_identity
 from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.data.datasets import open_dataset

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcqr.jobs.cli import main
-from pcqr.pipeline.session.log import PROVENANCE_KEY
+from pcqr.pipeline.public_log.batches import PROVENANCE_KEY
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from tests.conftest import MECHANICS, MECHANICS_PRIVACY, threshold_data, write_parquet
 

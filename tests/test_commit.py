@@ -10,7 +10,7 @@ import pytest
 
 from pcqr.pipeline.data import atomic
 from pcqr.pipeline.session.commit import pending_path, publish, recover, stage
-from pcqr.pipeline.session.log import batch_path, sha256
+from pcqr.pipeline.public_log.batches import batch_path, sha256
 
 DATA = b"PAR1 the batch's bytes PAR1"
 

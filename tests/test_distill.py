@@ -24,9 +24,9 @@ from pcqr.pipeline.models.learners import ConstantModel, StumpLearner, Threshold
 from pcqr.pipeline.models.portable import portable
 from pcqr.pipeline.models.released import load_model, model_record, write_model
 from pcqr.pipeline.session.distillation import teacher_answers
-from pcqr.pipeline.session.log import SOURCE_NAMES, append_batch, batch_table, encode_batch, sha256
-from pcqr.pipeline.session.replay import verify_log
-from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED
+from pcqr.pipeline.public_log.batches import SOURCE_NAMES, append_batch, batch_table, encode_batch, sha256
+from pcqr.pipeline.public_log.replay import verify_log
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED
 from tests.conftest import answer_two_ways, write_session_data
 
 LEARNERS = [

@@ -1,5 +1,5 @@
 """pcqr.PrivateClassifier: scikit-learn's estimator checks (those that apply; the others listed with
-their reasons in pcqr.pipeline.session.estimator.EXPECTED_FAILED_CHECKS), and its behaviour on data
+their reasons in pcqr.pipeline.estimator.classifier.EXPECTED_FAILED_CHECKS), and its behaviour on data
 large enough for a certifiable session to answer."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sklearn.base import clone
 from sklearn.utils.estimator_checks import check_estimator
 
 import pcqr
-from pcqr.pipeline.session.estimator import EXPECTED_FAILED_CHECKS, RANDOM, expected_failed_checks
+from pcqr.pipeline.estimator.classifier import EXPECTED_FAILED_CHECKS, RANDOM, expected_failed_checks
 from tests.conftest import MECHANICS
 
 SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private

@@ -19,7 +19,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity, feature_hashes, fingerprint_dataset, row_hashes
 from pcqr.pipeline.budget.charging import charge_private_use
 from pcqr.pipeline.budget.ledger import Ledger
-from pcqr.pipeline.session.log import PROVENANCE_KEY
+from pcqr.pipeline.public_log.batches import PROVENANCE_KEY
 from pcqr.pipeline.budget.overlap import legacy_identity
 from pcqr.pipeline.budget.siphash import siphash128
 from pcqr.pipeline.budget.sketch import OVERLAP_FRACTION, Sketch, containment

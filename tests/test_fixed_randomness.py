@@ -30,7 +30,7 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
 from pcqr.pipeline.session.state import SESSION_FILE, THRESHOLDS_FILE, SessionState, load_session, save_session
 from tests.conftest import write_thread_cluster
 from tests.fault_injection import PreloadedCli, cli_env, pcqr_command, sigkill_at_a_random_moment
@@ -109,7 +109,7 @@ def _transcript(params: SubSampParameters, ones: np.ndarray, sizes: list[int]) -
 
 
 def test_one_transcript_whatever_the_batching_and_the_path(monkeypatch) -> None:
-    import pcqr.pipeline.session.sparse_vector as sv_module
+    import pcqr.pipeline.gates.sparse_vector as sv_module
 
     params, ones = _moderate()
     whole = _transcript(params, ones, [ones.size])

@@ -13,9 +13,9 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.gnmax import count_sigma, gnmax_guarantee
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, SeededNoise
 from pcqr.pipeline.privacy.subsamp import GNMAX_AGREEMENT, GNMAX_CORRECT, GUESS_COMPOSITION_SHARE, SubSampParameters
-from pcqr.pipeline.session.noisy_argmax import NoisyArgmax, coordinator, new_coordinator
-from pcqr.pipeline.session.replay import verify_log
-from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector
+from pcqr.pipeline.gates.noisy_argmax import NoisyArgmax, coordinator, new_coordinator
+from pcqr.pipeline.public_log.replay import verify_log
+from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector
 from tests.conftest import P_FAIL, answer_two_ways, write_session_data
 
 

@@ -23,7 +23,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("pcqr.pipeline.hypotheses",),                       # hypothesis classes and their dichotomies
     ("pcqr.pipeline.models",),                           # learners, the k subsample models, votes
     ("pcqr.pipeline.mechanisms",),                       # exponential, relabel, universal, PAP, PMW
-    ("pcqr.pipeline.session",),                          # state, log, commit, sparse vector, release
+    ("pcqr.pipeline.public_log",),                       # the answered-query log, its repeats index, replay
+    ("pcqr.pipeline.gates",),                            # stability (sparse vector), guess, gnmax
+    ("pcqr.pipeline.report",),                           # the session report from the public log; accuracy
+    ("pcqr.pipeline.session",),                          # state, lock, ledger book, answer loop, commit
+    ("pcqr.pipeline.estimator",),                        # PrivateClassifier, model selection
     ("pcqr.pipeline.audit",),                            # the documented audit surface
     ("pcqr",),                                           # the face: pcqr.Session, pcqr.PrivateClassifier
     ("pcqr.jobs",),                                      # the commands

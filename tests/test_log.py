@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcqr.pipeline.data import atomic
-from pcqr.pipeline.session.log import (
+from pcqr.pipeline.public_log.batches import (
     PREV_HASH_KEY,
     PROVENANCE_KEY,
     append_batch,
@@ -19,7 +19,7 @@ from pcqr.pipeline.session.log import (
     encode_batch,
     sha256,
 )
-from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED
 
 
 def _batch(batch: int, fallback: int | None = None) -> pa.Table:

@@ -20,7 +20,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 
 import pcqr
 from pcqr.pipeline.budget.ledger import Ledger
-from pcqr.pipeline.session.estimator import PRIVATE_FILE
+from pcqr.pipeline.estimator.classifier import PRIVATE_FILE
 from tests.conftest import MECHANICS
 
 SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private
@@ -171,7 +171,7 @@ def test_too_few_rows_for_the_default_k_train_one_row_a_model_and_say_so(thread_
 
 
 def test_learner_auto_is_a_tree_as_deep_as_the_rows_a_model_get(thread_cluster_yaml) -> None:
-    from pcqr.pipeline.session.estimator import auto_learner
+    from pcqr.pipeline.estimator.classifier import auto_learner
 
     assert [auto_learner(r)[1]["max_depth"] for r in (1, 22, 23, 91, 181, 182, 10**6)] == [1, 1, 2, 4, 4, 5, 6]
     X, y = _data(4000, 11)

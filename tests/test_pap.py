@@ -16,7 +16,7 @@ from scipy import stats
 
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.evaluation import max_threshold_error
+from pcqr.pipeline.report.evaluation import max_threshold_error
 from pcqr.pipeline.hypotheses import make_class
 from pcqr.pipeline.hypotheses.representatives import representative_domain
 from pcqr.pipeline.mechanisms.pap import public_key, release_queries

@@ -15,9 +15,9 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
 from pcqr.pipeline.privacy.subsamp import GUESS_DISAGREEMENT, SubSampParameters
-from pcqr.pipeline.session.public_guess import YOUNG, GuessSpec, Student, refit_points
-from pcqr.pipeline.session.replay import verify_log
-from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
+from pcqr.pipeline.gates.public_guess import YOUNG, GuessSpec, Student, refit_points
+from pcqr.pipeline.public_log.replay import verify_log
+from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
 from tests.conftest import P_FAIL, answer_two_ways, threshold_data, write_session_data
 
 

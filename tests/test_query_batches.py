@@ -15,7 +15,7 @@ import pytest
 from pcqr.pipeline.data.datasets import Part, open_dataset, read_chunks
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes
-from pcqr.pipeline.session.answered import row_keys
+from pcqr.pipeline.public_log.answered import row_keys
 from pcqr.pipeline.session.query_batches import check_same_rows, query_chunks, read_ahead, table_keys, vote_batch
 
 FEATURES = ["x0", "x1", "x2"]

@@ -17,8 +17,8 @@ import pytest
 from pcqr.jobs.cli import main
 from pcqr.jobs.replay import command
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import PROVENANCE_KEY, batch_files, batch_path, sha256
-from pcqr.pipeline.session.replay import ANSWER_COLUMNS, verify_log
+from pcqr.pipeline.public_log.batches import PROVENANCE_KEY, batch_files, batch_path, sha256
+from pcqr.pipeline.public_log.replay import ANSWER_COLUMNS, verify_log
 from tests.conftest import MECHANICS, STABILITY, privacy_options
 
 BATCHES, QUERIES = 6, 3000
@@ -80,7 +80,7 @@ def copy_log(logged: dict, tmp_path) -> str:
 
 
 def log_columns(log: str) -> pa.Table:
-    """The log's answer columns read straight from its files, independently of pcqr.pipeline.session.replay."""
+    """The log's answer columns read straight from its files, independently of pcqr.pipeline.public_log.replay."""
     return pa.concat_tables([pq.read_table(path, columns=list(ANSWER_COLUMNS)).replace_schema_metadata(None)
                              for _, path in batch_files(log)])
 
@@ -306,7 +306,7 @@ def test_truth_joins_by_id_only_where_an_id_names_one_query(tmp_path) -> None:
     """A query asked again (same id, same features) is scored by its id; an id naming two different
     queries (two runs numbered alike) makes --truth refuse the log instead of scoring one query's
     answer against the other's label."""
-    from pcqr.pipeline.session.evaluation import check_one_query_per_id
+    from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
     provenance = {"features": ["x0", "x1"]}
     first = {"query_id": np.arange(4), "x0": np.arange(4.0), "x1": np.zeros(4)}

@@ -12,15 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcqr.jobs.cli import main
-from pcqr.pipeline.session.replay import read_answers
-from pcqr.pipeline.session.report import VOTE_MARGINS_NOTE, session_report, stream_edges
+from pcqr.pipeline.public_log.replay import read_answers
+from pcqr.pipeline.report.contents import VOTE_MARGINS_NOTE, session_report, stream_edges
 from tests.conftest import DENSE_BOTTOMS_PRIVACY, threshold_data, write_parquet, write_session_data
 
 pytest.importorskip("matplotlib")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pcqr.pipeline.session.axes import DATA  # noqa: E402
-from pcqr.pipeline.session.render import draw  # noqa: E402
+from pcqr.pipeline.report.axes import DATA  # noqa: E402
+from pcqr.pipeline.report.render import draw  # noqa: E402
 
 
 CLUSTER = "pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n    threads-per-worker: 2\n    processes: false\n"

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pcqr
-from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.public_log.batches import batch_files
 from tests.conftest import MECHANICS, threshold_data, write_session_data
 
 SEED = {"seed": 7, "insecure_seed": True}  # tests only: reproducible, marked NOT private

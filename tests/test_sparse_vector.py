@@ -11,7 +11,7 @@ from scipy import stats
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector, SparseVectorState
 from tests.conftest import P_FAIL
 
 
@@ -156,7 +156,7 @@ def test_each_query_is_an_exact_tail_draw_when_bottoms_are_dense(path, monkeypat
     """With every threshold pinned at 0, each query is answered independently with probability
     P(Z1 >= floor(2w) + 1 - gap), its U_i from the keyed stream; both code paths must give
     exactly that (binomial, 1e-6)."""
-    import pcqr.pipeline.session.sparse_vector as sv_module
+    import pcqr.pipeline.gates.sparse_vector as sv_module
 
     if path == "vectorised":
         monkeypatch.setattr(sv_module, "_DENSE", 0)

@@ -159,7 +159,7 @@ def test_observed_tie_answers_match_p1_and_stay_within_the_certified_term() -> N
 def test_a_state_edited_to_an_uncertifiable_threshold_is_refused(tmp_path) -> None:
     import json
 
-    from pcqr.pipeline.session.sparse_vector import SparseVector
+    from pcqr.pipeline.gates.sparse_vector import SparseVector
     from pcqr.pipeline.privacy.noise import SeededNoise
     from pcqr.pipeline.session.state import SESSION_FILE, SessionState, load_session, save_session
 

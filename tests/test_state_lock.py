@@ -30,7 +30,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity
 from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.data.datasets import open_dataset
-from pcqr.pipeline.session.replay import verify_log
+from pcqr.pipeline.public_log.replay import verify_log
 from pcqr.pipeline.session.state_lock import LOCK_FILE, lock_state
 from tests.conftest import MECHANICS_PRIVACY, write_session_data
 

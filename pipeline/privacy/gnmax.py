@@ -2,7 +2,7 @@
 
 PATE's GNMax (Papernot et al. 2018; ALGORITHMS.md section 10) over two labels releases, per query,
 the argmax of (v0 + N(0, s^2), v1 + N(0, s^2)); pcqr draws one discrete Gaussian of scale
-``count_sigma(s) = s / sqrt(2)`` on the count v1 instead (pcqr.pipeline.session.noisy_argmax).
+``count_sigma(s) = s / sqrt(2)`` on the count v1 instead (pcqr.pipeline.gates.noisy_argmax).
 
 * Released: one label per answer, at most m answers.
 * Sensitivity: one person is in one of the k disjoint subsamples, so changes one model's vote:

@@ -25,7 +25,7 @@ advance: the uniform number U_i that decides query position i is ChaCha20
 keystream under a secret session key (:func:`session_key`, drawn when the
 session is created), not a fresh draw. Re-running a position -- after a crash,
 a kill, or in another batching -- reproduces the same U_i, so retrying gains
-nothing (issue 10; :mod:`pcqr.pipeline.session.sparse_vector`).
+nothing (issue 10; :mod:`pcqr.pipeline.gates.sparse_vector`).
 """
 from __future__ import annotations
 

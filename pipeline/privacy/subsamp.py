@@ -42,7 +42,7 @@ paper's 152.4.
 
 Two sparse-vector gates (``--gate``; without it pcqr.pipeline.privacy.planner.recommend_gate picks one of
 the three from public parameters). ``stability``: Algorithm 5's test above. ``guess`` (ALGORITHMS.md
-section 10, pcqr.pipeline.session.public_guess): the same sparse vector with the same noise, run on
+section 10, pcqr.pipeline.gates.public_guess): the same sparse vector with the same noise, run on
 the signed margin ct(g) - ct(1 - g) of the k votes toward a PUBLIC guess g(x); below the noisy
 threshold an instance is spent and 1 - g(x) is released, above it g(x). The released label is a
 function of the sparse vector's output and of public information, so the run's delta has no

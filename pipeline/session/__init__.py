@@ -1,2 +1,1 @@
-"""A session: its coordinator (the sparse vector), state, lock, answer loop, public log, commit
-order, repeats index, replay and evaluation."""
+"""A session: its state, lock, ledger row, answer loop, commit order and training."""

@@ -21,16 +21,16 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
 from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
 from pcqr.pipeline.privacy.noise import noise_source
-from pcqr.pipeline.session.answered import index_from_log
+from pcqr.pipeline.public_log.answered import index_from_log
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.commit import recover
-from pcqr.pipeline.session.evaluation import load_truth
+from pcqr.pipeline.report.evaluation import load_truth
 from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
-from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
                                             session_summary, train_session, trains_by_arrays)
-from pcqr.pipeline.session.noisy_argmax import coordinator
+from pcqr.pipeline.gates.noisy_argmax import coordinator
 from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, validate_queries
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (

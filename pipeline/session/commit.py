@@ -29,7 +29,7 @@ Why each property holds whatever instant the process dies (SIGKILL):
   the ledger's c (step 2) is never behind session.json's or the log's, so a crash at any point
   never leaves the state ahead of the ledger in budget.
 * A crash gives nobody a second draw. The coordinator's randomness was fixed when the session
-  was created (pcqr.pipeline.session.sparse_vector: T thresholds in STATE/thresholds.npy, one per instance, and
+  was created (pcqr.pipeline.gates.sparse_vector: T thresholds in STATE/thresholds.npy, one per instance, and
   a secret key from which query position i's uniform number U_i is derived), so the transcript is
   a deterministic function of (key, thresholds, data, query sequence). A crash before step 2
   discards the whole batch: nothing of it was published, the saved state is the one before the
@@ -46,7 +46,7 @@ Why each property holds whatever instant the process dies (SIGKILL):
   the ledger's position for that batch and recovery publishes it from its pending copy.
 * No half-written Parquet file is ever visible: every write is a rename of a complete, fsynced
   temporary file whose name starts with ``.`` (skipped by Parquet dataset readers and by
-  :func:`pcqr.pipeline.session.log.batch_files`); recovery deletes leftover temporaries.
+  :func:`pcqr.pipeline.public_log.batches.batch_files`); recovery deletes leftover temporaries.
 
 Cost per batch: one ledger transaction and a few directory fsyncs beyond the one durable write
 of the batch bytes: step 4 hard-links the pending file into the log (the same fsynced bytes) and
@@ -61,7 +61,7 @@ import re
 from pcqr.pipeline.data.atomic import fsync_directory, link_atomic, write_atomic
 from pcqr.pipeline.data.parquet_opener import parquet_bytes
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import append_batch, batch_path, sha256
+from pcqr.pipeline.public_log.batches import append_batch, batch_path, sha256
 
 PENDING_DIR = "pending"
 _TEMPORARY = re.compile(r"^\..*\.tmp$")

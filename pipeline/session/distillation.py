@@ -11,7 +11,7 @@ privacy and may answer any number of further queries. pcqr uses it twice:
   ``duplicate`` -- a repeat -- nor ``released_model`` or ``student`` answers), in log order, the
   first STUDENT_ROWS of them. After the halt the teacher releases nothing more, so every run of the
   session -- interrupted, resumed, in any batch size -- fits the same student on the same rows
-  (deterministically: pcqr.pipeline.session.public_guess.fit_student) and gives the same answers.
+  (deterministically: pcqr.pipeline.gates.public_guess.fit_student) and gives the same answers.
 * ``pcqr distill --log LOG``: the same student written as a public model file
   (pcqr.pipeline.models.portable) that ``pcqr predict`` serves.
 
@@ -26,8 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SPARSE_VECTOR, released_rows
-from pcqr.pipeline.session.public_guess import STUDENT_ROWS, fit_student
+from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, GUESS, SPARSE_VECTOR, released_rows
+from pcqr.pipeline.gates.public_guess import STUDENT_ROWS, fit_student
 
 #: The log sources whose answers the teacher (the k models through a gate) released.
 TEACHER_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)
@@ -94,7 +94,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     from pcqr.pipeline.models.learners import LearnerSpec
     from pcqr.pipeline.models.portable import portable
     from pcqr.pipeline.models.released import model_record, write_model
-    from pcqr.pipeline.session.replay import verify_log
+    from pcqr.pipeline.public_log.replay import verify_log
 
     check_writable_file(out, "--out")
     report = verify_log(log_dir)

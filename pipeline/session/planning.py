@@ -24,11 +24,12 @@ from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.privacy.limits import check_training_size
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.report.contents import StateSummary
 from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.options import TrainingOptions
-from pcqr.pipeline.session.public_guess import GuessSpec
+from pcqr.pipeline.gates.public_guess import GuessSpec
 from pcqr.pipeline.session.progress import LOGGING, Reporter
-from pcqr.pipeline.session.noisy_argmax import new_coordinator
+from pcqr.pipeline.gates.noisy_argmax import new_coordinator
 from pcqr.pipeline.session.state import SessionState, has_session
 
 if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
@@ -315,6 +316,17 @@ def session_summary(session: SessionState) -> dict[str, Any]:
             universal=universal.summary(),
         )
     return summary
+
+
+def read_state_summary(state: str) -> StateSummary:
+    """A state's public summary for the session report (its certificate and counts); the state is only read."""
+    from pcqr.pipeline.session.state import SESSION_FILE, load_session
+
+    if not has_session(state):
+        raise PcqrError(f"--state {state}: no session here")
+    session = load_session(state)
+    return StateSummary({**session_summary(session), "budget_used": session.sparse_vector.bottoms,
+                         "totals": dict(session.totals)}, os.path.join(state, SESSION_FILE))
 
 
 def train_new_session(options: TrainingOptions, connect: Connect,

@@ -4,7 +4,7 @@ driver's own read of the same rows for the log.
 A task runs on a Dask worker, on one part of the query dataset (public), with the session's
 ensemble (private: the k models) as an argument, and returns one small array per query (vote
 counts ct(1), or h_priv's labels) and the queries' row keys
-(:func:`pcqr.pipeline.session.answered.column_keys`). The driver reads the part again, in log
+(:func:`pcqr.pipeline.public_log.answered.column_keys`). The driver reads the part again, in log
 batches (:func:`query_chunks`), rather than receiving the rows: the transfer is then 12 bytes a
 query, and the driver's memory is one log batch whatever the files' row-group size. Before a
 batch is released the driver checks the keys of the rows it read against the keys of the rows
@@ -28,7 +28,7 @@ from pcqr.pipeline.data.arrow_types import as_float64
 from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble
-from pcqr.pipeline.session.answered import column_keys
+from pcqr.pipeline.public_log.answered import column_keys
 
 #: What a task's values are: vote counts ct(1), nothing (a halted session refuses), h_priv's labels.
 VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"

@@ -3,8 +3,8 @@
 Algorithm 5, steps 6-11 of papers/001. Query batches are read and voted on by
 Dask tasks, pipelined a few batches ahead; their vote counts come back to the
 driver and pass, strictly in query order, through the one
-:class:`~pcqr.pipeline.session.sparse_vector.SparseVector` coordinator. A query equal to one
-already answered gets the logged answer instead (:mod:`pcqr.pipeline.session.answered`). Each
+:class:`~pcqr.pipeline.gates.sparse_vector.SparseVector` coordinator. A query equal to one
+already answered gets the logged answer instead (:mod:`pcqr.pipeline.public_log.answered`). Each
 batch is committed in the order of :mod:`pcqr.pipeline.session.commit` (pending copy, state,
 public log), so whatever instant the process dies nothing released is ever
 re-answered differently, c never goes backwards and a threshold is never reused.
@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 from distributed import Client, Future
 
-from pcqr.pipeline.session.answered import AnsweredIndex, index_from_log
+from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.evaluation import score
+from pcqr.pipeline.report.evaluation import score
 from pcqr.pipeline.session.inputs import content_identity
-from pcqr.pipeline.session.log import (
+from pcqr.pipeline.public_log.batches import (
     DUPLICATE,
     FLIPPED,
     GNMAX,
@@ -48,8 +48,8 @@ from pcqr.pipeline.session.query_batches import (
     read_ahead, refused_batch, repeated_id, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
-from pcqr.pipeline.session.noisy_argmax import coordinator as session_coordinator
-from pcqr.pipeline.session.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+from pcqr.pipeline.gates.noisy_argmax import coordinator as session_coordinator
+from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
 from pcqr.pipeline.session.state import SessionState, save_session
 from pcqr.pipeline.models.votes import Ensemble
 
@@ -138,7 +138,7 @@ class UniversalSwitch:
 
     def run(self) -> None:
         from pcqr.pipeline.mechanisms.universal import release_classifier
-        from pcqr.pipeline.session.log import public_sample
+        from pcqr.pipeline.public_log.batches import public_sample
 
         session = self.session
         assert session.log_dir is not None and self.private is not None
@@ -190,7 +190,7 @@ class AfterHalt:
     def fit(self, batches: int, X: np.ndarray, y: np.ndarray) -> None:
         """Fit on the first ``batches`` log batches' teacher answers, then (X, y) from the batch in hand."""
         from pcqr.pipeline.session.distillation import TeacherAnswers, fit_on_teacher, teacher_answers
-        from pcqr.pipeline.session.public_guess import STUDENT_ROWS
+        from pcqr.pipeline.gates.public_guess import STUDENT_ROWS
 
         logged = teacher_answers(self.log_dir, self.features, batches)
         room = max(0, STUDENT_ROWS - logged.y.size)
@@ -228,7 +228,7 @@ def release_answers(
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
     keep the session's state. ``index``: the answered queries of the session's verified log
-    (:func:`pcqr.pipeline.session.answered.index_from_log`; built here if not given).
+    (:func:`pcqr.pipeline.public_log.answered.index_from_log`; built here if not given).
     ``after_halt``: the learner ({"name", "params"}) of the student that answers what the halted
     session would refuse (:class:`AfterHalt`); None: refused.
 
@@ -242,7 +242,7 @@ def release_answers(
     coordinator = session_coordinator(session.params, session.sparse_vector)
     student = None
     if session.params.gate == "guess":
-        from pcqr.pipeline.session.public_guess import GuessSpec, Student
+        from pcqr.pipeline.gates.public_guess import GuessSpec, Student
 
         student = Student.from_log(GuessSpec.from_dict(session.guess or {}), log_dir, session.features, session.next_batch,
                                    modules)
@@ -350,7 +350,7 @@ def release_answers(
     def guess_gate(X: np.ndarray, values: np.ndarray, fresh: np.ndarray, status: np.ndarray, label: np.ndarray,
                    source: np.ndarray) -> None:
         """The fresh queries through the guess gate, in chunks that end where the student is refitted
-        (pcqr.pipeline.session.public_guess: a schedule point, or a charged answer while it is young)."""
+        (pcqr.pipeline.gates.public_guess: a schedule point, or a charged answer while it is young)."""
         assert student is not None
         pos = 0
         while pos < fresh.size:

@@ -25,9 +25,9 @@ import pyarrow.parquet as pq
 from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
-from pcqr.pipeline.session.log import batch_files
+from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions, join_features
-from pcqr.pipeline.session.planning import odometer, session_summary, train_new_session
+from pcqr.pipeline.session.planning import odometer, read_state_summary, session_summary, train_new_session
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
@@ -455,15 +455,15 @@ class Session:
         PcqrError
             No answers logged yet, or matplotlib missing (``pip install 'pcqr[report]'``).
         """
-        from pcqr.pipeline.session.render import pyplot, write_report
-        from pcqr.pipeline.session.report import session_report
+        from pcqr.pipeline.report.render import pyplot, write_report
+        from pcqr.pipeline.report.contents import session_report
 
         self._check_open()
         log = load_session(self.state).log_dir
         if log is None:
             raise PcqrError(f"the session in {self.state} has answered nothing yet: no log to report on")
         pyplot()
-        return write_report(session_report(log, state=self.state, truth=truth), out)
+        return write_report(session_report(log, state=read_state_summary(self.state), truth=truth), out)
 
     def summary(self) -> dict[str, Any]:
         """The session's public parameters and certificate, as ``pcqr train --json`` prints them."""

@@ -36,7 +36,7 @@ from pcqr.pipeline.data.user_files import (
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import dump_models, load_models_file
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.sparse_vector import SparseVectorState
+from pcqr.pipeline.gates.sparse_vector import SparseVectorState
 from pcqr.pipeline.models.votes import Ensemble
 
 SESSION_FILE = "session.json"
@@ -78,7 +78,7 @@ class SessionState:
     answered_inputs: list[dict[str, Any]] = field(default_factory=list)  # inputs answered in full (session/inputs.py)
     dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
     private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
-    guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.session.public_guess.GuessSpec)
+    guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.gates.public_guess.GuessSpec)
 
     @property
     def processed(self) -> int:

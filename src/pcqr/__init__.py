@@ -37,21 +37,21 @@ if TYPE_CHECKING:  # what the names below resolve to, for type checkers and read
     from pcqr.pipeline.errors import PcqrError
     from pcqr.pipeline.mechanisms.without_public_data import learn_without_public_data, sanitize
     from pcqr.pipeline.session.distillation import distill
-    from pcqr.pipeline.session.estimator import (PrivacyCostWarning, PrivateClassifier, SmallDataWarning,
+    from pcqr.pipeline.estimator.classifier import (PrivacyCostWarning, PrivateClassifier, SmallDataWarning,
                                                  UnansweredWarning)
-    from pcqr.pipeline.session.model_selection import PrivacyCost, privacy_cost, set_budget
+    from pcqr.pipeline.estimator.model_selection import PrivacyCost, privacy_cost, set_budget
     from pcqr.pipeline.session.progress import Reporter
     from pcqr.pipeline.session.session import Session, SessionStatus
 
 _HOMES = {
     "PcqrError": "pcqr.pipeline.errors",
-    "PrivateClassifier": "pcqr.pipeline.session.estimator",
-    "PrivacyCostWarning": "pcqr.pipeline.session.estimator",
-    "UnansweredWarning": "pcqr.pipeline.session.estimator",
-    "SmallDataWarning": "pcqr.pipeline.session.estimator",
-    "PrivacyCost": "pcqr.pipeline.session.model_selection",
-    "privacy_cost": "pcqr.pipeline.session.model_selection",
-    "set_budget": "pcqr.pipeline.session.model_selection",
+    "PrivateClassifier": "pcqr.pipeline.estimator.classifier",
+    "PrivacyCostWarning": "pcqr.pipeline.estimator.classifier",
+    "UnansweredWarning": "pcqr.pipeline.estimator.classifier",
+    "SmallDataWarning": "pcqr.pipeline.estimator.classifier",
+    "PrivacyCost": "pcqr.pipeline.estimator.model_selection",
+    "privacy_cost": "pcqr.pipeline.estimator.model_selection",
+    "set_budget": "pcqr.pipeline.estimator.model_selection",
     "distill": "pcqr.pipeline.session.distillation",
     "learn_without_public_data": "pcqr.pipeline.mechanisms.without_public_data",
     "sanitize": "pcqr.pipeline.mechanisms.without_public_data",

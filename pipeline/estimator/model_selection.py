@@ -10,7 +10,7 @@ from the search's parameters alone.
 
 The scores a search computes are not private: they are computed from the labels of the held-out
 rows, outside any mechanism. The private way to choose is a choice by public parameters only
-(``learner='auto'``, pcqr.pipeline.session.estimator), whose cost is the one fit's.
+(``learner='auto'``, pcqr.pipeline.estimator.classifier), whose cost is the one fit's.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _fit_cost(estimator: Any) -> tuple[float, float]:
     (bagging, successive halving, ...): refused rather than undercounted."""
     from sklearn.pipeline import Pipeline
 
-    from pcqr.pipeline.session.estimator import PrivateClassifier
+    from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     if isinstance(estimator, PrivateClassifier):
         return float(estimator.epsilon), float(estimator.delta)
@@ -106,7 +106,7 @@ def _fit_cost(estimator: Any) -> tuple[float, float]:
 
 
 def _holds_private(estimator: Any) -> bool:
-    from pcqr.pipeline.session.estimator import PrivateClassifier
+    from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     return isinstance(estimator, PrivateClassifier) or any(
         isinstance(v, PrivateClassifier) for v in getattr(estimator, "get_params", dict)(deep=True).values())
@@ -145,7 +145,7 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     """
     from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_path
     from pcqr.pipeline.budget.overlap import identify
-    from pcqr.pipeline.session.estimator import PrivateClassifier
+    from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     check_budget(epsilon, delta, name)
     table = PrivateClassifier().rows_table(X, y)  # exactly the rows fit writes

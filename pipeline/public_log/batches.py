@@ -7,12 +7,12 @@ abstained / refused), ``source`` (which path produced the answer:
 ``sparse_vector`` -- the k models' vote through the coordinator -- or
 ``released_model`` -- h_priv of the universal mode, see
 :mod:`pcqr.pipeline.mechanisms.universal` -- or ``duplicate`` -- the logged answer of an
-earlier identical query, see :mod:`pcqr.pipeline.session.answered` -- or, under ``--gate guess``,
+earlier identical query, see :mod:`pcqr.pipeline.public_log.answered` -- or, under ``--gate guess``,
 ``guess`` -- the public guess g(x), released at no cost -- or ``flipped`` -- 1 - g(x), released
-after the gate spent one of the T instances, see :mod:`pcqr.pipeline.session.public_guess` -- or
+after the gate spent one of the T instances, see :mod:`pcqr.pipeline.gates.public_guess` -- or
 ``student`` -- after the halt, the student distilled from the log's earlier answers, see
 :mod:`pcqr.pipeline.session.distillation` -- or, under ``--gate gnmax``, ``gnmax`` -- the Gaussian
-noisy majority, one of the m answers, see :mod:`pcqr.pipeline.session.noisy_argmax`) and ``batch``. Its schema metadata carries
+noisy majority, one of the m answers, see :mod:`pcqr.pipeline.gates.noisy_argmax`) and ``batch``. Its schema metadata carries
 
 * ``pcqr.provenance``: JSON with the package version, every parameter,
   epsilon, delta, T, k, w, and whether the noise was seeded ("not private");
@@ -38,14 +38,15 @@ import pyarrow.parquet as pq
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.datasets import feature_matrix
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.sparse_vector import ANSWERED, STATUS_NAMES
 from pcqr.pipeline.data.parquet_opener import read_parquet
 
+ANSWERED, ABSTAINED, REFUSED = 0, 1, 2  # a query's status in the log
+STATUS_NAMES = ("answered", "abstained", "refused")
 PROVENANCE_KEY = b"pcqr.provenance"
 PREV_HASH_KEY = b"pcqr.prev_sha256"
 SPARSE_VECTOR = "sparse_vector"
 RELEASED_MODEL = "released_model"
-DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr.pipeline.session.answered)
+DUPLICATE = "duplicate"  # the logged answer of an earlier identical query (pcqr.pipeline.public_log.answered)
 GUESS = "guess"  # the guess gate released the public guess g(x) (free)
 FLIPPED = "flipped"  # the guess gate spent an instance and released 1 - g(x)
 STUDENT = "student"  # after the halt: the student distilled from the log (post-processing, free)

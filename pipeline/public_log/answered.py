@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import PREV_HASH_KEY, batch_files, batch_path, sha256
+from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, batch_files, batch_path, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, read_parquet, schema_of
 
 _MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)

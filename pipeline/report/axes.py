@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pcqr.pipeline.session.report import SessionReport
+from pcqr.pipeline.report.contents import SessionReport
 
 DATA = "data"
 LEGEND_WIDTH = 36  # characters per legend line

@@ -73,9 +73,7 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, KeyedStream, NoiseSource, below, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-
-ANSWERED, ABSTAINED, REFUSED = 0, 1, 2
-STATUS_NAMES = ("answered", "abstained", "refused")
+from pcqr.pipeline.public_log.batches import ABSTAINED, ANSWERED, REFUSED
 
 _FIRST_STRETCH = 65536
 _MIN_STRETCH = 64
@@ -194,7 +192,7 @@ class SparseVector:
 
     def process_guess(self, ones: np.ndarray, guess: np.ndarray, subsamples: int,
                       stop_at_bottom: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
-        """The public-guess gate (pcqr.pipeline.session.public_guess) on queries in order.
+        """The public-guess gate (pcqr.pipeline.gates.public_guess) on queries in order.
 
         The same test as :meth:`process`, on the signed margin toward the public guess,
         ``margin = ct(g) - ct(1 - g) = 2 ct(g) - k`` in [-k, k] (sensitivity 2, like the gap: one

@@ -17,7 +17,7 @@ bit is post-processing; m answers compose adaptively to m rho -zCDP (Bun-Steinke
 converted to (eps, delta) by :mod:`pcqr.pipeline.privacy.gnmax`. Nothing else is released: not the
 votes, not the noisy count.
 
-Sampling, as the sparse vector's (:mod:`pcqr.pipeline.session.sparse_vector`): the answer is the
+Sampling, as the sparse vector's (:mod:`pcqr.pipeline.gates.sparse_vector`): the answer is the
 bit ``Z >= k//2 + 1 - ct(1)``, i.e. ``U_i < F(a)`` with F the 128-bit tail table of
 :class:`pcqr.pipeline.privacy.noise.DiscreteGaussianTail` (per-bit error <= 3e-39, counted in
 ``delta_sampler``) and U_i the keyed ChaCha20 number of stream position i: the session's secret key
@@ -35,7 +35,7 @@ import numpy as np
 from pcqr.pipeline.privacy.gnmax import count_sigma
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, KeyedStream, NoiseSource, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState, checked_votes
+from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState, checked_votes
 
 
 class NoisyArgmax:

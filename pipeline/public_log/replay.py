@@ -1,6 +1,6 @@
 """Verifying and re-serving a public answered-query log (``pcqr replay``).
 
-Everything here reads the public log only (:mod:`pcqr.pipeline.session.log`): no private
+Everything here reads the public log only (:mod:`pcqr.pipeline.public_log.batches`): no private
 row, no private state, no budget. :func:`verify_log` checks a log directory and
 names the first missing, altered or out-of-order batch; :func:`read_answers`
 gives its logged answers exactly as they were written.
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
+from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, parquet_file, read_parquet
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
@@ -230,7 +230,7 @@ def _inspect(number: int, path: str) -> _Batch:
         batch.fault = f"batch {number} is altered: not a Parquet file (no leading PAR1)"
         return batch
     try:
-        # page CRCs are checked when the writer stored them (pcqr.pipeline.session.log does not yet)
+        # page CRCs are checked when the writer stored them (pcqr.pipeline.public_log.batches does not yet)
         parquet = parquet_file(path, data)
         table = parquet.read()
         table.validate(full=True)  # e.g. invalid UTF-8 in a string column

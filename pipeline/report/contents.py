@@ -27,9 +27,9 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
 from pcqr.pipeline.mechanisms.universal import UniversalParameters
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.session.evaluation import check_one_query_per_id
-from pcqr.pipeline.session.log import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
-from pcqr.pipeline.session.replay import STATUSES, read_answers, verify_log
+from pcqr.pipeline.report.evaluation import check_one_query_per_id
+from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
+from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
 
 CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "cutoff", "queries_max",
                     "subsamples", "threshold", "privacy")
@@ -51,6 +51,14 @@ class Truth:
     correct: np.ndarray
     true_ones: np.ndarray
     by_source: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    """A state's public summary (its certificate and counts) and the file it was read from."""
+
+    summary: dict[str, Any]
+    file: str
 
 
 @dataclass
@@ -182,8 +190,10 @@ def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
     return {key: found[key] for key in CERTIFICATE_KEYS if found.get(key) is not None}
 
 
-def session_report(log_dir: str, state: str | None = None, truth: str | None = None, bins: int = BINS) -> SessionReport:
-    """Read a session's public log (and, if given, its truth file and its state's summary).
+def session_report(log_dir: str, state: StateSummary | None = None, truth: str | None = None,
+                   bins: int = BINS) -> SessionReport:
+    """Read a session's public log (and, if given, its truth file; ``state`` is the state's public summary,
+    read by the caller: pcqr.pipeline.session.planning.read_state_summary).
 
     Raises
     ------
@@ -206,8 +216,8 @@ def session_report(log_dir: str, state: str | None = None, truth: str | None = N
         check_one_query_per_id(log_dir, checked.provenance)
         report.truth = _truth(report, answers, truth)
     if state is not None:
-        report.state_summary = _state_summary(state)
-        report.files_read.append(_state_file(state))
+        report.state_summary = state.summary
+        report.files_read.append(state.file)
     report.notes.append(VOTE_MARGINS_NOTE)
     return report
 
@@ -244,7 +254,7 @@ def _per_bin(mask: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     from pcqr.pipeline.data.datasets import scan_dataset
-    from pcqr.pipeline.session.evaluation import load_truth
+    from pcqr.pipeline.report.evaluation import load_truth
 
     lookup = load_truth(truth)
     expected = lookup(answers.column("query_id").to_numpy())
@@ -260,20 +270,3 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
         by_source={name: (int(np.count_nonzero(evaluated & (source == name))),
                           int(np.count_nonzero(right & (source == name)))) for name in report.sources},
     )
-
-
-def _state_file(state: str) -> str:
-    from pcqr.pipeline.session.state import SESSION_FILE
-
-    return os.path.join(state, SESSION_FILE)
-
-
-def _state_summary(state: str) -> dict[str, Any]:
-    """The state's public summary (its certificate and counts); the state is only read."""
-    from pcqr.pipeline.session.planning import session_summary
-    from pcqr.pipeline.session.state import has_session, load_session
-
-    if not has_session(state):
-        raise PcqrError(f"--state {state}: no session here")
-    session = load_session(state)
-    return {**session_summary(session), "budget_used": session.sparse_vector.bottoms, "totals": dict(session.totals)}

@@ -1,6 +1,6 @@
 """The public guess g(x) of the guess gate (``--gate guess``; ALGORITHMS.md section 10, issue 13).
 
-The guess gate (pcqr.pipeline.session.sparse_vector.SparseVector.process_guess) tests the k votes'
+The guess gate (pcqr.pipeline.gates.sparse_vector.SparseVector.process_guess) tests the k votes'
 margin toward g(x) and releases g(x) (free) or, spending one of the T instances, 1 - g(x). Its
 proof needs only that g is fixed by PUBLIC information before the query is tested: then the
 released label is a function of the sparse vector's output and of public values
@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.log import FLIPPED, GUESS, released_rows
+from pcqr.pipeline.public_log.batches import FLIPPED, GUESS, released_rows
 
 #: The guess kinds of ``--guess`` (or a path to a released model file).
 GUESS_KINDS = ("prior", "student")

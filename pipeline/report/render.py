@@ -10,9 +10,9 @@ from typing import Any
 
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.axes import frame
-from pcqr.pipeline.session.figures import DRAW, caption, figure_names
-from pcqr.pipeline.session.report import SessionReport
+from pcqr.pipeline.report.axes import frame
+from pcqr.pipeline.report.figures import DRAW, caption, figure_names
+from pcqr.pipeline.report.contents import SessionReport
 
 
 def pyplot() -> Any:

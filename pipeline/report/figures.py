@@ -1,5 +1,5 @@
 """The session report's figures, each drawn from a :class:`SessionReport` onto a matplotlib Figure
-with the conventions of :mod:`pcqr.pipeline.session.axes` (the stream's x axis, integer counts,
+with the conventions of :mod:`pcqr.pipeline.report.axes` (the stream's x axis, integer counts,
 legends outside the data, the halt shaded): the budget odometer, what each query got, the gate's
 own figure, the answer rate and accuracy, accuracy by source, the labels released.
 """
@@ -9,11 +9,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from pcqr.pipeline.session.axes import (
+from pcqr.pipeline.report.axes import (
     count, data, integer_axis, legend, log_count_axis, plural, share_range, stream, title,
 )
-from pcqr.pipeline.session.log import DUPLICATE, FLIPPED, GNMAX, GUESS, STUDENT
-from pcqr.pipeline.session.report import SessionReport, share, wilson
+from pcqr.pipeline.public_log.batches import DUPLICATE, FLIPPED, GNMAX, GUESS, STUDENT
+from pcqr.pipeline.report.contents import SessionReport, share, wilson
 
 SOURCE_WORDS = {"sparse_vector": "the gate's majority", "released_model": "h_priv, universal mode",
                 "guess": "the public guess, free", "flipped": "1 - guess, one of T", "gnmax": "the noisy majority, one of m",

@@ -47,8 +47,8 @@ def check_one_query_per_id(log_dir: str, provenance: dict[str, Any] | None) -> N
     names two different queries (their feature vectors differ; a log written before ``pcqr answer``
     refused repeated ids), where the join would score answers against another query's label. The
     same query asked again (same id, same features) joins correctly and is kept."""
-    from pcqr.pipeline.session.answered import column_keys
-    from pcqr.pipeline.session.replay import read_queries
+    from pcqr.pipeline.public_log.answered import column_keys
+    from pcqr.pipeline.public_log.replay import read_queries
 
     features = (provenance or {}).get("features")
     if not isinstance(features, list) or not features:

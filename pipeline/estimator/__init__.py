@@ -1,0 +1,1 @@
+"""pcqr behind scikit-learn: ``PrivateClassifier`` and model selection under a privacy budget."""
