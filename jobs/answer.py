@@ -16,7 +16,7 @@ from pcqr.jobs.common import (
     ledger_option, privacy_options, wait_option,
 )
 from pcqr.pipeline.session.answering import answer_stream
-from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.state_lock import lock_state
 
 

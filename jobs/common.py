@@ -11,7 +11,7 @@ import click
 from pcqr.pipeline.data.atomic import check_writable_directory, check_writable_file  # noqa: F401 (used by jobs)
 from pcqr.pipeline.data.datasets import split_features  # noqa: F401 (used by jobs)
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.progress import NoBar, Reporter
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import click
 from pcqr.jobs.common import (
     CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, privacy_options, wait_option,
 )
-from pcqr.pipeline.session.options import TrainingOptions
+from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.session.planning import train_new_session
 from pcqr.pipeline.session.state_lock import lock_state
 

@@ -265,7 +265,7 @@ def exponential_selection(
     :func:`~pcqr.pipeline.mechanisms.exponential.choose` and
     :func:`~pcqr.pipeline.mechanisms.exponential.pick_in_shard`. Within total variation
     (L + 2) 2^-159 of the exact mechanism, L = (max - min score) / sensitivity
-    (:func:`pcqr.pipeline.mechanisms.exponential.total_variation`).
+    (:func:`pcqr.pipeline.privacy.em_sampler.total_variation`).
 
     Parameters
     ----------

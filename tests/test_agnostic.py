@@ -8,7 +8,8 @@ import pytest
 
 from pcqr.jobs.cli import main
 from pcqr.pipeline.hypotheses import make_class
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
+from pcqr.pipeline.mechanisms.relabel import relabel_and_resample
+from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.noise import session_key
 from pcqr.pipeline.privacy.noise import SeededNoise
 from tests.conftest import write_thread_cluster

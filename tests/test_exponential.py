@@ -10,17 +10,9 @@ from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.exponential import (
-    MAX_CANDIDATES,
-    Choice,
-    check_candidates,
-    choose,
-    exponential_mechanism,
-    histogram,
-    level_weights,
-    pick_in_shard,
-    sampler_delta,
-    total_variation,
+    MAX_CANDIDATES, Choice, check_candidates, choose, exponential_mechanism, histogram, level_weights, pick_in_shard,
 )
+from pcqr.pipeline.privacy.em_sampler import sampler_delta, total_variation
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, uniform_below
 from tests.conftest import P_FAIL
 

@@ -228,8 +228,8 @@ def test_the_gate_is_chosen_from_public_parameters_when_not_given() -> None:
     guess gate for --guess, --threshold or a non-default --cutoff (gnmax has neither), else the rule
     pcqr plan prints (recommend_gate): gnmax when k leaves >= 100 rows per model, else guess."""
     from pcqr.pipeline.privacy.planner import recommend_gate
-    from pcqr.pipeline.session.options import TrainingOptions
-    from pcqr.pipeline.session.planning import choose_gate
+    from pcqr.pipeline.options import TrainingOptions
+    from pcqr.pipeline.privacy.session_plan import choose_gate
 
     def chosen(rows: int, **given) -> str:
         return choose_gate(TrainingOptions(state="s", **given), rows)[0]

@@ -22,7 +22,7 @@ from pcqr.pipeline.hypotheses import check_enumerable, make_class
 from pcqr.pipeline.privacy.limits import (
     MAX_CUTOFF, MAX_DICHOTOMIES, MAX_SUBSAMPLES, MAX_TAIL_ENTRIES, largest_lambda, paper_lambda, tail_entries,
 )
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
+from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail
 from pcqr.pipeline.privacy.tail_window import tail_span
 from pcqr.pipeline.privacy.subsamp import SubSampParameters

@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.exponential import total_variation
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, binomial_upper_tail
+from pcqr.pipeline.privacy.em_sampler import total_variation
+from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters, binomial_upper_tail
 
 
 @pytest.mark.parametrize(

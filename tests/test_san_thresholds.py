@@ -18,7 +18,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.choosing import ChoosingParameters
 from pcqr.pipeline.mechanisms.integer_domain import Domain, ceiling_counts
-from pcqr.pipeline.mechanisms.exponential import sampler_delta
+from pcqr.pipeline.privacy.em_sampler import sampler_delta
 from pcqr.pipeline.mechanisms.rec_concave import RecConcaveParameters, recursion_depth
 from pcqr.pipeline.mechanisms.san_thresholds import (
     GROWTH, Call, RangeCounts, SanThresholdsParameters, call_bound, candidates, log_top, san_thresholds,

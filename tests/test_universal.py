@@ -10,8 +10,9 @@ import pytest
 
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.exponential import total_variation
-from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE, UniversalParameters, public_queries
+from pcqr.pipeline.privacy.em_sampler import total_variation
+from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
+from pcqr.pipeline.privacy.universal_parameters import UniversalParameters, public_queries
 from pcqr.pipeline.models.released import load_model
 from tests.conftest import write_parquet, write_thread_cluster
 

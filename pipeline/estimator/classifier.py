@@ -32,8 +32,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
-from pcqr.pipeline.session.planning import default_subsamples
+from pcqr.pipeline.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.privacy.session_plan import default_subsamples
 from pcqr.pipeline.session.session import Session, SessionStatus
 
 PRIVATE_FILE = "fit-private.parquet"

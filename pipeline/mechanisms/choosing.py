@@ -47,7 +47,8 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON
 from pcqr.pipeline.mechanisms.adist import noise_scale
-from pcqr.pipeline.mechanisms.exponential import choose, histogram, pick_in_shard, sampler_delta
+from pcqr.pipeline.mechanisms.exponential import choose, histogram, pick_in_shard
+from pcqr.pipeline.privacy.em_sampler import sampler_delta
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.stability import laplace_tail
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_fraction, delta_certificate, round_up

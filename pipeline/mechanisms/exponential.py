@@ -23,7 +23,8 @@ tasks carry no randomness, so Dask re-running one changes nothing; all draws
 happen once, in the driver, from the noise source; no score, noisy or not,
 is released.
 
-Sampler error, and its delta (:func:`total_variation`, :func:`sampler_delta`). Step 2
+Sampler error, and its delta (:func:`pcqr.pipeline.privacy.em_sampler.total_variation`,
+:func:`~pcqr.pipeline.privacy.em_sampler.sampler_delta`). Step 2
 is exact up to three approximations; measured in units of the best candidate's weight
 (1, so the whole weight W >= 1), with the scores counted on ``rows`` rows (levels are
 mistake counts 0..rows, so at most ``rows`` levels besides the best):
@@ -63,7 +64,6 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import NoiseSource, uniform_below
-from pcqr.pipeline.privacy.subsamp import round_up
 
 Histogram = Mapping[int, int]
 MAX_CANDIDATES = 1 << 64  # (b) of the module docstring assumes at most this many candidates
@@ -72,20 +72,6 @@ _WEIGHT_BITS = 400
 _POWER_LIMIT = 1 << 32  # q^d by integer power up to here ((c) of the module docstring)
 _DROP_BELOW_LOG2 = -160
 _NEGLIGIBLE_SPAN = 311.0  # (2 / eps) * (160 + 64) ln 2 mistakes, times eps
-
-
-def total_variation(rows: int) -> float:
-    """TV(rows) = (rows + 2) 2^-159: the sampler's total variation distance from the exact EM
-    when the scores are mistake counts on ``rows`` rows (module docstring, (a)-(c))."""
-    return math.ldexp(max(int(rows), 0) + 2, -159)
-
-
-def sampler_delta(epsilon: float, rows: int) -> float:
-    """delta_EM = (1 + e^epsilon) TV(rows), rounded up: the delta a certificate adds for one run
-    of this sampler inside an ``epsilon``-DP mechanism (capped at 1, where it says nothing)."""
-    if epsilon > 700:  # e^epsilon overflows; (1 + e^700) 2^-159 is far above 1
-        return 1.0
-    return min(1.0, round_up((1 + math.exp(epsilon)) * total_variation(rows)))
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.exponential import round_up
+from pcqr.pipeline.privacy.subsamp import round_up
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, composition_guarantee
 

@@ -47,7 +47,8 @@ from typing import Iterator, Sequence
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import AdistParameters, propose_test_release
-from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, sampler_delta
+from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose
+from pcqr.pipeline.privacy.em_sampler import sampler_delta
 from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, delta_certificate, round_up
@@ -221,7 +222,7 @@ class RecConcaveParameters:
 
     def sampler_rows(self) -> int:
         """A bound on the quality levels besides the best that any one exponential mechanism of the
-        run sees (the sampler's TV(rows), :func:`pcqr.pipeline.mechanisms.exponential.total_variation`):
+        run sees (the sampler's TV(rows), :func:`pcqr.pipeline.privacy.em_sampler.total_variation`):
         the caller's contract is that the top level's Q takes at most rows + 1 distinct values (a
         count of rows does, and so does the rectangle learner's min(C, 2t - C) with C a count), and
         every lower level has at most log2 T' + 1 <= 65 solutions, so at most 64 levels besides the best."""

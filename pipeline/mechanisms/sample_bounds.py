@@ -18,6 +18,7 @@ from pcqr.pipeline.mechanisms.san_points import paper_rows as san_points_paper_r
 from pcqr.pipeline.mechanisms.san_thresholds import SanThresholdsParameters
 from pcqr.pipeline.mechanisms.san_thresholds import paper_rows as san_thresholds_paper_rows
 from pcqr.pipeline.privacy.limits import MAX_COUNT, count_range, show_count
+from pcqr.pipeline.privacy.plan_tables import PlanOutput, blocks_lines, show
 from pcqr.pipeline.privacy.planner import fig
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
@@ -126,3 +127,22 @@ def san_thresholds_figures(epsilon: float, delta: float, alpha: float, beta: flo
         "paper_rows": fig(show_count(san_thresholds_paper_rows(epsilon, delta, alpha, beta, domain)), "exact",
                           "002 Claims 4.10-4.11, as stated (log* d of the domain's bits, log base 2)"),
     }
+
+
+def without_public_data_plan(vc: int | None, hypothesis: str | None, alpha: float | None, beta: float,
+                         epsilon: float | None, delta: float, queries_max: int | None, rows_per_model: int | None,
+                         private_rows: int | None, growth: int, dimensions: int | None,
+                         domain: str | None) -> PlanOutput:
+    """``plan --without-public-data``: the POINT_d learner, the choosing mechanism, SanPoints,
+    SanThresholds and LearnThresholds (pcqr.pipeline.mechanisms.sample_bounds)."""
+    if epsilon is None or alpha is None:
+        raise PcqrError(f"{'--epsilon' if epsilon is None else '--alpha'} is required with --without-public-data")
+    others: tuple[tuple[str, Any], ...] = (("--private-rows", private_rows), ("--rows-per-model", rows_per_model),
+                                           ("--vc", vc), ("--hypothesis", hypothesis), ("--queries-max", queries_max))
+    for other, set_to in others:
+        if set_to is not None:
+            raise PcqrError(f"{other} does not apply to --without-public-data")
+    summary = without_public_data(epsilon, delta, alpha, beta, growth, domain or "0:4294967295",
+                             2 if dimensions is None else dimensions)
+    return PlanOutput(summary, blocks_lines(summary, f"pcqr plan, no public data: alpha={show(alpha)} beta={show(beta)} "
+                                                     f"epsilon={show(epsilon)} delta={show(delta)} k={growth}"))

@@ -10,8 +10,8 @@ Algorithm 7 of papers/001; ALGORITHMS.md section 6).
 Guarantee: (eps, delta_EM)-DP with respect to S. Lemma 3.2 of 004: the candidate set does
 not depend on S, and the exact EM is pure eps-DP. Our sampler is within total variation
 TV(n) of the exact EM (n private rows scored,
-:func:`pcqr.pipeline.mechanisms.exponential.total_variation`), so the run is (eps, delta_EM) with
-delta_EM = (1 + e^eps) TV(n) (:func:`pcqr.pipeline.mechanisms.exponential.sampler_delta`, about
+:func:`pcqr.pipeline.privacy.em_sampler.total_variation`), so the run is (eps, delta_EM) with
+delta_EM = (1 + e^eps) TV(n) (:func:`pcqr.pipeline.privacy.em_sampler.sampler_delta`, about
 1e-42 at eps = 1, n = 10^6): reported as ``delta_sampler`` and ``proven_delta``
 (:func:`certificate`), charged to the ledger and written into the released model's record.
 h_priv is released: it is the output.
@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pcqr.pipeline.mechanisms.exponential import sampler_delta, select_hypothesis
+from pcqr.pipeline.mechanisms.exponential import select_hypothesis
+from pcqr.pipeline.privacy.em_sampler import sampler_delta
 
 
 def cover_radius(public_points: int, vc: int, beta: float) -> float:

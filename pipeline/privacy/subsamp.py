@@ -73,7 +73,7 @@ import functools
 import math
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import (
@@ -90,8 +90,6 @@ TAIL_SAMPLER_ERROR = 3e-39
 _ROUND_UP = 1 + 2.0**-40  # covers the float rounding of a few operations (2^-53 each)
 #: The profiles: how lambda, k and w are computed and the composition is certified.
 PROFILES = ("tight", "paper")
-#: The gates: what the sparse vector tests (module docstring).
-GATES = ("stability", "guess", "gnmax")
 #: How each sparse-vector instance's eps0 is split between its threshold noise and its query noise,
 #: as the ratio eps2 / eps1 (module docstring): ``equal`` is Algorithm 5's (Lap(lambda) and
 #: Lap(2 lambda) in distance units), ``lyu_su_li`` the accuracy-optimal 1 : (2c)^(2/3) of Lyu, Su and
@@ -262,13 +260,15 @@ class SubSampParameters:
                subsamples: int | None = None, threshold: float | None = None,
                gate: str = "stability") -> SubSampParameters:
         """A session's parameters under ``profile`` (``--profile``: ``tight`` or ``paper``) for ``gate``
-        (``--gate``: ``stability`` or ``guess``)."""
-        if gate == "guess":
-            return cls.guess(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
-        if gate == "gnmax":
-            return cls.gnmax(profile, epsilon, delta, queries_max, beta, subsamples, threshold)
-        if gate != "stability":
+        (``--gate``: one of GATES, each with its constructor in :data:`GATE_PARAMETERS`)."""
+        if gate not in GATE_PARAMETERS:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {gate!r}")
+        return GATE_PARAMETERS[gate](profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+
+    @classmethod
+    def stability(cls, profile: str, epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
+                  subsamples: int | None = None, threshold: float | None = None) -> SubSampParameters:
+        """Algorithm 5's stability gate under ``profile``: :meth:`paper` or :meth:`tight`."""
         if profile == "paper":
             return cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
         if profile == "tight":
@@ -369,6 +369,7 @@ class SubSampParameters:
         profile: str,
         epsilon: float,
         delta: float,
+        cutoff: int,
         queries_max: int,
         beta: float,
         subsamples: int | None = None,
@@ -376,7 +377,8 @@ class SubSampParameters:
     ) -> SubSampParameters:
         """The Gaussian noisy argmax's parameters (module docstring): sigma the smallest that the tight
         RDP conversion certifies for m answers at GUESS_COMPOSITION_SHARE of delta (the rest covers the
-        sampler), k the smallest useful one unless given. No threshold: refused if given."""
+        sampler), k the smallest useful one unless given. No threshold: refused if given. ``cutoff`` is not
+        used: gnmax's T is m (pcqr.pipeline.privacy.session_plan refuses a --cutoff other than m)."""
         if profile != "tight":
             raise PcqrError(f"--profile {profile}: --gate gnmax is certified by Renyi DP only (--profile tight); "
                             "--profile paper reproduces Algorithm 5's stability gate")
@@ -681,3 +683,16 @@ def _tight_lambda(epsilon: float, delta: float, cutoff: int, split: str = "equal
     while optimal_delta(instance_epsilon(lam, split), cutoff, epsilon) > delta:
         lam = math.nextafter(lam, math.inf)
     return lam
+
+
+
+#: The gates' parameter constructors (``--gate``): (profile, eps, delta, T, m, beta, k or None, w or
+#: None) to the gate's certified parameters. A new gate is one entry here and one module in
+#: pcqr.pipeline.gates.
+GATE_PARAMETERS: dict[str, Callable[..., SubSampParameters]] = {
+    "stability": SubSampParameters.stability,
+    "guess": SubSampParameters.guess,
+    "gnmax": SubSampParameters.gnmax,
+}
+#: The gates: what the coordinator tests (module docstring).
+GATES = tuple(GATE_PARAMETERS)

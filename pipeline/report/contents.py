@@ -17,19 +17,16 @@ vote-margin histogram; the released labels over the stream are shown instead.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters
-from pcqr.pipeline.mechanisms.universal import UniversalParameters
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.report.evaluation import check_one_query_per_id
+from pcqr.pipeline.privacy.session_plan import SessionPlan
 from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
 from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
+from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
 CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "cutoff", "queries_max",
                     "subsamples", "threshold", "privacy")
@@ -177,13 +174,8 @@ def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
     """The session's certificate from the log's provenance: public parameters only (the same
     accountant as the summaries, recomputed; nothing private is needed)."""
     try:
-        if provenance.get("universal_parameters"):
-            parameters: Any = UniversalParameters.from_dict(provenance["universal_parameters"])
-        elif provenance.get("agnostic_parameters"):
-            parameters = AgnosticParameters.from_dict(provenance["agnostic_parameters"])
-        else:
-            parameters = SubSampParameters.from_dict(provenance["parameters"])
-        proven = parameters.certificate()
+        proven = SessionPlan.from_records(provenance.get("parameters"), provenance.get("agnostic_parameters"),
+                                          provenance.get("universal_parameters")).certificate()
     except (KeyError, TypeError, ValueError) as exc:
         raise PcqrError(f"the log's provenance does not describe a pcqr session's parameters ({exc})") from None
     found = {"queries_max": (provenance.get("parameters") or {}).get("queries_max"), **provenance, **proven}

@@ -27,7 +27,7 @@ from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.report.evaluation import load_truth
 from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.public_log.batches import batch_files
-from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions
+from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
                                             session_summary, train_session, trains_by_arrays)
 from pcqr.pipeline.gates.noisy_argmax import coordinator

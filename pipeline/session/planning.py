@@ -1,7 +1,9 @@
 """Planning a new session: every parameter checked against the certificate before any row is read,
 then the ledger charge, then the k models trained (A_SubSamp steps 1-5; A_AgPrivCl's relabelling).
 
-``plan_training`` reads only the private dataset's metadata; ``session_charge`` charges the whole
+``plan_training`` reads only the private dataset's metadata: the session's privacy parameters come
+from :func:`pcqr.pipeline.privacy.session_plan.plan_session` (one function per mode), the learner and
+the work bounds are checked here; ``session_charge`` charges the whole
 (eps, delta) before the first private row is read; ``train_session`` trains on the cluster and
 draws the coordinator's key and T thresholds. ``session_summary`` is the public certificate every
 summary reports. The command line (pcqr.jobs.train, pcqr.jobs.answer) and pcqr.Session call these.
@@ -16,44 +18,58 @@ from typing import TYPE_CHECKING, Any, ContextManager
 from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, split_features
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.relabel import AgnosticParameters, relabel_and_resample
-from pcqr.pipeline.mechanisms.universal import UniversalParameters, private_fingerprint
+from pcqr.pipeline.gates.noisy_argmax import new_coordinator
+from pcqr.pipeline.gates.public_guess import GuessSpec
+from pcqr.pipeline.mechanisms.relabel import relabel_and_resample
+from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
 from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pcqr.pipeline.models.votes import Ensemble
+from pcqr.pipeline.options import TrainingOptions
+from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
+from pcqr.pipeline.privacy.session_plan import SessionPlan, check_mode_options, plan_session
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 from pcqr.pipeline.report.contents import StateSummary
 from pcqr.pipeline.session.book import NewSession, new_session
-from pcqr.pipeline.session.options import TrainingOptions
-from pcqr.pipeline.gates.public_guess import GuessSpec
 from pcqr.pipeline.session.progress import LOGGING, Reporter
-from pcqr.pipeline.gates.noisy_argmax import new_coordinator
 from pcqr.pipeline.session.state import SessionState, has_session
 
 if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
     from pcqr.pipeline.models.learners import LearnerSpec
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingPlan:
-    """Everything checked before any private row is read."""
+    """Everything checked before any private row is read: the session's privacy plan, and the work
+    that trains its models (the private dataset's metadata, the learner, the noise source)."""
 
-    params: SubSampParameters
+    privacy: SessionPlan
     learner: LearnerSpec
     private: Dataset
     noise: NoiseSource
     seed: int | None
-    agnostic: AgnosticParameters | None = None
-    hypothesis_class: Any = None
-    universal: UniversalParameters | None = None
+    hypothesis_class: Any = None  # agnostic and universal mode: the class that relabels and learns
     guess: GuessSpec | None = None  # the guess gate's public guess
-    gate_chosen: str | None = None  # why choose_gate chose the gate, when --gate was not given
+
+    @property
+    def params(self) -> SubSampParameters:
+        return self.privacy.params
+
+    @property
+    def agnostic(self) -> AgnosticParameters | None:
+        return self.privacy.agnostic
+
+    @property
+    def universal(self) -> UniversalParameters | None:
+        return self.privacy.universal
 
 
 def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> TrainingPlan:
-    """Validate parameters, learner and the private dataset's metadata; read no row."""
+    """The session's plan (:func:`pcqr.pipeline.privacy.session_plan.plan_session`), its learner and
+    the private dataset's metadata, all checked; no row read."""
     if options.state and has_session(options.state):
         raise PcqrError(f"--state {options.state} already holds a session; use a new directory")
     if options.private is None:
@@ -62,129 +78,60 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     private = open_dataset(
         options.private, "private", label=options.label, features=split_features(options.features)
     )
-    gate = options.gate or ("guess" if options.guess is not None else None)  # --guess names the guess gate
-    if options.guess is not None and gate != "guess":
-        raise PcqrError(f"--guess {options.guess}: only the guess gate uses a guess; add --gate guess")
-    if options.mode in ("agnostic", "universal"):
-        if gate not in (None, "stability"):
-            given = f"--gate {gate}" if options.gate else f"--guess {options.guess}"
-            raise PcqrError(f"{given}: --mode {options.mode} answers through Algorithm 5's stability "
-                            "test only; use --mode realizable (or leave --gate and --guess out)")
-        if options.profile not in (None, "paper"):
-            raise PcqrError(f"--profile {options.profile}: --mode {options.mode} certifies Algorithm 3's chain with "
-                            "Algorithm 5's parameters only; use --profile paper (or leave it out)")
-        return _plan_agnostic(options, private, noise, reporter)
-    gate, why = (gate, None) if gate else choose_gate(options, private.rows)
-    params = realizable_parameters(options, gate, private.rows)
-    if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
-        raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
-                        f"--queries-max answers ({options.queries_max}); leave --cutoff out")
-    check_training_size(params.subsamples, len(private.parts(PART_ROWS)),
+    check_mode_options(options)
+    hypothesis_class = None if options.mode == "realizable" else _hypothesis_class(options, private)
+    plan = plan_session(options, private.rows, hypothesis_class and hypothesis_class.vc_dimension())
+    if hypothesis_class is not None:
+        return _warned(_agnostic_training(plan, private, noise, options.seed, hypothesis_class), reporter)
+    check_training_size(plan.params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
     from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
 
     learner = LearnerSpec(options.learner, parse_learner_params(options.learner_param),
                           learner_modules(options.cluster))
-    guess = None if params.gate != "guess" else GuessSpec.parse(
+    guess = None if plan.params.gate != "guess" else GuessSpec.parse(
         options.guess or "student", learner.name, learner.params, private.features)
-    check_subsamples(private.rows, params.subsamples, learner.min_rows)
-    trial = learner.check(len(private.features), private.rows // params.subsamples)  # not on a worker, uncharged
+    check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)
+    trial = learner.check(len(private.features), private.rows // plan.params.subsamples)  # not on a worker, uncharged
     check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
-    warn_if_useless(params, reporter)
-    return TrainingPlan(params, learner, private, noise, options.seed, guess=guess, gate_chosen=why)
+    return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess), reporter)
 
 
-def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> SubSampParameters:
-    """A realizable session's parameters through ``gate`` on ``rows`` private rows (n is public): the
-    certificate's check of every value, k by the gate's rule unless ``options.subsamples`` is given."""
-    return SubSampParameters.create(
-        options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
-        options.beta, options.subsamples, options.threshold, gate,
-    ).for_rows(rows)
-
-
-def default_subsamples(options: TrainingOptions, rows: int) -> int:
-    """The k a realizable session on ``rows`` private rows gets when ``subsamples`` is not given (the
-    gate as ``plan_training`` chooses it; public parameters and n only, no row read)."""
-    gate = options.gate or ("guess" if options.guess is not None else None)
-    return realizable_parameters(options, gate or choose_gate(options, rows)[0], rows).subsamples
-
-
-def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
-    """The gate of a realizable session when ``--gate`` is not given, from public parameters only
-    (n is public: replace-one neighbours), and why (one clause, for the note).
-
-    ``--profile paper`` is Algorithm 5 exactly: the stability gate (``--guess`` names the guess gate
-    before this is asked). A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
-    those leave the guess gate. Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
-    rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
-    3/4 majority's label survives its noise, else the guess gate."""
-    from pcqr.pipeline.privacy.planner import recommend_gate
-
-    if options.profile == "paper":
-        gate, why = "stability", "--profile paper is Algorithm 5 exactly"
-    elif options.threshold is not None or options.cutoff != TrainingOptions.cutoff:
-        given = "--threshold" if options.threshold is not None else "--cutoff"
-        gate, why = "guess", f"{given} is given and gnmax has none"
-    else:
-        try:
-            gate, why = recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
-                                       options.beta, options.subsamples)
-        except PcqrError as exc:  # gnmax cannot be certified here: the guess gate says why if it cannot either
-            gate, why = "guess", f"gnmax is refused here: {exc}"
-    return gate, why
-
-
-def warn_if_useless(params: SubSampParameters, reporter: Reporter) -> None:
+def _warned(plan: TrainingPlan, reporter: Reporter) -> TrainingPlan:
     """Say so, in one line, when even a unanimous query would mostly abstain (issue 10)."""
-    warning = params.usefulness_warning()
+    warning = plan.privacy.usefulness_warning()
     if warning is not None:
         reporter.note(f"warning: {warning}")
+    return plan
 
 
-def _plan_agnostic(options: TrainingOptions, private: Dataset, noise: NoiseSource, reporter: Reporter) -> TrainingPlan:
-    """A_AgPrivCl: Algorithm 3's parameters; the class relabels and (by ERM) learns.
-    A_UnvPrivCl (universal): the same for the first m' queries at eps / 2 (Algorithm 4)."""
-    from pcqr.pipeline.hypotheses import ThresholdClass, check_enumerable, make_class
+def _hypothesis_class(options: TrainingOptions, private: Dataset) -> Any:
+    """The class agnostic and universal mode relabel with and learn (its VC dimension plans m_o)."""
+    from pcqr.pipeline.hypotheses import make_class
 
-    name, mode = options.hypothesis, options.mode
-    if not name:
-        raise PcqrError(f"--mode {mode} needs --hypothesis CLASS (the class to relabel with and learn)")
-    hypothesis_class = make_class(name, len(private.features))
-    args = (options.epsilon, options.delta, options.alpha, options.beta, options.queries_max, private.rows)
-    universal = None
-    if mode == "universal":
-        universal = UniversalParameters.algorithm4(
-            *args, hypothesis_class.vc_dimension(), options.subsamples, options.threshold
-        )
-        agnostic = universal.agnostic
-    else:
-        agnostic = AgnosticParameters.algorithm3(*args, options.subsamples, options.threshold)
-    k = agnostic.subsamp.subsamples
-    check_training_size(k, 1, "--subsamples" if options.subsamples is not None else "Algorithm 5's")
-    check_enumerable(hypothesis_class, agnostic.sample_rows, "A_Relabel's sample S' of n' = eps n / 56 rows")
-    if universal is not None and universal.switches:
-        check_enumerable(hypothesis_class, universal.public_queries, "A_SSPP's public sample of m_o queries")
-    warn_if_useless(agnostic.subsamp, reporter)
-    if agnostic.sample_rows < k:
-        raise PcqrError(
-            f"agnostic mode trains k = {k} subsamples on n' = eps n / 56 = {agnostic.sample_rows} rows: "
-            f"needs at least {math.ceil(56 * k / options.epsilon)} private rows, the dataset has "
-            f"{private.rows} (or use a smaller --subsamples)"
-        )
-    # B is ERM over the same class; thresholds and stumps use the built-in exact ERM learners
-    # (same class, both directions) so votes are counted by binary search, not model by model.
+    assert options.hypothesis is not None  # check_mode_options
+    return make_class(options.hypothesis, len(private.features))
+
+
+def _agnostic_training(plan: SessionPlan, private: Dataset, noise: NoiseSource, seed: int | None,
+                       hypothesis_class: Any) -> TrainingPlan:
+    """A_AgPrivCl's work: its class enumerable on S' (and on A_SSPP's public sample); B is ERM over
+    the same class: thresholds and stumps use the built-in exact ERM learners (same class, both
+    directions) so votes are counted by binary search, not model by model."""
+    from pcqr.pipeline.hypotheses import ThresholdClass, check_enumerable
     from pcqr.pipeline.models.learners import LearnerSpec
 
-    if name == "stump":
+    assert plan.agnostic is not None
+    check_enumerable(hypothesis_class, plan.agnostic.sample_rows, "A_Relabel's sample S' of n' = eps n / 56 rows")
+    if plan.universal is not None and plan.universal.switches:
+        check_enumerable(hypothesis_class, plan.universal.public_queries, "A_SSPP's public sample of m_o queries")
+    if hypothesis_class.name == "stump":
         learner = LearnerSpec("stump")
     elif isinstance(hypothesis_class, ThresholdClass):
         learner = LearnerSpec("threshold", {"feature": hypothesis_class.feature})
     else:
-        learner = LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": name})
-    return TrainingPlan(
-        agnostic.subsamp, learner, private, noise, options.seed, agnostic, hypothesis_class, universal
-    )
+        learner = LearnerSpec("pcqr.pipeline.hypotheses.ERMClassifier", {"hypothesis": hypothesis_class.name})
+    return TrainingPlan(plan, learner, private, noise, seed, hypothesis_class)
 
 
 def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, job: str) -> ContextManager[NewSession]:
@@ -302,15 +249,16 @@ def session_summary(session: SessionState) -> dict[str, Any]:
     }
     if session.guess is not None:
         summary["guess"] = session.guess["kind"]
-    if session.agnostic is not None:
-        agnostic = AgnosticParameters.from_dict(session.agnostic)
+    plan = session.plan()
+    if plan.agnostic is not None:
+        agnostic = plan.agnostic
         summary.update(
             epsilon=agnostic.epsilon, delta=agnostic.delta, alpha=agnostic.alpha, **agnostic.certificate(),
             subsamp_epsilon=p.epsilon, subsamp_delta=p.delta, hypothesis=session.learner.get("hypothesis"),
             agnostic=agnostic.summary(),
         )
-    if session.universal is not None:
-        universal = UniversalParameters.from_dict(session.universal)
+    if plan.universal is not None:
+        universal = plan.universal
         summary.update(
             epsilon=universal.epsilon, delta=universal.delta, **universal.certificate(),
             universal=universal.summary(),
@@ -363,11 +311,11 @@ def trains_by_arrays(plan: TrainingPlan) -> bool:
 
 def gate_chosen(plan: TrainingPlan | None) -> dict[str, str]:
     """The summary's ``gate_chosen`` (why, when --gate was not given), else nothing."""
-    return {"gate_chosen": plan.gate_chosen} if plan is not None and plan.gate_chosen else {}
+    return {"gate_chosen": plan.privacy.gate_chosen} if plan is not None and plan.privacy.gate_chosen else {}
 
 
 def say_gate_chosen(plan: TrainingPlan | None, reporter: Reporter) -> None:
     """The note of the chosen gate, once the command has succeeded (a refusal stays one line)."""
-    if plan is not None and plan.gate_chosen:
-        reporter.note(f"gate: {plan.params.gate}, chosen from public parameters ({plan.gate_chosen}); "
+    if plan is not None and plan.privacy.gate_chosen:
+        reporter.note(f"gate: {plan.params.gate}, chosen from public parameters ({plan.privacy.gate_chosen}); "
                       "--gate stability|guess|gnmax to choose")

@@ -115,7 +115,7 @@ class UniversalSwitch:
     """
 
     def __init__(self, client: Client, session: SessionState, state_dir: str, private: Dataset | None, noise: NoiseSource):
-        from pcqr.pipeline.mechanisms.universal import UniversalParameters
+        from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 
         assert session.universal is not None
         self.client, self.session, self.state_dir, self.private, self.noise = client, session, state_dir, private, noise

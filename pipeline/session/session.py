@@ -26,7 +26,7 @@ from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.public_log.batches import batch_files
-from pcqr.pipeline.session.options import AnswerOptions, TrainingOptions, join_features
+from pcqr.pipeline.options import AnswerOptions, TrainingOptions, join_features
 from pcqr.pipeline.session.planning import odometer, read_state_summary, session_summary, train_new_session
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session

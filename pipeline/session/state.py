@@ -35,9 +35,10 @@ from pcqr.pipeline.data.user_files import (
 )
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import dump_models, load_models_file
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.gates.sparse_vector import SparseVectorState
 from pcqr.pipeline.models.votes import Ensemble
+from pcqr.pipeline.privacy.session_plan import SessionPlan
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
 SESSION_FILE = "session.json"
 MECHANISMS = {
@@ -88,6 +89,10 @@ class SessionState:
     @property
     def private(self) -> bool:
         return self.seed is None
+
+    def plan(self) -> SessionPlan:
+        """The session's privacy plan, from its parameter records (the certificate is recomputed)."""
+        return SessionPlan.from_records(self.params.to_dict(), self.agnostic, self.universal)
 
     def provenance(self) -> dict[str, Any]:
         """The public description of this session, for the log's metadata."""

@@ -1,0 +1,189 @@
+"""A session's plan: what the user asked, turned into every privacy parameter of the session, once.
+
+One function per mode takes the options (:class:`pcqr.pipeline.options.TrainingOptions`) and the
+public facts of the private dataset (its row count n: replace-one neighbours keep n public; in
+universal mode the class's VC dimension d) and returns one immutable :class:`SessionPlan`: the mode,
+the gate and why it was chosen, the profile, k, T, lambda or sigma, w and the certificate's terms.
+
+- realizable (:func:`plan_realizable`): A_SubSamp (Algorithm 5 of papers/001) through one of the
+  gates of :data:`pcqr.pipeline.privacy.subsamp.GATES`, its parameters by
+  :meth:`SubSampParameters.create <pcqr.pipeline.privacy.subsamp.SubSampParameters.create>`;
+- agnostic (:func:`plan_agnostic`): A_AgPrivCl (Algorithm 3), its A_SubSamp at (eps_hat, delta_hat)
+  (:class:`pcqr.pipeline.privacy.agnostic_parameters.AgnosticParameters`);
+- universal (:func:`plan_universal`): A_UnvPrivCl (Algorithm 4): A_AgPrivCl for the first m' queries
+  at eps/2, then A_SSPP (:class:`pcqr.pipeline.privacy.universal_parameters.UniversalParameters`).
+
+Each option is checked where the value it sets is derived, before any private row is read, and a
+value that cannot be certified is refused in one line with the nearest one that can. Everything
+below the plan (training, the coordinator, the summary) receives the plan, never the options.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.options import TrainingOptions
+from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
+from pcqr.pipeline.privacy.limits import check_training_size
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
+
+#: The modes (``--mode``), each planned by its own function below.
+MODES = ("realizable", "agnostic", "universal")
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """Every privacy parameter of one session (all public), checked and certified."""
+
+    mode: str
+    params: SubSampParameters  # A_SubSamp's: gate, profile, k, T, lambda (sigma under gnmax), w
+    agnostic: AgnosticParameters | None = None  # A_AgPrivCl's (agnostic and universal mode)
+    universal: UniversalParameters | None = None  # A_UnvPrivCl's (universal mode)
+    gate_chosen: str | None = None  # why the gate was chosen, when --gate was not given
+
+    def certificate(self) -> dict[str, float]:
+        """The whole session's proven_epsilon, each delta term and proven_delta."""
+        outermost = self.universal or self.agnostic or self.params
+        return outermost.certificate()
+
+    @classmethod
+    def from_records(cls, params: dict[str, Any] | None, agnostic: dict[str, Any] | None = None,
+                     universal: dict[str, Any] | None = None) -> SessionPlan:
+        """A session's plan from the records its state and its log's provenance keep (``to_dict`` of
+        each parameter class); the certificate is recomputed from them, never read."""
+        if universal:
+            unv = UniversalParameters.from_dict(universal)
+            return cls("universal", unv.agnostic.subsamp, unv.agnostic, unv)
+        if agnostic:
+            agn = AgnosticParameters.from_dict(agnostic)
+            return cls("agnostic", agn.subsamp, agn)
+        if params is None:
+            raise KeyError("parameters")
+        return cls("realizable", SubSampParameters.from_dict(params))
+
+    def usefulness_warning(self) -> str | None:
+        """One line when even a unanimous query would mostly abstain (issue 10), else None."""
+        return self.params.usefulness_warning()
+
+
+def plan_session(options: TrainingOptions, rows: int, vc: int | None = None) -> SessionPlan:
+    """The plan of a new session in ``options.mode`` on ``rows`` private rows (``vc``: the class's VC
+    dimension, universal mode only)."""
+    check_mode_options(options)
+    if options.mode == "agnostic":
+        return plan_agnostic(options, rows)
+    if options.mode == "universal":
+        if vc is None:
+            raise PcqrError("--mode universal: the hypothesis class's VC dimension is needed to plan m_o")
+        return plan_universal(options, rows, vc)
+    return plan_realizable(options, rows)
+
+
+def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:
+    """A_SubSamp through the gate ``--gate`` names (or ``--guess`` implies), else the one
+    :func:`choose_gate` picks from public parameters; k by the gate's rule unless ``--subsamples``."""
+    asked = requested_gate(options)
+    gate, why = (asked, None) if asked else choose_gate(options, rows)
+    params = realizable_parameters(options, gate, rows)
+    if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
+        raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
+                        f"--queries-max answers ({options.queries_max}); leave --cutoff out")
+    return SessionPlan("realizable", params, gate_chosen=why)
+
+
+def plan_agnostic(options: TrainingOptions, rows: int) -> SessionPlan:
+    """A_AgPrivCl: Algorithm 3's step 1 and its A_SubSamp, the class relabels and (by ERM) learns."""
+    agnostic = AgnosticParameters.algorithm3(options.epsilon, options.delta, options.alpha, options.beta,
+                                             options.queries_max, rows, options.subsamples, options.threshold)
+    _check_agnostic_training(agnostic, options)
+    return SessionPlan("agnostic", agnostic.subsamp, agnostic)
+
+
+def plan_universal(options: TrainingOptions, rows: int, vc: int) -> SessionPlan:
+    """A_UnvPrivCl: A_AgPrivCl for the first m' = min(m_o, m) queries at eps / 2 (Algorithm 4), then
+    A_SSPP's h_priv at eps / 2."""
+    universal = UniversalParameters.algorithm4(options.epsilon, options.delta, options.alpha, options.beta,
+                                               options.queries_max, rows, vc, options.subsamples, options.threshold)
+    _check_agnostic_training(universal.agnostic, options)
+    return SessionPlan("universal", universal.agnostic.subsamp, universal.agnostic, universal)
+
+
+def requested_gate(options: TrainingOptions) -> str | None:
+    """The gate the options name (``--guess`` names the guess gate), or None when the plan chooses."""
+    gate = options.gate or ("guess" if options.guess is not None else None)
+    if options.guess is not None and gate != "guess":
+        raise PcqrError(f"--guess {options.guess}: only the guess gate uses a guess; add --gate guess")
+    return gate
+
+
+def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> SubSampParameters:
+    """A realizable session's parameters through ``gate`` on ``rows`` private rows (n is public): the
+    certificate's check of every value, k by the gate's rule unless ``options.subsamples`` is given."""
+    return SubSampParameters.create(
+        options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
+        options.beta, options.subsamples, options.threshold, gate,
+    ).for_rows(rows)
+
+
+def default_subsamples(options: TrainingOptions, rows: int) -> int:
+    """The k a realizable session on ``rows`` private rows gets when ``subsamples`` is not given (the
+    gate as :func:`plan_realizable` chooses it; public parameters and n only, no row read)."""
+    return realizable_parameters(options, requested_gate(options) or choose_gate(options, rows)[0], rows).subsamples
+
+
+def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
+    """The gate of a realizable session when ``--gate`` is not given, from public parameters only
+    (n is public: replace-one neighbours), and why (one clause, for the note).
+
+    ``--profile paper`` is Algorithm 5 exactly: the stability gate (``--guess`` names the guess gate
+    before this is asked). A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
+    those leave the guess gate. Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
+    rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
+    3/4 majority's label survives its noise, else the guess gate."""
+    from pcqr.pipeline.privacy.planner import recommend_gate
+
+    if options.profile == "paper":
+        return "stability", "--profile paper is Algorithm 5 exactly"
+    if options.threshold is not None or options.cutoff != TrainingOptions.cutoff:
+        given = "--threshold" if options.threshold is not None else "--cutoff"
+        return "guess", f"{given} is given and gnmax has none"
+    try:
+        return recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
+                              options.beta, options.subsamples)
+    except PcqrError as exc:  # gnmax cannot be certified here: the guess gate says why if it cannot either
+        return "guess", f"gnmax is refused here: {exc}"
+
+
+def check_mode_options(options: TrainingOptions) -> None:
+    """Agnostic and universal mode run Algorithm 5's stability gate with the paper's parameters only,
+    and need a hypothesis class (checked before the class is made: pcqr.pipeline.session.planning)."""
+    mode, gate = options.mode, requested_gate(options)
+    if mode not in MODES:
+        raise PcqrError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "realizable":
+        return
+    if gate not in (None, "stability"):
+        given = f"--gate {gate}" if options.gate else f"--guess {options.guess}"
+        raise PcqrError(f"{given}: --mode {mode} answers through Algorithm 5's stability "
+                        "test only; use --mode realizable (or leave --gate and --guess out)")
+    if options.profile not in (None, "paper"):
+        raise PcqrError(f"--profile {options.profile}: --mode {mode} certifies Algorithm 3's chain with "
+                        "Algorithm 5's parameters only; use --profile paper (or leave it out)")
+    if not options.hypothesis:
+        raise PcqrError(f"--mode {mode} needs --hypothesis CLASS (the class to relabel with and learn)")
+
+
+def _check_agnostic_training(agnostic: AgnosticParameters, options: TrainingOptions) -> None:
+    """A_AgPrivCl trains its k models on the n' rows of S_hat: k must fit the driver and n'."""
+    k = agnostic.subsamp.subsamples
+    check_training_size(k, 1, "--subsamples" if options.subsamples is not None else "Algorithm 5's")
+    if agnostic.sample_rows < k:
+        raise PcqrError(
+            f"agnostic mode trains k = {k} subsamples on n' = eps n / 56 = {agnostic.sample_rows} rows: "
+            f"needs at least {math.ceil(56 * k / options.epsilon)} private rows, the dataset has "
+            f"{agnostic.rows} (or use a smaller --subsamples)"
+        )
+
