@@ -13,8 +13,9 @@ import click
 
 from pcqr.jobs.common import (
     CLI_REPORTER, TRUTH_HELP, allow_overlap_option, cluster_option, connect_to, emit_summary, json_option,
-    ledger_option, privacy_options, wait_option,
+    ledger_option, wait_option,
 )
+from pcqr.jobs.options import privacy_options
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.state_lock import lock_state

@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from pcqr.jobs.common import (
-    CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, privacy_options, wait_option,
+    CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, wait_option,
 )
+from pcqr.jobs.options import privacy_options
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.session.planning import train_new_session
 from pcqr.pipeline.session.state_lock import lock_state

@@ -2,7 +2,7 @@
 
 ``TrainingOptions`` are the parameters of a new session (A_SubSamp, Algorithm 5; A_AgPrivCl and
 A_UnvPrivCl in agnostic and universal mode); ``AnswerOptions`` are how one stream of queries is
-answered. Their defaults are the command line's defaults (pcqr.jobs.common reads them from here),
+answered. Their defaults are the command line's defaults (pcqr.jobs.options reads them from here),
 so the two cannot drift apart. Nothing here is checked: the planner checks every value against
 the certificate before any row is read (pipeline/session/planning.py).
 """

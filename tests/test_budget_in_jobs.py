@@ -56,9 +56,9 @@ def _no_private_reads(monkeypatch) -> None:
         raise AssertionError("a private row was read")
 
     monkeypatch.setattr(pcqr.pipeline.models.subsample, "load_part", read)  # training, relabelling, A_SSPP (learn, answer)
-    from pcqr.jobs import release
+    from pcqr.pipeline.mechanisms import with_public_data
 
-    monkeypatch.setattr(release, "load_features", read)
+    monkeypatch.setattr(with_public_data, "load_features", read)  # A_PAP (release)
 
 
 def test_jobs_charge_and_are_refused_past_the_budget(data, capsys, thread_cluster_yaml, tmp_path, monkeypatch) -> None:

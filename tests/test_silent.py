@@ -307,7 +307,7 @@ def test_fuzz_spec_arguments(spec, tmp_path) -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(st.text(max_size=40), _VALUES.map(json.dumps)))
 def test_fuzz_release_queries(text) -> None:
-    from pcqr.jobs.release import parse_query
+    from pcqr.pipeline.mechanisms.counting_queries import parse_query
     from pcqr.pipeline.hypotheses import hypothesis_from_dict
 
     metadata = {"features": ["x0", "x1"], "class": "threshold", "class_features": ["x0"]}

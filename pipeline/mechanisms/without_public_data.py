@@ -159,11 +159,9 @@ def learn_without_public_data(
 
 def _written(out: str, model: dict[str, Any], charged: dict[str, Any]) -> dict[str, Any]:
     """Write the released model; the summary: its public record (not the hypothesis) and the charge."""
-    from pcqr.pipeline.models.released import write_model
+    from pcqr.pipeline.models.released import write_released
 
-    write_model(out, model)
-    public = {k: v for k, v in model.items() if k not in ("hypothesis", "format")}
-    return {"model": out, **public, "ledger": charge_note(charged)}
+    return {**write_released(out, model), "ledger": charge_note(charged)}
 
 
 def _learn_label_private(

@@ -42,6 +42,13 @@ def write_model(path: str, record: dict[str, Any]) -> None:
     write_atomic(path, encode_model(record))
 
 
+def write_released(path: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Write the record (:func:`write_model`); what a job reports of it: ``model`` (the path) and the
+    record's public facts, not the hypothesis itself."""
+    write_model(path, record)
+    return {"model": path, **{k: v for k, v in record.items() if k not in ("hypothesis", "format")}}
+
+
 def load_model(path: str, option: str = "MODEL") -> tuple[Hypothesis, list[str], dict[str, Any]]:
     """A released model: (hypothesis, feature names, the whole record). The file (named by ``option``)
     is read strictly (pcqr.pipeline.data.user_files: a regular file of at most MODEL_JSON_LIMIT bytes,
