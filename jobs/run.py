@@ -17,12 +17,12 @@ the command line (``--cluster``, ``--set ledger=PATH``), never from the spec fil
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Any
 
 import click
 
 from pcqr.pipeline.budget.ledger import ledger_setting
-from pcqr.pipeline.data.job_spec import SpecOption, apply_overrides, command_line, load_spec
+from pcqr.pipeline.data.job_spec import Kind, SpecOption, apply_overrides, command_line, load_spec
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -34,7 +34,7 @@ def _jobs() -> dict[str, click.Command]:
 
 
 #: click's value types as a spec's kinds (a type not listed, a path or a string, is text).
-KINDS: tuple[tuple[type[click.ParamType], Literal["int", "float", "choice"]], ...] = (
+KINDS: tuple[tuple[type[click.ParamType], Kind], ...] = (
     (click.types.IntParamType, "int"), (click.types.FloatParamType, "float"), (click.Choice, "choice"))
 
 
@@ -43,7 +43,7 @@ def spec_options(command: click.Command) -> dict[str, SpecOption]:
     options = {}
     for param in command.params:
         if isinstance(param, click.Option):
-            kind = next((kind for cls, kind in KINDS if isinstance(param.type, cls)), "text")
+            kind: Kind = next((k for cls, k in KINDS if isinstance(param.type, cls)), "text")
             choices = tuple(getattr(param.type, "choices", ()))
             options.update({name.lstrip("-"): SpecOption(kind, param.is_flag, param.multiple, choices)
                             for name in param.opts})

@@ -22,6 +22,8 @@ PATH_KEYS = frozenset({"private", "public", "queries", "truth", "state", "log", 
 #: else, and these choose which code may run (the cluster's learner allow-list, a `spec` backend's
 #: class) and which budget is charged.
 OPERATOR_KEYS = frozenset({"cluster", "ledger"})
+#: The value types a spec knows: an option of any other type (a path, a string) takes text.
+Kind = Literal["int", "float", "choice", "text"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class SpecOption:
     (``int``, ``float``, one of ``choices``, or ``text``), whether it is a flag (``true``/``false``)
     and whether it is repeatable (the one kind of option that takes a list)."""
 
-    kind: Literal["int", "float", "choice", "text"] = "text"
+    kind: Kind = "text"
     flag: bool = False
     multiple: bool = False
     choices: tuple[Any, ...] = ()
