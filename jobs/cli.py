@@ -1,7 +1,6 @@
 """The ``pcqr`` command: one subcommand per job kind (jobs/*.py)."""
 from __future__ import annotations
 
-import errno
 import importlib
 import sys
 from typing import Any
@@ -9,7 +8,7 @@ from typing import Any
 import click
 
 from pcqr.pipeline import __version__
-from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.errors import PcqrError, cluster_failure, os_error_line
 
 
 #: Each subcommand: (its module under pcqr.jobs, the click command's name there), in --help's order.
@@ -73,12 +72,6 @@ def pcqr() -> None:
     """
 
 
-
-
-# errno values of OSErrors a user causes (a path, its permissions, a full or read-only disk): one line
-# naming the file. Any other OSError is a bug or the machine's and keeps its traceback.
-USER_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.EACCES,
-                         errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.ELOOP})
 _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
@@ -108,10 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         error(str(exc))
         return exc.exit_code
     except OSError as exc:
-        if exc.errno not in USER_ERRNOS or not exc.filename:
+        if (line := os_error_line(exc)) is None:
             raise
-        where = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
-        error(f"{where}: {exc.strerror or exc}")
+        error(line)
         return 2
     except click.exceptions.Abort:
         error("interrupted")
@@ -125,27 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except Exception as exc:
-        if (message := _cluster_failure(exc)) is None:
+        if (message := cluster_failure(exc)) is None:
             raise
         error(message)
         return 3
     return 0
-
-
-def _cluster_failure(exc: Exception) -> str | None:
-    """The line for a cluster that gave a task up, else None. distributed is imported only if the
-    command imported it (about half a second that commands without a cluster need not pay)."""
-    scheduler = sys.modules.get("distributed.scheduler")
-    if scheduler is None:
-        return None
-    if isinstance(exc, scheduler.KilledWorker):
-        return (f"a task kept killing its workers and was given up ({exc}); nothing uncommitted was released; "
-                "re-running the command retries (a session with committed batches resumes; a new session that "
-                "released nothing was refunded and is created again)")
-    if isinstance(exc, (scheduler.NoWorkerError, scheduler.NoValidWorkerError)):
-        return (f"{exc} (distributed.scheduler.no-workers-timeout); nothing uncommitted was released; check the "
-                "cluster's workers and re-run the command (pcqr answer resumes)")
-    return None
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import os
 import shlex
 import shutil
@@ -25,15 +24,8 @@ import click
 from pcqr.jobs import answer, generate
 from pcqr.jobs.common import cluster_option, emit_summary, json_option, note
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.data.synthetic import make_spec
-
-DELTA = 1e-6  # the demo's delta
-
-
-TABLE_ORDER = ("answered", "abstained", "refused", "duplicates", "accuracy", "evaluated", "budget_used", "cutoff",
-               "budget_spent", "epsilon", "delta", "proven_epsilon", "proven_delta", "delta_composition",
-               "delta_stability", "delta_sampler", "lambda", "subsamples", "threshold", "threshold_source")
+from pcqr.pipeline.report.sentences import count, plain_sentences, summary_table
+from pcqr.pipeline.session.demo import DELTA, FEATURES, check_options, data_kind, kept_note
 
 
 def _run(command: click.Command, args: list[str], name: str) -> str:
@@ -42,64 +34,6 @@ def _run(command: click.Command, args: list[str], name: str) -> str:
     with contextlib.redirect_stdout(out):
         command.main(args=args, prog_name=name, standalone_mode=False)
     return out.getvalue()
-
-
-def _count(value: int) -> str:
-    return f"{value:,}"
-
-
-def _percent(part: float, whole: float) -> str:
-    """A share rounded down to 0.1% (99.95% is "99.9%": "100%" only when it is all)."""
-    share = 100 * part / whole if whole else 0.0
-    return f"{int(share)}%" if share == int(share) else f"{math.floor(share * 10) / 10:.1f}%"
-
-
-def plain_sentences(summary: dict[str, Any], queries: int) -> list[str]:
-    """What the answer summary says, in words: answers, accuracy, the proven guarantee, the budget."""
-    answered, cutoff, used = summary["answered"], summary["cutoff"], summary["budget_used"]
-    lines = [f"answered {_count(answered)} of {_count(queries)} queries ({_percent(answered, queries)}); "
-             f"{_count(summary['abstained'])} abstained, {_count(summary['refused'])} refused."]
-    if summary.get("accuracy") is not None:
-        lines.append(f"accuracy of the answers {_percent(summary['accuracy'], 1)} "
-                     f"(checked against the generated truth for all {_count(summary['evaluated'])} answers).")
-    eps, delta = summary["proven_epsilon"], summary["proven_delta"]
-    lines.append(
-        f"privacy proven: (eps, delta) = ({eps:.3g}, {delta:.2g}) for the whole session, requested "
-        f"({summary['epsilon']:g}, {summary['delta']:g}). " + _how_proven(summary) +
-        " proven_delta adds the composition, stability and sampler terms listed below."
-    )
-    halted = " the budget is spent: every later query of this session is refused." if summary["budget_spent"] else ""
-    lines.append(
-        f"abstentions used {_count(used)} of {_count(cutoff)} (budget_used of the cutoff T): privacy is spent "
-        f"only when a query abstains (its vote was too close to call); after T abstentions the session "
-        f"halts.{halted}"
-    )
-    return lines
-
-
-def _how_proven(summary: dict[str, Any]) -> str:
-    """One sentence on where the session's noise scale lambda came from, per profile."""
-    if summary.get("profile") == "tight":
-        return (f"The noise scale lambda = {summary['lambda']:.3g} is the smallest whose T sparse-vector instances "
-                "compose, exactly (Kairouz-Oh-Viswanath; --profile tight), to the requested eps with a share of "
-                "delta: the whole eps buys less noise.")
-    return (f"proven_epsilon is what pcqr's accountant proves for the noise Algorithm 5 chose from the requested eps "
-            f"(lambda = {summary['lambda']:.3g}); the paper's formula for lambda is conservative, so the proof "
-            "usually gives a smaller eps, never a larger one.")
-
-
-def check_options(rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
-                  threshold: float | None) -> None:
-    """What generate and answer would refuse, refused before the folder is made or anything runs."""
-    if queries < 1:
-        raise PcqrError(f"--queries: must be at least 1, got {queries}")
-    make_spec("agnostic" if noise > 0 else "realizable", "threshold", rows, 5, queries, 0, noise if noise > 0 else None)
-    if noise < 0:
-        raise PcqrError(f"--noise: must be in [0, 0.5), got {noise}")
-    SubSampParameters.create("paper" if noise > 0 else "tight", epsilon, DELTA, cutoff, queries, 0.05, subsamples,
-                             threshold)  # the profile the demo's train will use
-    if subsamples > rows:
-        raise PcqrError(f"--subsamples {subsamples}: needs at least one of the --rows per model, got {rows} rows")
 
 
 def temporary_folder() -> str:
@@ -154,20 +88,10 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
     for line in plain_sentences(summary, queries):
         click.echo(line)
     click.echo("")
-    first = [key for key in TABLE_ORDER if key in summary]  # the --json line is sorted by key: lead with these
-    table = {key: summary[key] for key in [*first, *sorted(summary.keys() - set(first))]}
+    table = summary_table(summary)  # the --json line is sorted by key: lead with what matters
     if "ledger" in table:  # the demo's own ledger: no advice to set a budget on a folder about to go
         table["ledger"] = f"charged {summary['epsilon']:g}, {summary['delta']:g} to the demo's own ledger, not yours"
     emit_summary(table, as_json=False)
-
-
-def kept_note(work: str) -> str:
-    """Where a kept demo's files are, and commands to look at them, every path shell-quoted."""
-    def path(*parts: str) -> str:
-        return shlex.quote(os.path.join(work, *parts))
-    return (f"demo: the data, state, log and ledger are in {shlex.quote(work)}; look with: "
-            f"pcqr status --state {path('state')}; pcqr replay {path('log')} --out {path('replayed.parquet')}; "
-            f"pcqr budget show {path('data', 'private')} --ledger {path('ledger.sqlite')}")
 
 
 def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subsamples: int, cutoff: int,
@@ -176,11 +100,11 @@ def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subs
     The demo walks through Algorithm 5's stability gate (its sentences speak of abstentions), so it
     names it: without --gate, pcqr would choose another from the public parameters."""
     data = os.path.join(work, "data")
-    kind = "agnostic" if noise > 0 else "realizable"
     common = ["--cluster", cluster] if cluster else []
-    _run(generate.command, ["--kind", kind, "--rows", str(rows), "--features", "5", "--queries", str(queries),
-                            "--noise", str(noise), "--seed", "0", "--out", data, *common], "pcqr generate")
-    note(f"demo: generated {_count(rows)} private rows and {_count(queries)} queries in {shlex.quote(data)}")
+    _run(generate.command, ["--kind", data_kind(noise), "--rows", str(rows), "--features", str(FEATURES),
+                            "--queries", str(queries), "--noise", str(noise), "--seed", "0", "--out", data, *common],
+         "pcqr generate")
+    note(f"demo: generated {count(rows)} private rows and {count(queries)} queries in {shlex.quote(data)}")
     args = [
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from pcqr.pipeline.budget.ledger import ledger_setting
-from pcqr.pipeline.data.user_files import CONFIG_LIMIT, parse_yaml, read_yaml
+from pcqr.pipeline.data.job_spec import Kind, SpecOption, apply_overrides, command_line, load_spec
 from pcqr.pipeline.errors import PcqrError
 
 
@@ -33,90 +33,27 @@ def _jobs() -> dict[str, click.Command]:
             for m in (generate, train, answer, demo, plan, learn, release, sanitize) if m.command.name}
 
 
-#: Keys that name a file or directory: a relative value is relative to the spec file's folder.
-PATH_KEYS = frozenset({"private", "public", "queries", "truth", "state", "log", "out", "into", "new-log", "model"})
-#: Keys only the operator sets (on the command line: --cluster, --set): a spec may come from someone
-#: else, and these choose which code may run (the cluster's learner allow-list, a `spec` backend's
-#: class) and which budget is charged.
-OPERATOR_KEYS = frozenset({"cluster", "ledger"})
+#: click's value types as a spec's kinds (a type not listed, a path or a string, is text).
+KINDS: tuple[tuple[type[click.ParamType], Kind], ...] = (
+    (click.types.IntParamType, "int"), (click.types.FloatParamType, "float"), (click.Choice, "choice"))
+
+
+def spec_options(command: click.Command) -> dict[str, SpecOption]:
+    """The command's options by name (without the dashes), as a spec key may give them."""
+    options = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            kind: Kind = next((k for cls, k in KINDS if isinstance(param.type, cls)), "text")
+            choices = tuple(getattr(param.type, "choices", ()))
+            options.update({name.lstrip("-"): SpecOption(kind, param.is_flag, param.multiple, choices)
+                            for name in param.opts})
+    return options
 
 
 def spec_arguments(spec: dict[str, Any], command: click.Command, source: str,
                    base: str | None = None, operator: frozenset[str] = frozenset()) -> list[str]:
-    """Turn a spec's keys into the command's argument list, refusing unknown keys and values whose
-    type is not the option's (a list only for a repeatable option).
-
-    ``base``: the spec file's folder, against which relative paths resolve (None: leave them).
-    ``operator``: keys that came from the operator's command line, allowed among OPERATOR_KEYS.
-    """
-    options = {
-        name.lstrip("-"): param
-        for param in command.params
-        if isinstance(param, click.Option)
-        for name in param.opts
-    }
-    args: list[str] = []
-    names: dict[str, Any] = {}
-    for key, value in spec.items():
-        name = str(key).replace("_", "-")
-        if name in names:
-            raise PcqrError(f"{source}: keys {names[name]!r} and {key!r} are the same option: give it once")
-        names[name] = key
-        param = options.get(name)
-        if param is None:
-            known = ", ".join(sorted(options))
-            raise PcqrError(f"{source}: unknown key {key!r} for job {command.name!r} (known: {known})")
-        if name in OPERATOR_KEYS and name not in operator:
-            raise PcqrError(f"{source}: key {key!r} cannot be set in a spec (it chooses the cluster's code or the "
-                            f"budget): pass --{name} on the command line")
-        if param.is_flag:
-            if not isinstance(value, bool):
-                raise PcqrError(f"{source}: key {key!r} is a flag: use true or false")
-            if value:
-                args.append(f"--{name}")
-            continue
-        if isinstance(value, list):
-            if not param.multiple:
-                raise PcqrError(f"{source}: key {key!r} takes one value, not a list")
-            items = value
-        else:
-            items = [value]
-        for item in items:
-            text = _scalar(item, param, f"{source}: key {key!r}")
-            if name in PATH_KEYS and base is not None and "://" not in text and not os.path.isabs(text):
-                text = os.path.normpath(os.path.join(base, os.path.expanduser(text)))
-            args += [f"--{name}", text]
-    return args
-
-
-def _scalar(value: Any, param: click.Option, where: str) -> str:
-    """One YAML value as the option's text, if it has the option's type."""
-    kind = param.type
-    if value is None:
-        raise PcqrError(f"{where} has no value")
-    if isinstance(value, (list, dict)):
-        raise PcqrError(f"{where}: expected one value, got a {'list' if isinstance(value, list) else 'mapping'}")
-    if isinstance(kind, click.types.IntParamType):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PcqrError(f"{where}: expected an integer, got {value!r}")
-    elif isinstance(kind, click.types.FloatParamType):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PcqrError(f"{where}: expected a number, got {value!r}")
-    elif isinstance(kind, click.Choice):
-        if not isinstance(value, str) or value not in kind.choices:
-            raise PcqrError(f"{where}: expected one of {', '.join(map(str, kind.choices))}, got {value!r}")
-    elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise PcqrError(f"{where}: expected text, got {value!r}")
-    return str(value)
-
-
-def load_spec(path: str) -> dict[str, Any]:
-    """The spec file's mapping, read strictly (pcqr.pipeline.data.user_files: a regular file, UTF-8,
-    no key given twice: ``epsilon: 1`` then ``epsilon: 650`` is refused, not run at 650)."""
-    spec = read_yaml(path, "the job spec", CONFIG_LIMIT)
-    if not isinstance(spec, dict):
-        raise PcqrError(f"{path}: a spec is a mapping of option names to values")
-    return spec
+    """The command's argument list for a spec's keys (pcqr.pipeline.data.job_spec.command_line)."""
+    return command_line(spec, spec_options(command), command.name, source, base, operator)
 
 
 @click.command("run")
@@ -138,20 +75,7 @@ def job_arguments(
 ) -> tuple[click.Command, list[str]]:
     """The job command a spec names and its argument list, every key checked (nothing runs)."""
     spec = load_spec(spec_path)
-    operator: set[str] = set()
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise PcqrError(f"--set {item!r}: expected KEY=VALUE")
-        name = key.replace("_", "-")
-        if name in operator:
-            raise PcqrError(f"--set {key}: given twice")
-        for same in [k for k in spec if str(k).replace("_", "-") == name]:
-            del spec[same]  # the override replaces the spec's key however it is spelled
-        spec[key] = parse_yaml(value, f"--set {item!r}: the value is not valid YAML")
-        operator.add(name)
-        if name in PATH_KEYS and isinstance(spec[key], str) and "://" not in spec[key]:
-            spec[key] = os.path.abspath(os.path.expanduser(spec[key]))  # typed here: relative to this directory
+    operator = apply_overrides(spec, overrides)
     if cluster is not None:
         spec["cluster"] = cluster
         operator.add("cluster")

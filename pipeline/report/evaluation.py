@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
+
 from pcqr.pipeline.data.arrow_types import as_float64, label_refusal
 from pcqr.pipeline.data.datasets import QUERY_ID, check_id_type, id_values, label_vector, read_part, scan_dataset
 from pcqr.pipeline.errors import PcqrError
@@ -99,3 +101,15 @@ def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.nda
             g = answer_of(labels)
             worst = max(worst, *(abs(g - f) for f in ends))
     return worst
+
+
+def answered_accuracy(answers: pa.Table, truth_uri: str) -> tuple[float | None, int, int]:
+    """Accuracy of the answered queries of a logged answers table (query_id, answer, status) against a
+    truth file, as ``pcqr answer --truth`` counts it: over the answered queries the truth covers.
+    Returns (accuracy, evaluated, missing)."""
+    lookup = load_truth(truth_uri)
+    answered = answers.column("status").to_numpy(zero_copy_only=False) == "answered"
+    ids = answers.column("query_id").to_numpy()[answered]
+    labels = answers.column("answer").to_numpy(zero_copy_only=False)[answered]
+    correct, evaluated, missing = score(lookup(ids), labels)
+    return (correct / evaluated if evaluated else None), evaluated, missing
