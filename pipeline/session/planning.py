@@ -29,7 +29,7 @@ from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.options import TrainingOptions
 from pcqr.pipeline.gates.public_guess import GuessSpec
 from pcqr.pipeline.session.progress import LOGGING, Reporter
-from pcqr.pipeline.gates.noisy_argmax import new_coordinator
+from pcqr.pipeline.gates.registry import new_gate
 from pcqr.pipeline.session.state import SessionState, has_session
 
 if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
@@ -206,7 +206,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     relabeller = None
     # the key (and the sparse vector's T thresholds) drawn before any private row is read: A_AgPrivCl's
     # secret sample and universal mode's A_SSPP selection come from it too (privacy/keyed_draws.py)
-    coordinator = new_coordinator(plan.params, plan.noise)
+    coordinator = new_gate(plan.params, plan.noise)
     fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
     if plan.agnostic is not None:
         relabeller, resampled = _relabel(client, plan, coordinator.state.key, reporter)

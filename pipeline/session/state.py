@@ -36,7 +36,7 @@ from pcqr.pipeline.data.user_files import (
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import dump_models, load_models_file
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.gates.sparse_vector import SparseVectorState
+from pcqr.pipeline.gates.gate import SparseVectorState
 from pcqr.pipeline.models.votes import Ensemble
 
 SESSION_FILE = "session.json"
