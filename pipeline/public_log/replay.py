@@ -292,9 +292,11 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
     bad = sorted({str(s) for s in status} - set(STATUSES))
     if bad:
         return f"{altered}: its status column holds {bad[0]!r}"
-    # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers
+    # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers (its
+    # refusals after the halt carry the source gnmax too, and spend nothing)
+    spending = np.isin(table.column("source").to_numpy(zero_copy_only=False), SPENDING_SOURCES)
     batch.abstained = int(np.count_nonzero(status == "abstained")) + int(
-        np.count_nonzero(np.isin(table.column("source").to_numpy(zero_copy_only=False), SPENDING_SOURCES)))
+        np.count_nonzero(spending & (status == "answered")))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
     if np.any((known != 0) & (known != 1)):
