@@ -58,9 +58,9 @@ from pcqr.pipeline.mechanisms.exponential import MAX_CANDIDATES, choose, histogr
 from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.privacy.noise import NoiseSource, SecureNoise
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.gates.sparse_vector import ABSTAINED as _ABSTAINED
-from pcqr.pipeline.gates.sparse_vector import ANSWERED as _ANSWERED
 from pcqr.pipeline.gates.sparse_vector import SparseVector
+from pcqr.pipeline.public_log.batches import ABSTAINED as _ABSTAINED
+from pcqr.pipeline.public_log.batches import ANSWERED as _ANSWERED
 
 ANSWERED_0, ANSWERED_1, ABSTAINED, REFUSED = 0, 1, 2, 3
 CODE_NAMES = ("answered 0", "answered 1", "abstained", "refused")

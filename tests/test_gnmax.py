@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from pcqr.jobs.cli import main
@@ -13,7 +14,8 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.gnmax import count_sigma, gnmax_guarantee
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, SeededNoise
 from pcqr.pipeline.privacy.subsamp import GNMAX_AGREEMENT, GNMAX_CORRECT, GUESS_COMPOSITION_SHARE, SubSampParameters
-from pcqr.pipeline.gates.noisy_argmax import NoisyArgmax, coordinator, new_coordinator
+from pcqr.pipeline.gates.noisy_argmax import NoisyArgmax
+from pcqr.pipeline.gates.registry import new_gate, open_gate
 from pcqr.pipeline.public_log.replay import verify_log
 from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector
 from tests.conftest import P_FAIL, answer_two_ways, write_session_data
@@ -117,11 +119,11 @@ def test_answers_are_fixed_by_the_key_whatever_the_batching() -> None:
     has its own keyed number): a killed batch run again releases the same answers; the work (keystream
     words) depends on the number of queries only, not on the votes."""
     p = gnmax_params(epsilon=1.0, queries_max=500, subsamples=1400)
-    one = new_coordinator(p, SeededNoise(3))
+    one = new_gate(p, SeededNoise(3))
     assert isinstance(one, NoisyArgmax)
     votes = np.random.default_rng(0).integers(0, 1401, size=700)
     state = one.state
-    fresh = lambda: coordinator(p, type(state)(0, 0, state.key, state.thresholds.copy()))  # noqa: E731
+    fresh = lambda: open_gate(p, type(state)(0, 0, state.key, state.thresholds.copy()))  # noqa: E731
     whole = one.process(votes, 1400)
     split = fresh()
     parts = [split.process(votes[a:b], 1400) for a, b in ((0, 123), (123, 480), (480, 700))]
@@ -130,9 +132,9 @@ def test_answers_are_fixed_by_the_key_whatever_the_batching() -> None:
     other = fresh()
     other.process(np.zeros(700, dtype=np.int64), 1400)
     assert other.stream.words_generated == one.stream.words_generated  # the same call, other votes
-    assert isinstance(coordinator(gnmax_params(subsamples=10), state), NoisyArgmax)
+    assert isinstance(open_gate(gnmax_params(subsamples=10), state), NoisyArgmax)
     stab = SubSampParameters.create("tight", 1.0, 1e-6, 20, 2000, 0.05, 500, None, "stability")
-    assert isinstance(new_coordinator(stab, SeededNoise(1)), SparseVector)
+    assert isinstance(new_gate(stab, SeededNoise(1)), SparseVector)
 
 
 TRAIN = ["--epsilon", "30", "--queries-max", "1500", "--gate", "gnmax", "--subsamples", "60", "--learner", "stump"]
@@ -160,6 +162,23 @@ def test_gnmax_end_to_end_then_the_student(tmp_path, capsys, thread_cluster_yaml
     assert main(["status", "--state", str(tmp_path / "two")]) == 0
     out = capsys.readouterr().out
     assert "1500 of T = 1500" in out and "halted" in out
+
+
+def test_a_halted_gnmax_log_with_refusals_verifies(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """m = 40 answers, then 20 refusals (no --after-halt student): the refused rows carry the source
+    gnmax but spend nothing, so the log holds m spent instances and verifies (it was refused as over T)."""
+    write_session_data(tmp_path, rows=4000, queries=60)
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--seed", "1",
+                 "--insecure-seed", "--cluster", thread_cluster_yaml, "--epsilon", "30", "--queries-max", "40",
+                 "--gate", "gnmax", "--subsamples", "20", "--learner", "stump"]) == 0
+    assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
+                 str(tmp_path / "log"), "--cluster", thread_cluster_yaml, "--batch-size", "25"]) == 0
+    log = pq.read_table(tmp_path / "log")
+    assert log.column("status").to_pylist().count("refused") == 20
+    assert set(log.column("source").to_pylist()) == {"gnmax"}
+    report = verify_log(str(tmp_path / "log"))
+    assert report.ok, report.problems
+    capsys.readouterr()
 
 
 def test_gnmax_options_are_checked_before_anything_is_read(tmp_path, capsys, thread_cluster_yaml) -> None:

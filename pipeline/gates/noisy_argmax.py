@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, checked_votes, source_codes
 from pcqr.pipeline.privacy.gnmax import count_sigma
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, KeyedStream, NoiseSource, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState, checked_votes
+from pcqr.pipeline.public_log.batches import ANSWERED, GNMAX_CODE, REFUSED
 
 
 class NoisyArgmax:
-    """One gnmax session's coordinator, in the driver only (as :class:`SparseVector`: its state must
-    advance once per committed batch). ``state.bottoms`` counts the answers spent (each is one of the
-    m "instances"), ``state.thresholds`` is empty."""
+    """One gnmax session's coordinator, the gnmax gate (a :class:`pcqr.pipeline.gates.gate.Gate`), in
+    the driver only (as the sparse vector's: its state must advance once per committed batch).
+    ``state.bottoms`` counts the answers spent (each is one of the m "instances"), ``state.thresholds``
+    is empty."""
 
     def __init__(self, params: SubSampParameters, state: SparseVectorState) -> None:
         if params.gate != "gnmax":
@@ -58,6 +60,11 @@ class NoisyArgmax:
     def create(cls, params: SubSampParameters, noise: NoiseSource) -> NoisyArgmax:
         """A fresh session: its secret key is drawn now, before any private value exists."""
         return cls(params, SparseVectorState(0, 0, session_key(noise), np.zeros(0, dtype=np.int64)))
+
+    @classmethod
+    def resume(cls, params: SubSampParameters, state: SparseVectorState, record: PublicRecord | None) -> NoisyArgmax:
+        """The gnmax gate of a saved session (it reads nothing of the public record)."""
+        return cls(params, state)
 
     @property
     def halted(self) -> bool:
@@ -100,15 +107,9 @@ class NoisyArgmax:
         state.queries_seen += allowed
         return status, label
 
-
-Coordinator = SparseVector | NoisyArgmax
-
-
-def coordinator(params: SubSampParameters, state: SparseVectorState) -> Coordinator:
-    """The session's coordinator for its gate (resume)."""
-    return NoisyArgmax(params, state) if params.gate == "gnmax" else SparseVector(params, state)
-
-
-def new_coordinator(params: SubSampParameters, noise: NoiseSource) -> Coordinator:
-    """A new session's coordinator: its key (and, for the sparse vector, its T thresholds) drawn now."""
-    return NoisyArgmax.create(params, noise) if params.gate == "gnmax" else SparseVector.create(params, noise)
+    def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
+        """The gnmax gate on one batch (:meth:`process`; the features are not read): every query's
+        source is ``gnmax``, each answer spends one of the m."""
+        before = self.state.bottoms
+        status, label = self.process(ones, subsamples)
+        return Released(status, label, source_codes(GNMAX_CODE, status.shape[0]), self.state.bottoms - before)

@@ -1,10 +1,11 @@
-"""The public guess g(x) of the guess gate (``--gate guess``; ALGORITHMS.md section 10, issue 13).
+"""The guess gate (``--gate guess``; ALGORITHMS.md section 10, issue 13) and its public guess g(x).
 
-The guess gate (pcqr.pipeline.gates.sparse_vector.SparseVector.process_guess) tests the k votes'
-margin toward g(x) and releases g(x) (free) or, spending one of the T instances, 1 - g(x). Its
-proof needs only that g is fixed by PUBLIC information before the query is tested: then the
-released label is a function of the sparse vector's output and of public values
-(docs/privacy.md, "The public-guess gate"). The guesses here are:
+The guess gate (:class:`GuessGate`) runs the session's sparse vector
+(pcqr.pipeline.gates.sparse_vector.SparseVector.process_guess) on the k votes' margin toward g(x)
+and releases g(x) (free) or, spending one of the T instances, 1 - g(x). Its proof needs only that g
+is fixed by PUBLIC information before the query is tested: then the released label is a function of
+the sparse vector's output and of public values (docs/privacy.md, "The public-guess gate"). The
+guesses here are:
 
 * ``prior``: the more frequent label among the answers already released (0 until one is, and on
   ties);
@@ -33,7 +34,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.public_log.batches import FLIPPED, GUESS, released_rows
+from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, source_codes
+from pcqr.pipeline.gates.sparse_vector import SparseVector
+from pcqr.pipeline.privacy.noise import NoiseSource
+from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.public_log.batches import ANSWERED, FLIPPED, FLIPPED_CODE, GUESS, GUESS_CODE, REFUSED, released_rows
 
 #: The guess kinds of ``--guess`` (or a path to a released model file).
 GUESS_KINDS = ("prior", "student")
@@ -198,3 +203,79 @@ def fit_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray, modules: tu
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fit_subsample(learner, X, y)
+
+
+class GuessGate:
+    """The guess gate of one session (a :class:`pcqr.pipeline.gates.gate.Gate`), in the driver only:
+    the session's sparse vector asked, query by query, whether the votes agree with the student's
+    guess.
+
+    A batch is decided in chunks that end where the student is refitted (a point of
+    :func:`refit_points`, or a charged answer while it is young): the guess for each query is fixed
+    by the labels released before it, whatever the batch boundaries. The student is rebuilt from the
+    session's public record (:meth:`Student.from_log`) when a batch first needs it.
+    """
+
+    def __init__(self, sparse_vector: SparseVector, record: PublicRecord | None) -> None:
+        self.sparse_vector = sparse_vector
+        self.params = sparse_vector.params
+        self._record = record
+        self._student: Student | None = None
+
+    @classmethod
+    def create(cls, params: SubSampParameters, noise: NoiseSource) -> GuessGate:
+        """A new session's gate: the sparse vector's key and T thresholds drawn now. It has no public
+        record yet: it releases once resumed from the saved session (:meth:`resume`)."""
+        return cls(SparseVector.create(params, noise), None)
+
+    @classmethod
+    def resume(cls, params: SubSampParameters, state: SparseVectorState, record: PublicRecord | None) -> GuessGate:
+        """The guess gate of a saved session; ``record`` (its guess, log and allowed learner modules)
+        rebuilds the student."""
+        return cls(SparseVector(params, state), record)
+
+    @property
+    def state(self) -> SparseVectorState:
+        return self.sparse_vector.state
+
+    @property
+    def halted(self) -> bool:
+        return self.sparse_vector.halted
+
+    @property
+    def student(self) -> Student:
+        """g as it stands: the student rebuilt from the log's first ``record.batches`` batches, then
+        taught every label this gate releases."""
+        if self._student is None:
+            record = self._record
+            if record is None:
+                raise ValueError("the guess gate releases with its session's public record: resume it")
+            spec = GuessSpec.from_dict(record.guess or {})
+            self._student = Student.from_log(spec, record.log_dir, record.features, record.batches, record.modules)
+        return self._student
+
+    def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
+        """The fresh queries of one batch, in order: g(x) released free (source ``guess``) or, spending
+        an instance, 1 - g(x) (source ``flipped``); refused after the halt (or m)."""
+        n = ones.shape[0]
+        status = np.full(n, REFUSED, dtype=np.int8)
+        label = np.zeros(n, dtype=np.int8)
+        source = source_codes(GUESS_CODE, n)
+        before = self.state.bottoms
+        X = features() if n and not self.halted else None
+        pos = 0
+        while pos < n and not self.halted:  # after the halt: refused whatever the votes and the guess
+            assert X is not None
+            student = self.student
+            room = student.room()
+            end = n if room is None else min(n, pos + room)
+            guess = student.guess(X[pos:end])
+            got, released, used = self.sparse_vector.process_guess(ones[pos:end], guess, subsamples, student.young)
+            rows = slice(pos, pos + used)
+            status[rows], label[rows] = got, released
+            answered = got == ANSWERED
+            charged = answered & (released != guess[:used])
+            source[rows][charged] = FLIPPED_CODE
+            student.learn(X[rows][answered], released[answered], bool(charged[-1]) if used else False)
+            pos += used
+        return Released(status, label, source, self.state.bottoms - before)

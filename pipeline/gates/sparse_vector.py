@@ -66,50 +66,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, checked_votes, source_codes
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, KeyedStream, NoiseSource, below, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
-from pcqr.pipeline.public_log.batches import ABSTAINED, ANSWERED, REFUSED
+from pcqr.pipeline.public_log.batches import ABSTAINED, ANSWERED, REFUSED, SPARSE_VECTOR_CODE
 
 _FIRST_STRETCH = 65536
 _MIN_STRETCH = 64
 _DENSE = 16  # a bottom this close to the previous one: switch to the query-by-query loop
 _SPARSE = 512  # this many answers in a row in that loop: back to vectorised stretches
 _SCALAR_CHUNK = 8192
-
-
-@dataclass
-class SparseVectorState:
-    """The private state of a session: never logged, lives in the private state directory.
-
-    ``key`` and ``thresholds`` are fixed at creation; only ``bottoms`` and
-    ``queries_seen`` change. :meth:`to_dict` holds the key (for session.json) but not the
-    thresholds, which pcqr.pipeline.session.state keeps in their own file.
-    """
-
-    bottoms: int  # c: instance c uses thresholds[c]
-    queries_seen: int  # the next query's position in the coordinator's stream
-    key: bytes  # 256-bit secret: U_i = ChaCha20 keystream at position i
-    thresholds: np.ndarray  # Z2[0..T-1], int64: instance j's noisy threshold is 2w + Z2[j]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"bottoms": self.bottoms, "queries_seen": self.queries_seen, "key": self.key.hex()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], thresholds: np.ndarray) -> SparseVectorState:
-        if "key" not in data:
-            raise PcqrError(
-                "the session's state predates fixed per-query randomness (no session key); "
-                "train a new session"
-            )
-        key = bytes.fromhex(data["key"])
-        if len(key) != 32:
-            raise PcqrError(f"the session key holds {len(key)} bytes, expected 32 (edited state?)")
-        return cls(int(data["bottoms"]), int(data["queries_seen"]), key, np.asarray(thresholds, dtype=np.int64))
 
 
 @dataclass
@@ -124,11 +93,14 @@ class Work:
 
 
 class SparseVector:
-    """One session's sequential coordinator. Runs in the driver process only.
+    """One session's sequential coordinator, and the stability gate (``--gate stability``: a
+    :class:`pcqr.pipeline.gates.gate.Gate`). Runs in the driver process only.
 
     Never run this inside a Dask task or Actor: its state (c, the stream position)
     must advance exactly once per released batch, in the process that commits it.
     Build a new session with :meth:`create`; resume one with ``SparseVector(params, state)``.
+    :meth:`process` is the stability test; :meth:`process_guess` the same sparse vector on the
+    margin toward a public guess, which the guess gate (pcqr.pipeline.gates.public_guess) drives.
     """
 
     def __init__(self, params: SubSampParameters, state: SparseVectorState) -> None:
@@ -156,9 +128,21 @@ class SparseVector:
                                 dtype=np.int64)
         return cls(params, SparseVectorState(0, 0, key, thresholds))
 
+    @classmethod
+    def resume(cls, params: SubSampParameters, state: SparseVectorState, record: PublicRecord | None) -> SparseVector:
+        """The stability gate of a saved session (it reads nothing of the public record)."""
+        return cls(params, state)
+
     @property
     def halted(self) -> bool:
         return self.state.bottoms >= self.params.cutoff
+
+    def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
+        """The stability gate on one batch (:meth:`process`; the features are not read): every
+        query's source is ``sparse_vector``, each abstention spends one of the T instances."""
+        before = self.state.bottoms
+        status, label = self.process(ones, subsamples)
+        return Released(status, label, source_codes(SPARSE_VECTOR_CODE, status.shape[0]), self.state.bottoms - before)
 
     @property
     def stream(self) -> KeyedStream:
@@ -325,10 +309,3 @@ class SparseVector:
                 first_above = self._first_above()
         return i, True
 
-
-def checked_votes(ones: np.ndarray, subsamples: int) -> np.ndarray:
-    """ct(1) per query as int64, refused unless every count lies in [0, k]."""
-    ones = np.asarray(ones, dtype=np.int64)
-    if ones.size and not (0 <= int(ones.min()) and int(ones.max()) <= subsamples):
-        raise ValueError(f"vote counts must lie in [0, {subsamples}]")
-    return ones

@@ -52,6 +52,18 @@ FLIPPED = "flipped"  # the guess gate spent an instance and released 1 - g(x)
 STUDENT = "student"  # after the halt: the student distilled from the log (post-processing, free)
 GNMAX = "gnmax"  # the Gaussian noisy argmax released the noisy majority (one of the m answers)
 SOURCE_NAMES = (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT, GNMAX)  # source codes 0 .. 6
+#: The source codes: each name's index in SOURCE_NAMES, as the gates and the answer loop fill the int8 column.
+SPARSE_VECTOR_CODE = SOURCE_NAMES.index(SPARSE_VECTOR)
+RELEASED_MODEL_CODE = SOURCE_NAMES.index(RELEASED_MODEL)
+DUPLICATE_CODE = SOURCE_NAMES.index(DUPLICATE)
+GUESS_CODE = SOURCE_NAMES.index(GUESS)
+FLIPPED_CODE = SOURCE_NAMES.index(FLIPPED)
+STUDENT_CODE = SOURCE_NAMES.index(STUDENT)
+GNMAX_CODE = SOURCE_NAMES.index(GNMAX)
+#: The sources of answers the k models' votes decided through a gate (the teacher of a distilled student).
+GATED_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)
+#: The sources of answers that spent an instance (besides every abstention).
+SPENDING_SOURCES = (FLIPPED, GNMAX)
 _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 

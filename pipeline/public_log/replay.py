@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, PREV_HASH_KEY, PROVENANCE_KEY, batch_files, sha256
+from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, PROVENANCE_KEY, SPENDING_SOURCES, batch_files, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, parquet_file, read_parquet
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
@@ -292,9 +292,11 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
     bad = sorted({str(s) for s in status} - set(STATUSES))
     if bad:
         return f"{altered}: its status column holds {bad[0]!r}"
-    # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers
+    # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers (its
+    # refusals after the halt carry the source gnmax too, and spend nothing)
+    spending = np.isin(table.column("source").to_numpy(zero_copy_only=False), SPENDING_SOURCES)
     batch.abstained = int(np.count_nonzero(status == "abstained")) + int(
-        np.count_nonzero(np.isin(table.column("source").to_numpy(zero_copy_only=False), (FLIPPED, GNMAX))))
+        np.count_nonzero(spending & (status == "answered")))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
     if np.any((known != 0) & (known != 1)):

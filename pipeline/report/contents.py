@@ -24,7 +24,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.session_plan import SessionPlan
-from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, GUESS, SOURCE_NAMES, SPARSE_VECTOR, STUDENT, batch_files
+from pcqr.pipeline.public_log.batches import GATED_SOURCES, SOURCE_NAMES, SPENDING_SOURCES, STUDENT, batch_files
 from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
@@ -33,8 +33,6 @@ CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "prove
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
                      "only each query's released label, status and source.")
 BINS = 100  # the most bins the stream is cut into
-SPENDING_SOURCES = (FLIPPED, GNMAX)  # answers that spent an instance (besides every abstention)
-GATED_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)  # answers the k models' votes decided
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
 

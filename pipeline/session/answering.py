@@ -30,8 +30,7 @@ from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
                                             session_summary, train_session, trains_by_arrays)
-from pcqr.pipeline.gates.noisy_argmax import coordinator
-from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, validate_queries
+from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, session_gate, validate_queries
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
     SessionState,
@@ -227,7 +226,7 @@ def _nothing_asked(session: SessionState, answered: Answered, queries: Dataset, 
                    answering: AnswerOptions, student: dict[str, Any] | None, reporter: Reporter) -> dict[str, Any]:
     """The run of an input answered in full before: one note, and a summary of no new answers."""
     reporter.note(answered.describe(queries, log_dir))
-    halted = coordinator(session.params, session.sparse_vector).halted and session.released is None
+    halted = session_gate(session).halted and session.released is None
     return _summary(session, ReleaseCounts(halted=halted), skip=0, log_dir=log_dir, state=state, plan=None,
                     answering=answering, student=student, answered=answered)
 

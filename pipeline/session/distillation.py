@@ -26,11 +26,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.public_log.batches import FLIPPED, GNMAX, GUESS, SPARSE_VECTOR, released_rows
+from pcqr.pipeline.public_log.batches import GATED_SOURCES, released_rows
 from pcqr.pipeline.gates.public_guess import STUDENT_ROWS, fit_student
 
 #: The log sources whose answers the teacher (the k models through a gate) released.
-TEACHER_SOURCES = (SPARSE_VECTOR, GUESS, FLIPPED, GNMAX)
+TEACHER_SOURCES = GATED_SOURCES
 #: ``--after-halt``: what happens to the queries after the T-th instance (refused, or the student).
 AFTER_HALT = ("refuse", "student")
 

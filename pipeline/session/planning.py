@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ContextManager
 from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, split_features
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.gates.noisy_argmax import new_coordinator
 from pcqr.pipeline.gates.public_guess import GuessSpec
+from pcqr.pipeline.gates.registry import new_gate
 from pcqr.pipeline.mechanisms.relabel import relabel_and_resample
 from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
@@ -153,7 +153,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     relabeller = None
     # the key (and the sparse vector's T thresholds) drawn before any private row is read: A_AgPrivCl's
     # secret sample and universal mode's A_SSPP selection come from it too (privacy/keyed_draws.py)
-    coordinator = new_coordinator(plan.params, plan.noise)
+    coordinator = new_gate(plan.params, plan.noise)
     fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
     if plan.agnostic is not None:
         relabeller, resampled = _relabel(client, plan, coordinator.state.key, reporter)

@@ -2,8 +2,8 @@
 
 Algorithm 5, steps 6-11 of papers/001. Query batches are read and voted on by
 Dask tasks, pipelined a few batches ahead; their vote counts come back to the
-driver and pass, strictly in query order, through the one
-:class:`~pcqr.pipeline.gates.sparse_vector.SparseVector` coordinator. A query equal to one
+driver and pass, strictly in query order, through the session's one gate (whichever
+``params.gate`` names: :mod:`pcqr.pipeline.gates.registry`). A query equal to one
 already answered gets the logged answer instead (:mod:`pcqr.pipeline.public_log.answered`). Each
 batch is committed in the order of :mod:`pcqr.pipeline.session.commit` (pending copy, state,
 public log), so whatever instant the process dies nothing released is ever
@@ -12,6 +12,7 @@ re-answered differently, c never goes backwards and a threshold is never reused.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,14 +29,18 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.evaluation import score
 from pcqr.pipeline.session.inputs import content_identity
 from pcqr.pipeline.public_log.batches import (
-    DUPLICATE,
+    ABSTAINED,
+    ANSWERED,
+    DUPLICATE_CODE,
     FLIPPED,
-    GNMAX,
-    GUESS,
+    FLIPPED_CODE,
+    GATED_SOURCES,
+    REFUSED,
     RELEASED_MODEL,
+    RELEASED_MODEL_CODE,
     SOURCE_NAMES,
-    SPARSE_VECTOR,
     STUDENT,
+    STUDENT_CODE,
     append_batch,
     batch_table,
     encode_batch,
@@ -48,15 +53,14 @@ from pcqr.pipeline.session.query_batches import (
     read_ahead, refused_batch, repeated_id, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
-from pcqr.pipeline.gates.noisy_argmax import coordinator as session_coordinator
-from pcqr.pipeline.gates.sparse_vector import ABSTAINED, ANSWERED, REFUSED, SparseVector
+from pcqr.pipeline.gates.gate import Gate, PublicRecord
+from pcqr.pipeline.gates.registry import open_gate
 from pcqr.pipeline.session.state import SessionState, save_session
 from pcqr.pipeline.models.votes import Ensemble
 
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
-_SPARSE, _MODEL, _DUPLICATE, _GUESS, _FLIPPED, _STUDENT, _GNMAX = (
-    SOURCE_NAMES.index(n) for n in (SPARSE_VECTOR, RELEASED_MODEL, DUPLICATE, GUESS, FLIPPED, STUDENT, GNMAX))
+_GATED = tuple(SOURCE_NAMES.index(name) for name in GATED_SOURCES)  # the codes of the teacher's answers
 
 
 @dataclass
@@ -79,10 +83,10 @@ class ReleaseCounts:
         self.answered += int(np.count_nonzero(status == ANSWERED))
         self.abstained += int(np.count_nonzero(status == ABSTAINED))
         self.refused += int(np.count_nonzero(status == REFUSED))
-        self.released_model += int(np.count_nonzero(source == _MODEL))
-        self.duplicates += int(np.count_nonzero(source == _DUPLICATE))
-        self.flipped += int(np.count_nonzero(source == _FLIPPED))
-        self.student += int(np.count_nonzero(source == _STUDENT))
+        self.released_model += int(np.count_nonzero(source == RELEASED_MODEL_CODE))
+        self.duplicates += int(np.count_nonzero(source == DUPLICATE_CODE))
+        self.flipped += int(np.count_nonzero(source == FLIPPED_CODE))
+        self.student += int(np.count_nonzero(source == STUDENT_CODE))
         self.batches += 1
 
 
@@ -239,13 +243,7 @@ def release_answers(
     assert session.log_dir is not None
     log_dir: str = session.log_dir
     parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
-    coordinator = session_coordinator(session.params, session.sparse_vector)
-    student = None
-    if session.params.gate == "guess":
-        from pcqr.pipeline.gates.public_guess import GuessSpec, Student
-
-        student = Student.from_log(GuessSpec.from_dict(session.guess or {}), log_dir, session.features, session.next_batch,
-                                   modules)
+    gate = session_gate(session, modules)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
     late = AfterHalt(after_halt, log_dir, session.features, modules) if after_halt is not None else None
     if switch is not None and switch.due():
@@ -280,7 +278,7 @@ def release_answers(
         part, rows = parts[i], dict(seed=seed, rows=batch_rows, pure=False)
         if switch is not None and switch.done:
             pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS, part.rows))
-        elif coordinator.halted:  # refused whatever the votes: do not compute them
+        elif gate.halted:  # refused whatever the votes: do not compute them
             pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL, part.rows))
         else:
             pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
@@ -288,9 +286,9 @@ def release_answers(
     def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
         """One log batch, committed in the order of pcqr.pipeline.session.commit."""
         batch_provenance = provenance
-        if switch is not None and switch.done and np.any(source == _MODEL):
+        if switch is not None and switch.done and np.any(source == RELEASED_MODEL_CODE):
             batch_provenance = {**provenance, "released_model": switch.provenance}
-        if late is not None and np.any(source == _STUDENT):
+        if late is not None and np.any(source == STUDENT_CODE):
             batch_provenance = {**batch_provenance, "student": late.provenance}
         batch = session.next_batch
         log = batch_table(table, id_column, features, status, label, batch, fallback_label, source)
@@ -306,7 +304,7 @@ def release_answers(
         else:
             append_batch(log_dir, batch, data)
         if keys.shape[0]:
-            fresh = (status == ANSWERED) & (source != _DUPLICATE)  # test() found none of them in the index
+            fresh = (status == ANSWERED) & (source != DUPLICATE_CODE)  # test() found none of them in the index
             index.add(keys[fresh], label[fresh], absent=True)
         if truth is not None:
             answered = status == ANSWERED
@@ -319,21 +317,18 @@ def release_answers(
             on_batch(len(status))
 
     def test(table: pa.Table, values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Repeats get their logged answer; every other query goes through the coordinator."""
+        """Repeats get their logged answer; every other query goes through the session's gate."""
         found, logged = index.lookup(keys)
         status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
         label = logged.copy()
-        source = np.where(found, _DUPLICATE, _GNMAX if session.params.gate == "gnmax" else
-                          _SPARSE if student is None else _GUESS).astype(np.int8)
-        fresh = ~found
-        X = None  # the batch's features, converted once if the guess gate or the student needs them
-        if fresh.any() and student is None:
-            status[fresh], label[fresh] = coordinator.process(values[fresh], ensemble.size)
-        elif fresh.any():
-            X = feature_matrix(table, features, "query batch")
-            guess_gate(X, values, np.flatnonzero(fresh), status, label, source)
+        source = np.full(values.shape[0], DUPLICATE_CODE, dtype=np.int8)
+        X = functools.cache(lambda: feature_matrix(table, features, "query batch"))  # converted once, if needed
+        fresh = np.flatnonzero(~found)
+        if fresh.size:
+            released = gate.release(values[fresh], ensemble.size, lambda: X()[fresh])
+            status[fresh], label[fresh], source[fresh] = released.status, released.label, released.source
         if late is not None and np.any(status == REFUSED):
-            student_answers(feature_matrix(table, features, "query batch") if X is None else X, status, label, source)
+            student_answers(X(), status, label, source)
         return status, label, source
 
     def student_answers(X: np.ndarray, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
@@ -342,33 +337,10 @@ def release_answers(
         refused = np.flatnonzero(status == REFUSED)
         if not late.provenance:  # not fitted yet (fitted once; on no teacher answers it stays None)
             before = np.arange(refused[0])
-            taught = before[(status[before] == ANSWERED) & np.isin(source[before], (_SPARSE, _GUESS, _FLIPPED, _GNMAX))]
+            taught = before[(status[before] == ANSWERED) & np.isin(source[before], _GATED)]
             late.fit(session.next_batch, X[taught], label[taught])
         if late.model is not None:
-            status[refused], label[refused], source[refused] = ANSWERED, late.predict(X[refused]), _STUDENT
-
-    def guess_gate(X: np.ndarray, values: np.ndarray, fresh: np.ndarray, status: np.ndarray, label: np.ndarray,
-                   source: np.ndarray) -> None:
-        """The fresh queries through the guess gate, in chunks that end where the student is refitted
-        (pcqr.pipeline.gates.public_guess: a schedule point, or a charged answer while it is young)."""
-        assert student is not None
-        pos = 0
-        while pos < fresh.size:
-            if coordinator.halted:  # refused whatever the votes and the guess
-                status[fresh[pos:]] = REFUSED
-                return
-            room = student.room()
-            take = fresh[pos:] if room is None else fresh[pos : pos + room]
-            guess = student.guess(X[take])
-            assert isinstance(coordinator, SparseVector)  # the guess gate runs the sparse vector
-            got, released, used = coordinator.process_guess(values[take], guess, ensemble.size, student.young)
-            rows = take[:used]
-            status[rows], label[rows] = got, released
-            answered = got == ANSWERED
-            charged = answered & (released != guess[:used])
-            source[rows[charged]] = _FLIPPED
-            student.learn(X[rows[answered]], released[answered], bool(charged[-1]) if used else False)
-            pos += used
+            status[refused], label[refused], source[refused] = ANSWERED, late.predict(X[refused]), STUDENT_CODE
 
     def release(table: pa.Table, values: np.ndarray, kind: str, keys: np.ndarray) -> None:
         """Queries in order: through the coordinator until the switch, by h_priv after it."""
@@ -380,7 +352,7 @@ def release_answers(
                     feature_matrix(rest, features, "query batch"))
                 n = rest.num_rows
                 emit(rest, np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
-                     np.full(n, _MODEL, dtype=np.int8), np.zeros(0, dtype=np.uint64))
+                     np.full(n, RELEASED_MODEL_CODE, dtype=np.int8), np.zeros(0, dtype=np.uint64))
                 return
             before = switch.rows_before() if switch is not None else None
             take = table.num_rows - start if before is None else min(table.num_rows - start, before)
@@ -406,9 +378,17 @@ def release_answers(
             check_same_rows(own, keys[start:end], parts[i].file)
             release(table, values[start:end], kind, keys[start:end])
             start = end
-    counts.halted = coordinator.halted and (switch is None or not switch.done)
+    counts.halted = gate.halted and (switch is None or not switch.done)
     counts.student_taught = late.taught if late is not None and late.provenance else None
     return counts
+
+
+def session_gate(session: SessionState, modules: tuple[str, ...] = ()) -> Gate:
+    """The session's gate (whichever its parameters name), from its private state and its public
+    record: the guess gate's student learns from the log, with the operator's allowed ``modules``."""
+    record = None if session.log_dir is None else PublicRecord(
+        session.log_dir, tuple(session.features), session.next_batch, session.guess, modules)
+    return open_gate(session.params, session.sparse_vector, record)
 
 
 def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batch_hash: str, noise: NoiseSource) -> None:
@@ -418,9 +398,9 @@ def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batc
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
-    for code, name in ((_MODEL, RELEASED_MODEL), (_DUPLICATE, "duplicates"), (_FLIPPED, FLIPPED)):
+    for code, name in ((RELEASED_MODEL_CODE, RELEASED_MODEL), (DUPLICATE_CODE, "duplicates"), (FLIPPED_CODE, FLIPPED)):
         session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
-    students = int(np.count_nonzero(source == _STUDENT))
+    students = int(np.count_nonzero(source == STUDENT_CODE))
     if students or STUDENT in session.totals:  # only sessions whose student has answered show the key
         session.totals[STUDENT] = session.totals.get(STUDENT, 0) + students
     if session.input is not None:

@@ -35,7 +35,7 @@ from pcqr.pipeline.data.user_files import (
 )
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.store import dump_models, load_models_file
-from pcqr.pipeline.gates.sparse_vector import SparseVectorState
+from pcqr.pipeline.gates.gate import SparseVectorState
 from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.privacy.session_plan import SessionPlan
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
