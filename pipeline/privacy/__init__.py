@@ -1,2 +1,3 @@
-"""Privacy accounting and noise: Algorithm 5's parameters and certificate, the noise sources, the
-stability term, the parameter limits and the papers' sample-size formulas."""
+"""Every privacy parameter and certificate, and the noise: a session's plan (session_plan: one function
+per mode), the parameter classes of A_SubSamp, A_AgPrivCl and A_UnvPrivCl, the accountants, the noise
+sources, the parameter limits and the papers' sample-size formulas (pcqr plan)."""
