@@ -78,7 +78,7 @@ def bench_coordinator(quick: bool) -> dict[str, Any]:
     query abstains until the T-th)."""
     import numpy as np
 
-    from pcqr.pipeline.session import sparse_vector
+    from pcqr.pipeline.gates import sparse_vector
     from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, SecureNoise
     from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
