@@ -13,7 +13,7 @@ from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.gnmax import (
-    calibrate_sigma, count_sigma, gnmax_guarantee, gnmax_rho, mironov_epsilon, zcdp_epsilon,
+    calibrate_sigma, count_sigma, gnmax_guarantee, gnmax_rho, mironov_epsilon, pld_delta, pld_epsilon, zcdp_epsilon,
 )
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, SeededNoise
 from tests.conftest import P_FAIL
@@ -113,3 +113,79 @@ def test_gaussian_table_refuses_bad_scales() -> None:
             DiscreteGaussianTail(bad)
     with pytest.raises(ValueError, match="MAX_TAIL_ENTRIES"):
         DiscreteGaussianTail(1e7)
+
+
+# --- the privacy-loss distribution (issue 29) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("sigma", "m", "delta"), [(267.2, 2000, 0.998e-6), (84.5, 200, 1e-6), (40.0, 30, 1e-5),
+                                                   (300.0, 1000, 1e-9)])
+def test_pld_lies_between_dp_accountings_optimistic_and_pessimistic_estimates(sigma: float, m: int,
+                                                                              delta: float) -> None:
+    """An independent computation brackets ours: dp_accounting's PLD of the same discrete Gaussian
+    (scale sigma / sqrt 2, sensitivity 1) composed m times, optimistic (a lower bound on the true eps)
+    and pessimistic (an upper bound). Ours must be an upper bound too, so at least the optimistic one,
+    and tight, so at most the pessimistic one; and below the RDP conversion's."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    ours = pld_epsilon(sigma, m, delta)
+    interval = 1e-3 / m  # the composed discretisation error is at most m x interval = 1e-3
+    bounds = [pld.from_discrete_gaussian_mechanism(count_sigma(sigma), sensitivity=1, pessimistic_estimate=p,
+                                                   value_discretization_interval=interval)
+              .self_compose(m).get_epsilon_for_delta(delta) for p in (False, True)]
+    assert bounds[0] <= ours <= bounds[1]
+    assert ours < gnmax_guarantee(sigma, m, delta)[0]
+
+
+def _exact_delta(epsilon: float, sigma: float, m: int) -> float:
+    """delta(eps) of m discrete Gaussians (scale sigma / sqrt 2, sensitivity 1) by brute force: the pmf
+    of the sum by direct convolution over a support wide enough that the rest is below 1e-40."""
+    v1 = count_sigma(sigma) ** 2
+    z = np.arange(-60 * math.ceil(math.sqrt(v1)) - 5, 60 * math.ceil(math.sqrt(v1)) + 6)
+    one = np.exp(-(z.astype(float) ** 2) / (2 * v1))
+    one /= math.fsum(one)
+    pmf, low = np.array([1.0]), 0
+    for _ in range(m):
+        pmf, low = np.convolve(pmf, one), low + int(z[0])
+    s = np.arange(low, low + pmf.size)
+    loss = (m - 2 * s) / (2 * v1)
+    q = np.concatenate([np.zeros(m), pmf[:-m]])  # P(S + m = s) = P(S = s - m)
+    take = loss > epsilon
+    return float(math.fsum(pmf[take]) - math.exp(epsilon) * math.fsum(q[take]))
+
+
+@pytest.mark.parametrize(("sigma", "m"), [(2.0, 1), (3.0, 2), (4.0, 3), (6.0, 5), (9.0, 4)])
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0])
+def test_pld_delta_never_below_the_exact_delta_on_small_cases(sigma: float, m: int, epsilon: float) -> None:
+    """On cases small enough to convolve exactly, the certified delta is at or above the true one (the
+    certificate is never below the optimum). Where the Poisson bound's tau = exp(-pi^2 V1 / 2) is
+    negligible (V1 >= 8) it is also within 1e-6 of it; below, the margin (6 m + 1) tau per integer
+    of the window is what it adds, and it is added."""
+    exact = _exact_delta(epsilon, sigma, m)
+    ours = pld_delta(epsilon, sigma, m)
+    assert exact <= ours
+    if count_sigma(sigma) ** 2 >= 8:
+        assert ours <= exact * (1 + 1e-6) + 1e-12
+
+
+def test_the_pld_calibrates_sigma_below_270_and_minimal() -> None:
+    """Issue 29's target: sigma at most 270 at eps 1, delta 1e-6 (0.998e-6 for the composition term),
+    m 2,000 (287 by the RDP conversion); the PLD certifies it and refuses a smaller one."""
+    s = calibrate_sigma(1.0, 0.998e-6, 2000, accountant="pld")
+    assert 265 <= s <= 270 < calibrate_sigma(1.0, 0.998e-6, 2000)
+    assert pld_epsilon(s, 2000, 0.998e-6) <= 1.0 < pld_epsilon(s * (1 - 1e-6), 2000, 0.998e-6)
+    assert pld_delta(1.0, s, 2000) <= 0.998e-6 < pld_delta(1.0, s * (1 - 1e-6), 2000)
+
+
+def test_the_pld_refuses_where_its_bounds_do_not_hold() -> None:
+    """Below V1 = 1 (the Poisson bound) or past PLD_MAX_WINDOW the PLD refuses, and a gnmax session
+    falls back to the RDP conversion and records it."""
+    from pcqr.pipeline.privacy.gnmax import PLD_MAX_WINDOW, pld_fits
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    assert not pld_fits(1.0, 10, 1.0) and pld_fits(2.0, 10, 1.0)
+    assert not pld_fits(2000.0, 10**6, 1.0) and PLD_MAX_WINDOW == 5_000_000
+    with pytest.raises(PcqrError, match="cannot certify"):
+        pld_delta(1.0, 1.0, 10)
+    wide = SubSampParameters.create("tight", 1.0, 1e-6, 60_000, 60_000, 0.05, gate="gnmax")
+    assert wide.accountant == wide.accountant_name == "rdp"

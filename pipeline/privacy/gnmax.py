@@ -19,14 +19,47 @@ the argmax of (v0 + N(0, s^2), v1 + N(0, s^2)); pcqr draws one discrete Gaussian
   outward (never below the real value of the expression).
 
 At eps = 1, delta = 1e-6, m = 2,000: s = 287 (Mironov's conversion: 338).
+
+The privacy-loss distribution (:func:`pld_delta`, :func:`pld_epsilon`; ALGORITHMS.md section 11) is
+tighter, and is what certifies a gnmax session (``accountant`` "pld" in its parameters; sessions
+certified before it keep "rdp"):
+
+* Dominating pair: one answer is post-processing of ct(1) + Z, Z ~ N_Z(0, V1), V1 = count_sigma(s)^2,
+  ct(1) of sensitivity 1; by the noise's symmetry the pair (N_Z(0, V1), N_Z(1, V1)) dominates either
+  direction of change, and m adaptively chosen answers are dominated by its m-fold product (Zhu, Dong
+  and Wang 2022, Theorem 10: dominating pairs compose).
+* Exact delta: the product's privacy loss is L = (m - 2 S) / (2 V1) with S the sum of the m noises, so
+  delta(eps) = sum over integers s < m/2 - V1 eps of P(S = s) - e^eps P(S = s - m).
+* P(S = s), bounded: by Poisson summation the characteristic function of N_Z(0, V1) is within
+  6 tau of exp(-V1 t^2 / 2) on [-pi, pi], tau = exp(-pi^2 V1 / 2) (V1 >= 1), so P(S = s) is within
+  (6 m + 1) tau of the normal density n(s) of variance V = m V1 (CKS20 section 4 argues the same
+  way for sums of discrete Gaussians). The sum of the m noises is sub-Gaussian with variance proxy
+  V (CKS20 Corollary 9), so P(S < -W) <= exp(-W^2 / (2 V)): the sums run over a window
+  [-W, m/2 - V1 eps) with that bound at most 1e-300, each pointwise error counted once per integer
+  of the window, and the float sums' relative error bounded by _PLD_RELATIVE_ERROR. The
+  certified delta adds every one of these terms, in the direction that only enlarges it.
+
+At eps = 1, delta = 0.998e-6, m = 2,000 the PLD's sigma is about 267 (the RDP conversion's: 287).
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 
 _MARGIN = 2.0**-40  # relative error allowance of a few float operations (2^-53 each), generously
+#: The accountants a gnmax session can be certified by: the privacy-loss distribution, or zCDP and the
+#: tight RDP conversion (the only one before issue 29, and the fallback where the PLD's window is too wide).
+ACCOUNTANTS = ("pld", "rdp")
+#: The PLD's sums run over at most this many integers (about 35,000 answers at eps 1); beyond, "rdp".
+PLD_MAX_WINDOW = 5_000_000
+#: A bound on the relative error of the PLD's float sums (exp within a few ulps, pairwise summation of
+#: at most PLD_MAX_WINDOW positive terms: below 1e-13), with a wide margin.
+_PLD_RELATIVE_ERROR = 1e-9
+_LOG_TAIL = math.log(1e-300)  # the window starts where the sub-Gaussian tail bound is 1e-300
 
 
 def count_sigma(sigma: float) -> float:
@@ -79,20 +112,90 @@ def mironov_epsilon(rho: float, delta: float) -> float:
     return rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
-def gnmax_guarantee(sigma: float, answers: int, delta: float) -> tuple[float, float]:
-    """(eps, alpha) of ``answers`` GNMax answers at per-label scale ``sigma``, at ``delta``."""
+def gnmax_guarantee(sigma: float, answers: int, delta: float, accountant: str = "rdp") -> tuple[float, float]:
+    """(eps, alpha) of ``answers`` GNMax answers at per-label scale ``sigma``, at ``delta``, certified by
+    ``accountant`` (alpha is the RDP order; nan under the PLD, which has none)."""
+    if accountant == "pld":
+        return pld_epsilon(sigma, answers, delta), math.nan
+    if accountant != "rdp":
+        raise PcqrError(f"the gnmax accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
     return zcdp_epsilon(gnmax_rho(sigma, answers), delta)
 
 
-def calibrate_sigma(epsilon: float, delta: float, answers: int) -> float:
-    """The smallest sigma (to one part in 1e12) whose ``answers`` answers are certified (eps, delta)-DP."""
+def pld_fits(sigma: float, answers: int, epsilon: float) -> bool:
+    """Whether the PLD can certify ``answers`` answers at ``sigma`` near ``epsilon``: V1 >= 1 (the
+    Poisson bound) and a window of at most PLD_MAX_WINDOW integers."""
+    v1 = count_sigma(sigma) ** 2
+    if not (math.isfinite(v1) and v1 >= 1 and 1 <= answers <= 2**53):
+        return False
+    width = math.sqrt(-2 * _LOG_TAIL * answers * v1) + answers / 2 + v1 * max(0.0, -epsilon)
+    return width <= PLD_MAX_WINDOW
+
+
+def pld_delta(epsilon: float, sigma: float, answers: int) -> float:
+    """An upper bound on the delta at ``epsilon`` of ``answers`` adaptively chosen GNMax answers at
+    per-label scale ``sigma``: the exact privacy-loss distribution of the module docstring plus every
+    error term, rounded up. Refused where :func:`pld_fits` is False."""
+    if not pld_fits(sigma, answers, epsilon):
+        raise PcqrError(f"the PLD accountant cannot certify sigma {sigma:g} over {answers:,} answers here")
+    m, v1 = answers, count_sigma(sigma) ** 2
+    variance = m * v1
+    a = m / 2 - v1 * epsilon  # L > eps  <=>  S < a
+    top = math.ceil(a) - 1  # the largest integer below a
+    low = math.floor(-math.sqrt(-2 * _LOG_TAIL * variance))  # P(S < low) <= 1e-300
+    if top < low:
+        return 1e-300
+    s = np.arange(low, top + 1, dtype=np.float64)
+    norm = math.sqrt(2 * math.pi * variance)
+    p_sum = float(np.exp(-(s * s) / (2 * variance)).sum()) / norm
+    shifted = s - m
+    q_sum = float(np.exp(-(shifted * shifted) / (2 * variance)).sum()) / norm
+    log_tau = -math.pi**2 * v1 / 2
+    pointwise = math.exp(min(0.0, log_tau + math.log(6 * m + 1) + math.log(2 * s.size)))  # both sums
+    upper = (p_sum * (1 + _PLD_RELATIVE_ERROR) - math.exp(epsilon) * (1 - 1e-15) * q_sum * (1 - _PLD_RELATIVE_ERROR)
+             + pointwise * (1 + math.exp(epsilon)) + 1e-300)
+    return math.nextafter(max(upper, 0.0) * (1 + _MARGIN), math.inf)
+
+
+def pld_epsilon(sigma: float, answers: int, delta: float) -> float:
+    """The smallest eps (to one part in 1e9, rounded up) at which :func:`pld_delta` is at most
+    ``delta``: the PLD's certificate for ``answers`` answers at ``sigma``."""
+    return _pld_epsilon(float(sigma), int(answers), float(delta))
+
+
+@functools.lru_cache(maxsize=256)
+def _pld_epsilon(sigma: float, answers: int, delta: float) -> float:
+    if not 0 < delta < 1:
+        raise PcqrError(f"--delta must be in (0, 1), got {delta}")
+    hi = zcdp_epsilon(gnmax_rho(sigma, answers), delta)[0]  # certified: the PLD's is at most this
+    if not pld_fits(sigma, answers, hi) or pld_delta(hi, sigma, answers) > delta:
+        return hi  # the RDP certificate stands where the PLD cannot improve on it
+    lo = 0.0
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        if pld_delta(mid, sigma, answers) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def calibrate_sigma(epsilon: float, delta: float, answers: int, accountant: str = "rdp") -> float:
+    """The smallest sigma (to one part in 1e12) whose ``answers`` answers are certified (eps, delta)-DP
+    by ``accountant``."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise PcqrError(f"--epsilon must be a positive number, got {epsilon}")
     if not 0 < delta < 1:
         raise PcqrError(f"--delta must be in (0, 1), got {delta}")
     if not (isinstance(answers, int) and answers >= 1):
         raise PcqrError(f"--queries-max must be a whole number >= 1, got {answers}")
-    fits = lambda s: gnmax_guarantee(s, answers, delta)[0] <= epsilon  # noqa: E731
+    if accountant == "pld":
+        aim = epsilon * (1 - 4e-9)  # pld_epsilon's bisection stops within 1e-9 above the crossing
+        fits = lambda s: pld_fits(s, answers, aim) and pld_delta(aim, s, answers) <= delta  # noqa: E731
+        if not fits(calibrate_sigma(epsilon, delta, answers)):  # the PLD cannot run here
+            raise PcqrError(f"the PLD accountant cannot certify {answers:,} answers at --epsilon {epsilon}")
+    else:
+        fits = lambda s: gnmax_guarantee(s, answers, delta)[0] <= epsilon  # noqa: E731
     hi = 1.0
     while not fits(hi):
         hi *= 2

@@ -81,7 +81,7 @@ from pcqr.pipeline.privacy.limits import (
     gnmax_limit_problem, paper_lambda, subsamp_limit_problem,
 )
 from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
-from pcqr.pipeline.privacy.gnmax import calibrate_sigma, gnmax_guarantee
+from pcqr.pipeline.privacy.gnmax import ACCOUNTANTS, calibrate_sigma, gnmax_guarantee
 from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 
 # Per-query error of DiscreteLaplaceTail (see pcqr.pipeline.privacy.noise): its bits differ
@@ -217,6 +217,7 @@ class SubSampParameters:
     profile: str = "paper"  # "tight" or "paper" (sessions before the profiles were all "paper")
     gate: str = "stability"  # "stability" or "guess" (sessions before the gates were all "stability")
     noise_split: str = "equal"  # a NOISE_SPLITS key (sessions before the split were all "equal")
+    accountant: str | None = None  # gnmax: "pld" or "rdp" (gnmax.ACCOUNTANTS; None: "rdp", before issue 29)
 
     @classmethod
     def paper(
@@ -389,13 +390,16 @@ class SubSampParameters:
         check_queries_max(queries_max)
         check_fraction(beta, "--beta")
         check_overrides(subsamples, None)
-        sigma = calibrate_sigma(tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta,
-                                queries_max)
+        target = tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, queries_max
+        try:  # the privacy-loss distribution where it runs (about m <= 35,000 at eps 1), else zCDP
+            sigma, accountant = calibrate_sigma(*target, accountant="pld"), "pld"
+        except PcqrError:
+            sigma, accountant = calibrate_sigma(*target, accountant="rdp"), "rdp"
         params = cls(
             epsilon=epsilon, delta=delta, beta=beta, cutoff=queries_max, queries_max=queries_max, lam=sigma,
             subsamples=subsamples if subsamples is not None else 1, threshold=0.0,
             subsamples_source="gnmax_useful" if subsamples is None else "override", threshold_source="not_used",
-            profile="tight", gate="gnmax",
+            profile="tight", gate="gnmax", accountant=accountant,
         )
         params.check_limits()  # before useful_subsamples builds the Gaussian table at sigma
         if subsamples is None:
@@ -420,6 +424,15 @@ class SubSampParameters:
         return self.lam
 
     @property
+    def accountant_name(self) -> str:
+        """What certified the composition (the summary's ``accountant``): gnmax's privacy-loss
+        distribution ("pld") or zCDP ("rdp"); the tight profile's exact optimal composition
+        ("optimal_composition", KOV); the paper's better of basic and advanced composition."""
+        if self.gate == "gnmax":
+            return self.accountant or "rdp"
+        return "optimal_composition" if self.profile == "tight" else "basic_or_advanced_composition"
+
+    @property
     def threshold_noise_scale(self) -> float:
         """Scale of the threshold noise in gap units: (1 + r) lambda for the split r = eps2 / eps1
         (``equal``: 2 lambda, i.e. 2 x Lap(lambda) on dist = gap/2)."""
@@ -441,7 +454,7 @@ class SubSampParameters:
         (such an eps is above every request, MAX_EPSILON, and is refused)."""
         if self.gate == "gnmax":
             delta = GUESS_COMPOSITION_SHARE * self.delta
-            eps = gnmax_guarantee(self.lam, self.queries_max, delta)[0]
+            eps = gnmax_guarantee(self.lam, self.queries_max, delta, self.accountant or "rdp")[0]
         elif self.profile == "tight":
             eps = tight_epsilon(self.epsilon, self.delta, self.queries_max)
             delta = optimal_delta(self.instance_epsilon, self.cutoff, eps)
@@ -520,6 +533,8 @@ class SubSampParameters:
             raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.gate not in GATES:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
+        if self.accountant not in (None, *ACCOUNTANTS) or (self.accountant is not None and self.gate != "gnmax"):
+            raise PcqrError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (gnmax only), got {self.accountant!r}")
         if self.noise_split not in NOISE_SPLITS:
             raise PcqrError(f"noise_split must be one of {', '.join(NOISE_SPLITS)}, got {self.noise_split!r}")
         if enforce_limits:

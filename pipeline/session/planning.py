@@ -234,6 +234,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "queries_max": p.queries_max,
         "beta": p.beta,
         "profile": p.profile,
+        "accountant": p.accountant_name,
         "gate": p.gate,
         **({"sigma": p.lam} if p.gate == "gnmax" else {
             "lambda": p.lam, "noise_split": p.noise_split, "threshold_noise_scale": p.threshold_noise_scale,
