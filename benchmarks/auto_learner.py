@@ -1,5 +1,5 @@
 """Benchmark ``auto_learner``: ``PrivateClassifier(learner='auto')`` (a tree as deep as n / k rows a
-model support, chosen from public parameters: pcqr.pipeline.estimator.classifier.auto_learner) against
+model support, chosen from public parameters: pcqr.pipeline.models.learners.auto_learner) against
 the fixed default learner (``stump``), both at the estimator's other defaults (epsilon 1, delta
 1e-6, the gate chosen from public parameters, ``after_halt='student'``), issue 26.
 

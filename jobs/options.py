@@ -57,8 +57,10 @@ def privacy_options(func: F) -> F:
                      "leaves more of delta to composition, so less noise (the summary's delta_composition shows the split). "
                      "Under --gate guess w is not a privacy parameter "
                      "(default 0: release the noisy majority; negative: charge only clear disagreements with the guess)."),
-        click.option("--learner", default=TrainingOptions.learner, show_default=True, help="'threshold', 'stump', or a scikit-learn classifier's import path under an allowed module "
-                     "(sklearn., pcqr.pipeline., or a prefix the operator lists in cluster.yaml under pcqr: learners: allow:)."),
+        click.option("--learner", default=TrainingOptions.learner, show_default=True, help="'threshold', 'stump', 'auto' (a decision tree as deep as n / k rows a model support, "
+                     "from public parameters: depth round(log2(n/k)) - 3, 1 to 6), or a scikit-learn classifier's "
+                     "import path under an allowed module (sklearn., pcqr.pipeline., or a prefix the operator lists "
+                     "in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column (0/1) of the private data."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name)."),

@@ -29,5 +29,7 @@ def command(state: str, as_json: bool) -> None:
         click.echo("forecast: no abstention yet, no rate to forecast from" if rate is None else
                    f"forecast: {rate:,.1f} queries per instance so far; about {status.forecast_more_queries:,} more "
                    "at that rate")
+        if status.one_label_warning:
+            click.echo(f"warning: {status.one_label_warning}", err=True)
         return
     emit_summary(summary, as_json=True)

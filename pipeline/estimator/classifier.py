@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.learners import auto_learner
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.privacy.session_plan import default_subsamples
 from pcqr.pipeline.session.session import Session, SessionStatus
@@ -401,20 +402,6 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         tags.classifier_tags.poor_score = True  # a DP session cannot learn from the checks' 20-200 rows
         tags.non_deterministic = True  # secure noise: two fits release different sessions
         return tags
-
-
-AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
-AUTO_MAX_DEPTH = 6
-
-
-def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
-    """``learner='auto'``: a decision tree as deep as the rows a model gets can support, from public
-    parameters only (n and k): depth round(log2(n / k)) - 3, between 1 and 6 -- about 16 rows a
-    leaf at full depth (depth 1, a stump, up to 22 rows a model; 4 at 91-181; 6 from 363).
-    Fewer rows a model than that call for a shallower tree, not a wider vote: each model's error
-    is what the majority can only average, never undo."""
-    depth = min(AUTO_MAX_DEPTH, max(1, round(np.log2(max(rows_per_model, 1))) - 3))
-    return AUTO_TREE, {"max_depth": int(depth)}
 
 
 def _charged(summary: dict[str, Any]) -> str:

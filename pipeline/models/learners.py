@@ -289,3 +289,20 @@ def fit_subsample(spec: LearnerSpec, X: np.ndarray, y: np.ndarray) -> Any:
     if labels.size <= 1:
         return ConstantModel(int(labels[0]) if labels.size else 0)
     return spec.build().fit(X, y)
+
+
+#: ``--learner auto`` (and ``PrivateClassifier(learner='auto')``): a decision tree as deep as the rows a
+#: model gets can support (:func:`auto_learner`).
+AUTO = "auto"
+AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
+AUTO_MAX_DEPTH = 6
+
+
+def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
+    """``learner='auto'``: a decision tree as deep as the rows a model gets can support, from public
+    parameters only (n and k): depth round(log2(n / k)) - 3, between 1 and 6 -- about 16 rows a
+    leaf at full depth (depth 1, a stump, up to 22 rows a model; 4 at 91-181; 6 from 363).
+    Fewer rows a model than that call for a shallower tree, not a wider vote: each model's error
+    is what the majority can only average, never undo."""
+    depth = min(AUTO_MAX_DEPTH, max(1, round(np.log2(max(rows_per_model, 1))) - 3))
+    return AUTO_TREE, {"max_depth": int(depth)}

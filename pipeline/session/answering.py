@@ -28,8 +28,10 @@ from pcqr.pipeline.report.evaluation import load_truth
 from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
-from pcqr.pipeline.session.planning import (gate_chosen, odometer, plan_training, say_gate_chosen, session_charge,
-                                            session_summary, train_session, trains_by_arrays)
+from pcqr.pipeline.session.planning import (
+    gate_chosen, odometer, one_label_warning, plan_training, say_gate_chosen, session_charge, session_summary,
+    train_session, trains_by_arrays,
+)
 from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, session_gate, validate_queries
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
@@ -210,6 +212,9 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     say_gate_chosen(plan, reporter)
+    one_label = one_label_warning(session)
+    if one_label is not None:
+        note(f"warning: {one_label}")
     summary = _summary(session, counts, skip=skip, log_dir=log_dir, state=state, plan=plan, answering=answering,
                        student=student)
     if charged is not None:
@@ -257,6 +262,9 @@ def _summary(session: SessionState, counts: ReleaseCounts, *, skip: int, log_dir
         **gate_chosen(plan),
         "odometer": odometer(session),
     }
+    one_label = one_label_warning(session)
+    if one_label is not None:
+        summary["one_label_warning"] = one_label
     if answering.allow_private_overlap:
         summary["allow_private_overlap"] = True
     if session.released is not None:

@@ -85,10 +85,13 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
         return _warned(_agnostic_training(plan, private, noise, options.seed, hypothesis_class), reporter)
     check_training_size(plan.params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
-    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+    from pcqr.pipeline.models.learners import AUTO, LearnerSpec, auto_learner, parse_learner_params
 
-    learner = LearnerSpec(options.learner, parse_learner_params(options.learner_param),
-                          learner_modules(options.cluster))
+    name, params = options.learner, parse_learner_params(options.learner_param)
+    if name == AUTO:  # the rule's tree at n / k rows a model (public), the user's parameters over it
+        name, rule = auto_learner(private.rows // plan.params.subsamples)
+        params = {**rule, **params}
+    learner = LearnerSpec(name, params, learner_modules(options.cluster))
     guess = None if plan.params.gate != "guess" else GuessSpec.parse(
         options.guess or "student", learner.name, learner.params, private.features)
     check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)
@@ -221,6 +224,29 @@ def odometer(session: SessionState) -> dict[str, Any]:
         "queries_per_instance": rate,
         "forecast_more_queries": None if rate is None else math.floor(rate * (cutoff - used)),
     }
+
+
+#: A session "answers one label" when at least this many answers ...
+ONE_LABEL_ANSWERS = 100
+#: ... hold at most this share of the other label (the released labels are public; the votes are not read).
+ONE_LABEL_SHARE = 0.005
+
+
+def one_label_warning(session: SessionState) -> str | None:
+    """One line when the session's released answers are (nearly) all one label, and what to try, from
+    public facts only: the released labels (as the log holds them), n and k. None otherwise, and for a
+    state from before the count."""
+    answered, ones = session.totals["answered"], session.released_ones
+    if ones is None or answered < ONE_LABEL_ANSWERS or min(ones, answered - ones) > ONE_LABEL_SHARE * answered:
+        return None
+    label = 1 if ones > answered - ones else 0
+    k = session.params.subsamples
+    rows = session.private_rows // max(k, 1)
+    learner = session.learner["name"].rsplit(".", 1)[-1]
+    return (f"{max(ones, answered - ones) / answered:.1%} of the session's {answered:,} answers are label {label}: "
+            f"its k = {k:,} models ({learner}, {rows:,} private rows each) may all answer the majority class; "
+            "try --learner auto (decision trees as deep as the rows allow), fewer models so each sees more rows "
+            "(--subsamples), or fewer labelled answers (--queries-max) with --after-halt student")
 
 
 def session_summary(session: SessionState) -> dict[str, Any]:

@@ -296,7 +296,7 @@ def release_answers(
         counts.add(status, source)
         if DURABLE:
             stage(state_dir, batch, data)
-        _advance(session, status, source, sha256(data), noise)
+        _advance(session, status, label, source, sha256(data), noise)
         book.commit(session)  # the ledger first: it is never behind what session.json or the log hold
         save_session(state_dir, session)  # the commit: c, threshold, rows done, this batch's hash
         if DURABLE:
@@ -391,13 +391,16 @@ def session_gate(session: SessionState, modules: tuple[str, ...] = ()) -> Gate:
     return open_gate(session.params, session.sparse_vector, record)
 
 
-def _advance(session: SessionState, status: np.ndarray, source: np.ndarray, batch_hash: str, noise: NoiseSource) -> None:
+def _advance(session: SessionState, status: np.ndarray, label: np.ndarray, source: np.ndarray, batch_hash: str,
+             noise: NoiseSource) -> None:
     session.pending_batch = session.next_batch
     session.next_batch += 1
     session.last_hash = batch_hash
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
+    if session.released_ones is not None:
+        session.released_ones += int(np.count_nonzero((status == ANSWERED) & (label == 1)))
     for code, name in ((RELEASED_MODEL_CODE, RELEASED_MODEL), (DUPLICATE_CODE, "duplicates"), (FLIPPED_CODE, FLIPPED)):
         session.totals[name] = session.totals.get(name, 0) + int(np.count_nonzero(source == code))
     students = int(np.count_nonzero(source == STUDENT_CODE))

@@ -27,7 +27,9 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions, join_features
-from pcqr.pipeline.session.planning import odometer, read_state_summary, session_summary, train_new_session
+from pcqr.pipeline.session.planning import (
+    odometer, one_label_warning, read_state_summary, session_summary, train_new_session,
+)
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
@@ -77,6 +79,9 @@ class SessionStatus:
     queries_seen : int
         The queries the coordinator has tested so far (answered or abstained; duplicates and
         refusals are not tested).
+    one_label_warning : str or None
+        When the released answers are (nearly) all one label: that, and what to try (public facts
+        only: the released labels, n and k).
     """
 
     used: int
@@ -99,6 +104,7 @@ class SessionStatus:
     forecast_more_queries: int | None = None
     queries_max: int = 0
     queries_seen: int = 0
+    one_label_warning: str | None = None
 
 
 def session_status(state: str) -> SessionStatus:
@@ -119,7 +125,7 @@ def session_status(state: str) -> SessionStatus:
         profile=session.params.profile, gate=session.params.gate, flipped=session.totals.get("flipped", 0),
         queries_per_instance=meter["queries_per_instance"],
         forecast_more_queries=meter["forecast_more_queries"], queries_max=session.params.queries_max,
-        queries_seen=session.sparse_vector.queries_seen,
+        queries_seen=session.sparse_vector.queries_seen, one_label_warning=one_label_warning(session),
     )
 
 

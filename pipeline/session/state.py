@@ -80,6 +80,7 @@ class SessionState:
     dedupe_seed: int = field(default_factory=lambda: secrets.randbits(64))  # PRIVATE key of row hashes
     private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
     guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.gates.public_guess.GuessSpec)
+    released_ones: int | None = 0  # answers released as 1 (public, as the log); None: a state from before the count
 
     @property
     def processed(self) -> int:
@@ -147,6 +148,7 @@ class SessionState:
             "dedupe_seed": self.dedupe_seed,
             "private_fingerprint": self.private_fingerprint,
             "guess": self.guess,
+            "released_ones": self.released_ones,
         }
 
     @classmethod
@@ -182,6 +184,7 @@ class SessionState:
             dedupe_seed=int(data.get("dedupe_seed", 0)),
             private_fingerprint=data.get("private_fingerprint"),
             guess=data.get("guess"),
+            released_ones=data.get("released_ones"),
         )
 
 

@@ -1,0 +1,67 @@
+"""A session whose released answers are all one label says so, and what to try (issue 29, item 1):
+``pcqr answer`` (stderr and ``one_label_warning`` in --json) and ``pcqr status``, from public facts
+only (the released labels, n and k; never the votes). ``--learner auto`` is the tree the rule picks."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pcqr.jobs.cli import main
+from pcqr.pipeline.session.planning import ONE_LABEL_ANSWERS, ONE_LABEL_SHARE, one_label_warning
+from tests.conftest import write_parquet
+
+
+def _session(answered: int, ones: int | None, k: int = 100, rows: int = 10_000) -> SimpleNamespace:
+    return SimpleNamespace(totals={"answered": answered}, released_ones=ones, private_rows=rows,
+                           params=SimpleNamespace(subsamples=k), learner={"name": "stump"})
+
+
+@pytest.mark.parametrize(("answered", "ones", "warned"), [
+    (1000, 0, True), (1000, 1000, True), (1000, 5, True), (1000, 6, False), (1000, 500, False),
+    (ONE_LABEL_ANSWERS - 1, 0, False), (ONE_LABEL_ANSWERS, 0, True), (5000, None, False),
+])
+def test_the_rule_reads_the_released_labels_only(answered: int, ones: int | None, warned: bool) -> None:
+    """Warned when at least ONE_LABEL_ANSWERS answers hold at most ONE_LABEL_SHARE of the other label;
+    never for a state from before the count (None)."""
+    line = one_label_warning(_session(answered, ones))  # type: ignore[arg-type]
+    assert (line is not None) == warned
+    if line is not None:
+        label = 1 if ones and ones > answered / 2 else 0
+        assert f"are label {label}" in line and "100 private rows each" in line and "--learner auto" in line
+    assert ONE_LABEL_SHARE == 0.005
+
+
+def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """3% positives in a disc, stumps on 40 rows each: every model answers 0, and the user is told; --learner auto
+    trains the rule's tree (depth round(log2(n / k)) - 3) and the count of ones is the log's."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((20_000, 3))
+    label = (X[:, 0] ** 2 + X[:, 1] ** 2 < 0.06).astype(np.int64)  # about 3%: a disc, which no stump isolates
+    write_parquet(str(tmp_path / "private" / "p.parquet"), {"x0": X[:, 0], "x1": X[:, 1], "x2": X[:, 2],
+                                                           "label": label})
+    Q = rng.standard_normal((1000, 3))
+    write_parquet(str(tmp_path / "queries" / "p.parquet"),
+                  {"query_id": np.arange(1000), "x0": Q[:, 0], "x1": Q[:, 1], "x2": Q[:, 2]})
+    common = ["--private", str(tmp_path / "private"), "--seed", "4", "--insecure-seed", "--cluster", thread_cluster_yaml,
+              "--epsilon", "4", "--gate", "gnmax", "--queries-max", "1000", "--subsamples", "500"]
+    assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
+                 str(tmp_path / "log"), "--json", *common]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    answers = pq.read_table(tmp_path / "log").column("answer").to_numpy()
+    assert summary["answered"] == 1000 and int(np.sum(answers == 1)) <= 5
+    assert "are label 0" in summary["one_label_warning"] and "warning: " in err and "--learner auto" in err
+    assert main(["status", "--state", str(tmp_path / "st")]) == 0
+    assert "are label 0" in capsys.readouterr().err
+    assert main(["status", "--state", str(tmp_path / "st"), "--json"]) == 0
+    assert "are label 0" in json.loads(capsys.readouterr().out)["one_label_warning"]
+    assert main(["train", "--state", str(tmp_path / "auto"), "--learner", "auto", "--json", *common]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["learner"] == "sklearn.tree.DecisionTreeClassifier"
+    state = json.loads((tmp_path / "auto" / "session.json").read_text())
+    assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
