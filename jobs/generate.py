@@ -15,8 +15,8 @@ import click
 from pcqr.jobs.common import cluster_option, emit_summary, json_option, note, progress_enabled
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.synthetic import (
-    CONCEPTS, DEFAULT_NOISE, DEFAULT_ROWS_PER_FILE, KINDS, check_out, make_spec, plan_parts,
-    write_dataset,
+    CONCEPTS, DEFAULT_NOISE, DEFAULT_POSITIVE_RATE, DEFAULT_ROWS_PER_FILE, KINDS, check_out, make_spec,
+    plan_parts, write_dataset,
 )
 
 
@@ -42,12 +42,17 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
               help=f"Label-flip rate in [0, 0.5) (agnostic only; default {DEFAULT_NOISE}).")
 @click.option("--concept", "concept_kind", type=click.Choice(CONCEPTS), default="threshold",
               show_default=True, help="threshold: 1 iff x0 > t; halfspace: 1 iff <w, x> > b; xor: 1 iff exactly one of x0, x1 is "
-              "positive (nonlinear; needs --features >= 2); point: x0 is an integer (floor(100 z)) and the label is 1 iff "
+              "positive (nonlinear; needs --features >= 2); corner: 1 iff x0 > a and x1 > b, with a and b set from "
+              "--seed so that a share --positive-rate (default 0.1) of the rows is positive (an imbalanced nonlinear "
+              "task; needs --features >= 2); point: x0 is an integer (floor(100 z)) and the label is 1 iff "
               "x0 == j, j a seeded integer in [-50, 50] (for pcqr learn --algorithm point).")
 @click.option("--integer-scale", type=float, default=None, help="--concept point or threshold: x0 = floor(S z), an "
               "integer, labelled by the concept (point: default 100; threshold: default none, x0 continuous). A "
               "small S gives few values with large shares (e.g. 2: 20 values, the largest 19% of the rows), for "
               "pcqr sanitize; an integer x0 suits pcqr learn --algorithm learn-thresholds.")
+@click.option("--positive-rate", type=float, default=None,
+              help=f"--concept corner: the share of positive rows before label noise, in (0, 1) (default "
+              f"{DEFAULT_POSITIVE_RATE}); with --noise q the labels' share is r (1 - q) + (1 - r) q.")
 @click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
               help="Rows per parquet file (one Dask task each).")
 @click.option("--out", type=click.Path(file_okay=False), required=True,
@@ -57,15 +62,16 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 @cluster_option
 @json_option
 def command(kind: str, rows: int, features: int, queries: int, seed: int, noise: float | None,
-            concept_kind: str, integer_scale: float | None, rows_per_file: int, out: str, overwrite: bool,
-            cluster: str | None, as_json: bool) -> None:
+            concept_kind: str, integer_scale: float | None, positive_rate: float | None, rows_per_file: int,
+            out: str, overwrite: bool, cluster: str | None, as_json: bool) -> None:
     """Write synthetic classification data: DIR/private, DIR/queries, DIR/truth (parquet).
 
     Features are i.i.d. standard normal; the hidden concept comes from --seed and
     is recorded (public for synthetic data) under the key pcqr.concept of the
     private files' parquet schema metadata.
     """
-    spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, integer_scale)
+    spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, integer_scale,
+                     positive_rate)
     check_out(out, overwrite)
     started = time.perf_counter()
     # array work (numpy draws, Parquet writes): a local cluster of threads, 2.3-2.9 s for the README's

@@ -149,6 +149,29 @@ def test_agnostic_flip_rate_within_binomial_bound(run: Callable[..., Result], tm
         assert abs(rate - gamma) <= flip_bound(n, gamma), (rate, flip_bound(n, gamma))
 
 
+@pytest.mark.parametrize("rate, seed", [(None, 0), (None, 7), (0.03, 1)])
+def test_corner_positive_rate_on_1e5_rows_within_binomial_bound(run: Callable[..., Result], tmp_path: Path,
+                                                                rate: float | None, seed: int) -> None:
+    """Issue 29's imbalanced task: for any seed, a row is positive with probability r exactly (the cuts
+    are normal quantiles), so the positives of 10^5 rows are Binomial(10^5, r): within flip_bound
+    with probability >= 1 - 1e-6. With --noise q the labels' rate is r (1 - q) + (1 - r) q."""
+    n, r = 100_000, rate or synthetic.DEFAULT_POSITIVE_RATE
+    options = {} if rate is None else {"positive_rate": rate}
+    out = tmp_path / "data"
+    summary = ok(run(out, concept="corner", rows=n, features=3, queries=0, seed=seed, **options))
+    assert summary["positive_rate"] == r
+    hidden = synthetic.read_concept(str(parts(out, "private")[0]))
+    assert hidden == synthetic.concept_from_seed("corner", 3, seed, r) and len(hidden.cuts) == 2
+    metadata = json.loads(pq.read_schema(parts(out, "private")[0]).metadata[b"pcqr.synthetic"])
+    assert metadata["positive_rate"] == r and metadata["concept"] == "corner"
+    labels = read(out, "private")["label"].to_numpy()
+    assert abs(labels.mean() - r) <= flip_bound(n, r), (labels.mean(), flip_bound(n, r))
+    noisy = tmp_path / "noisy"
+    ok(run(noisy, kind="agnostic", noise=0.2, concept="corner", rows=n, features=3, queries=0, seed=seed, **options))
+    expected = r * 0.8 + (1 - r) * 0.2
+    assert abs(read(noisy, "private")["label"].to_numpy().mean() - expected) <= flip_bound(n, expected)
+
+
 def test_same_seed_gives_identical_bytes(run: Callable[..., Result], tmp_path: Path) -> None:
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for out, seed in ((a, 5), (b, 5), (c, 6)):
@@ -207,6 +230,8 @@ def test_zero_queries_write_one_empty_file(run: Callable[..., Result], tmp_path:
     ({"kind": "agnostic", "noise": -0.1}, "--noise"),
     ({"noise": 0.1}, "--noise"), ({"kind": "noisy"}, "--kind"), ({"concept": "tree"}, "--concept"),
     ({"rows": "many"}, "--rows"), ({"concept": "xor", "features": 1}, "--features"),
+    ({"concept": "corner", "features": 1}, "--features"), ({"concept": "corner", "positive_rate": 1.0}, "--positive-rate"),
+    ({"concept": "corner", "positive_rate": 0}, "--positive-rate"), ({"positive_rate": 0.1}, "--positive-rate"),
 ])
 def test_bad_options_fail_in_one_line_before_any_work(run: Callable[..., Result], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch,

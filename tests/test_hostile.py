@@ -104,6 +104,8 @@ CASES = [
     case("generate-queries-negative", "generate --queries -1 --out {new}/g", "--queries"),
     case("generate-kind", "generate --kind noisy --out {new}/g", "'--kind'"),
     case("generate-concept", "generate --concept tree --out {new}/g", "'--concept'"),
+    case("generate-positive-rate", "generate --concept corner --positive-rate 1.5 --out {new}/g", "--positive-rate"),
+    case("generate-positive-rate-concept", "generate --positive-rate 0.1 --out {new}/g", "--positive-rate", "corner"),
     case("generate-noise-realizable", "generate --noise 0.1 --out {new}/g", "--noise"),
     case("generate-noise-half", "generate --kind agnostic --noise 0.5 --out {new}/g", "--noise"),
     case("generate-rows-per-file", "generate --rows-per-file 0 --out {new}/g", "--rows-per-file"),

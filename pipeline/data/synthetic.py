@@ -3,7 +3,9 @@
 Features are i.i.d. standard normal (``x0..x{D-1}``, float64). The hidden concept
 comes from the seed: ``threshold`` labels 1 iff ``x0 > t``, ``halfspace`` 1 iff
 ``<w, x> > b`` (``w`` a random unit vector); ``xor`` 1 iff exactly one of ``x0``, ``x1`` is
-positive (issue 13's nonlinear task: no linear model beats 1/2, a depth-2 tree is exact); ``point``
+positive (issue 13's nonlinear task: no linear model beats 1/2, a depth-2 tree is exact); ``corner``
+1 iff ``x0 > a`` and ``x1 > b`` (issue 29's imbalanced nonlinear task: a and b are set from the seed so
+that a share ``positive_rate`` of the rows, 10% by default, is positive before any label noise); ``point``
 makes ``x0`` an integer, floor(100 z) for z standard normal, and labels 1 iff ``x0 == j`` (j a seeded
 integer in [-50, 50]: Beimel-Nissim-Stemmer's point functions, issue 14). ``agnostic`` data
 (queries' true labels too) flips each label independently with probability ``noise``.
@@ -24,6 +26,7 @@ import os
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Callable, Iterator
 
 import numpy as np
@@ -36,7 +39,11 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.parquet_opener import schema_of
 
 KINDS = ("realizable", "agnostic")
-CONCEPTS = ("threshold", "halfspace", "xor", "point")
+CONCEPTS = ("threshold", "halfspace", "xor", "corner", "point")
+#: The corner concept's share of positive rows (noise-free labels) unless --positive-rate says otherwise.
+DEFAULT_POSITIVE_RATE = 0.1
+#: Concepts on x0 and x1 (they need --features >= 2).
+TWO_FEATURE_CONCEPTS = ("xor", "corner")
 #: Concepts whose x0 may be an integer (--integer-scale): Beimel-Nissim-Stemmer's point and threshold learners.
 INTEGER_CONCEPTS = ("point", "threshold")
 #: The point concept's x0 is floor(POINT_SCALE z), z standard normal (--integer-scale changes it).
@@ -56,15 +63,19 @@ _OURS = re.compile(r"part-\d+\.parquet|\.part-\d+\.parquet\.tmp-[0-9a-f]+")  # o
 @dataclass(frozen=True)
 class Concept:
     """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace); xor: 1 iff
-    (x0 > 0) != (x1 > 0) (bias 0, no weights); point: 1 iff x0 == bias (an integer)."""
+    (x0 > 0) != (x1 > 0) (bias 0, no weights); corner: 1 iff x0 > cuts[0] and x1 > cuts[1] (bias 0);
+    point: 1 iff x0 == bias (an integer)."""
     kind: str
     bias: float
     weights: tuple[float, ...] = ()
+    cuts: tuple[float, ...] = ()
 
     def labels(self, x: np.ndarray) -> np.ndarray:
         """Noise-free int8 labels of the rows of ``x`` (shape rows x features)."""
         if self.kind == "xor":
             return ((x[:, 0] > 0) != (x[:, 1] > 0)).astype(np.int8)
+        if self.kind == "corner":
+            return ((x[:, 0] > self.cuts[0]) & (x[:, 1] > self.cuts[1])).astype(np.int8)
         if self.kind == "point":
             return (x[:, 0] == self.bias).astype(np.int8)
         score = x[:, 0] if self.kind == "threshold" else x @ np.asarray(self.weights)
@@ -76,6 +87,8 @@ class Concept:
             body: dict[str, object] = {"kind": "threshold", "feature": "x0", "threshold": self.bias}
         elif self.kind == "xor":
             body = {"kind": "xor", "features": ["x0", "x1"]}
+        elif self.kind == "corner":
+            body = {"kind": "corner", "features": ["x0", "x1"], "cuts": list(self.cuts)}
         elif self.kind == "point":
             body = {"kind": "point", "feature": "x0", "value": self.bias}
         else:
@@ -90,6 +103,8 @@ class Concept:
             return cls("threshold", float(body["threshold"]))
         if body["kind"] == "xor":
             return cls("xor", 0.0)
+        if body["kind"] == "corner":
+            return cls("corner", 0.0, cuts=tuple(float(c) for c in body["cuts"]))
         if body["kind"] == "point":
             return cls("point", float(body["value"]))
         return cls("halfspace", float(body["bias"]), tuple(float(w) for w in body["weights"]))
@@ -107,6 +122,7 @@ class DatasetSpec:
     noise: float
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
     integer_scale: float | None = None  # x0 = floor(S z) (the point concept: POINT_SCALE when None)
+    positive_rate: float | None = None  # the corner concept's (DEFAULT_POSITIVE_RATE); None for the others
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,8 @@ class Part:
 
 def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, seed: int,
               noise: float | None = None,
-              rows_per_file: int = DEFAULT_ROWS_PER_FILE, integer_scale: float | None = None) -> DatasetSpec:
+              rows_per_file: int = DEFAULT_ROWS_PER_FILE, integer_scale: float | None = None,
+              positive_rate: float | None = None) -> DatasetSpec:
     """Check the options (PcqrError naming the option) and fill in the default noise."""
     if kind not in KINDS:
         raise PcqrError(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
@@ -131,8 +148,14 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
                                  ("--rows-per-file", rows_per_file, 1)):
         if value < least:
             raise PcqrError(f"{option}: must be at least {least}, got {value}")
-    if concept == "xor" and features < 2:
-        raise PcqrError(f"--features: the xor concept needs at least 2 (x0 and x1), got {features}")
+    if concept in TWO_FEATURE_CONCEPTS and features < 2:
+        raise PcqrError(f"--features: the {concept} concept needs at least 2 (x0 and x1), got {features}")
+    if positive_rate is not None and concept != "corner":
+        raise PcqrError(f"--positive-rate: only the corner concept has one (got --concept {concept})")
+    if concept == "corner" and positive_rate is None:
+        positive_rate = DEFAULT_POSITIVE_RATE
+    if positive_rate is not None and not 0 < positive_rate < 1:
+        raise PcqrError(f"--positive-rate: must be in (0, 1), got {positive_rate}")
     if noise is None:
         noise = DEFAULT_NOISE if kind == "agnostic" else 0.0
     if kind == "realizable" and noise != 0:
@@ -151,15 +174,22 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
     if integer_scale is not None and not (math.isfinite(integer_scale) and 0 < integer_scale <= 2**40):
         raise PcqrError(f"--integer-scale: must be in (0, 2^40], got {integer_scale}")
     scale = None if integer_scale is None else float(integer_scale)
-    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, scale)
+    rate = None if positive_rate is None else float(positive_rate)
+    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, scale, rate)
 
 
-def concept_from_seed(concept: str, features: int, seed: int) -> Concept:
+def concept_from_seed(concept: str, features: int, seed: int,
+                      positive_rate: float = DEFAULT_POSITIVE_RATE) -> Concept:
     """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere, the point j
-    uniform on the integers of [-50, 50]; xor has none."""
+    uniform on the integers of [-50, 50]; xor has none. corner: P(x0 > a) = r^u with u ~ U(0.3, 0.7)
+    and P(x1 > b) = r^(1 - u), so that P(x0 > a, x1 > b) = r (= ``positive_rate``: x0, x1 are
+    independent standard normals)."""
     if concept == "xor":
         return Concept("xor", 0.0)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"],)))
+    if concept == "corner":
+        share = positive_rate ** rng.uniform(0.3, 0.7)
+        return Concept("corner", 0.0, cuts=tuple(NormalDist().inv_cdf(1 - p) for p in (share, positive_rate / share)))
     if concept == "point":
         return Concept("point", float(rng.integers(-50, 51)))
     if concept == "threshold":
@@ -203,6 +233,8 @@ def _schema(spec: DatasetSpec, concept: Concept, dataset: str) -> pa.Schema:
     info = {"kind": spec.kind, "noise": spec.noise, "seed": spec.seed, "concept": spec.concept}
     if spec.integer_scale is not None and not (spec.concept == "point" and spec.integer_scale == POINT_SCALE):
         info["integer_scale"] = spec.integer_scale
+    if spec.positive_rate is not None:
+        info["positive_rate"] = spec.positive_rate
     metadata = {SYNTHETIC_KEY: json.dumps(info, sort_keys=True)}
     if dataset == "private":
         metadata[CONCEPT_KEY] = concept.to_json()
@@ -318,7 +350,8 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
     try:
         for dataset in DATASETS:
             os.makedirs(os.path.join(out, dataset), exist_ok=True)
-        concept = concept_from_seed(spec.concept, spec.features, spec.seed)
+        concept = concept_from_seed(spec.concept, spec.features, spec.seed,
+                                    spec.positive_rate or DEFAULT_POSITIVE_RATE)
         futures = client.map(write_part, parts, spec=spec, concept=concept, pure=False)
         for future in as_completed(futures):
             future.result()
@@ -334,6 +367,7 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
         _remove_stale(out, parts)
     return {"out": out, "kind": spec.kind, "concept": spec.concept, "rows": spec.rows,
             "features": spec.features, "queries": spec.queries, "noise": spec.noise,
+            **({} if spec.positive_rate is None else {"positive_rate": spec.positive_rate}),
             "seed": spec.seed, "rows_per_file": spec.rows_per_file,
             "files": sum(len(part.paths) for part in parts)}
 
