@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from harness import log, temp_dir, write_cluster_yaml
-from utility import ADULT, QUERIES, load_adult
+from adult import ADULT, load_adult
+from utility import QUERIES
 
 
 def _xor(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
