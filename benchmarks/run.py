@@ -24,8 +24,10 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``bns_label_private`` issue 14: ``pcqr learn --algorithm label-private`` on 10^6 rows beside A_SSPP on the same points
 * ``auto_learner``      issue 26: PrivateClassifier(learner='auto') beside the default learner on Adult, XOR and an
                         imbalanced nonlinear task, at the estimator's defaults (epsilon 1)
-* ``utility``           issue 13: queries answered per eps and their accuracy on UCI Adult, per gate, profile and
-                        learner, beside diffprivlib's DP logistic regression (the ``bench`` extra) and a non-private one
+* ``utility``           issues 13 and 29: pcqr's accuracy per eps, gate and learner (and at its defaults) on UCI Adult in
+                        two encodings, an imbalanced corner task and XOR, beside DP logistic regression (diffprivlib,
+                        in a side environment), DP-EBM (the ``bench`` extra), the majority class and non-private
+                        models; every cell a range over 3 runs (utility_report.py prints the tables)
 
 One module per benchmark (benchmarks/<name>.py, its ``bench_<name>``), the shared pieces in
 benchmarks/harness.py; this file runs them and writes the figures.
