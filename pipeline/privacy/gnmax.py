@@ -180,6 +180,7 @@ def _pld_epsilon(sigma: float, answers: int, delta: float) -> float:
     return hi
 
 
+@functools.lru_cache(maxsize=64)
 def calibrate_sigma(epsilon: float, delta: float, answers: int, accountant: str = "rdp") -> float:
     """The smallest sigma (to one part in 1e12) whose ``answers`` answers are certified (eps, delta)-DP
     by ``accountant``."""
