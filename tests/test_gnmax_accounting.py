@@ -183,9 +183,25 @@ def test_the_pld_refuses_where_its_bounds_do_not_hold() -> None:
     from pcqr.pipeline.privacy.gnmax import PLD_MAX_WINDOW, pld_fits
     from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
-    assert not pld_fits(1.0, 10, 1.0) and pld_fits(2.0, 10, 1.0)
-    assert not pld_fits(2000.0, 10**6, 1.0) and PLD_MAX_WINDOW == 5_000_000
+    assert not pld_fits(1.0, 10) and pld_fits(2.0, 10)
+    assert not pld_fits(2000.0, 10**6) and PLD_MAX_WINDOW == 5_000_000
     with pytest.raises(PcqrError, match="cannot certify"):
         pld_delta(1.0, 1.0, 10)
     wide = SubSampParameters.create("tight", 1.0, 1e-6, 60_000, 60_000, 0.05, gate="gnmax")
     assert wide.accountant == wide.accountant_name == "rdp"
+
+
+@pytest.mark.parametrize("gate", ["stability", "guess", "gnmax"])
+def test_a_delta_below_the_samplers_error_is_refused_by_name(gate: str) -> None:
+    """A --delta so small that (1 + e^eps) m 3e-39 leaves the tight profile no room is one line naming
+    --delta and the bound (it was a message about --epsilon, or a math domain error just above it);
+    just above the bound every gate certifies within the request."""
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    cutoff = 2000 if gate == "gnmax" else 50
+    for delta in (1e-300, 1e-33):
+        with pytest.raises(PcqrError, match=r"^--delta .*must be above 6\.01e-33$"):
+            SubSampParameters.create("tight", 1.0, delta, cutoff, 2000, 0.05, gate=gate)
+    p = SubSampParameters.create("tight", 1.0, 6.1e-33, cutoff, 2000, 0.05, gate=gate)
+    eps, delta = p.guarantee()
+    assert eps <= 1.0 and delta <= 6.1e-33

@@ -66,3 +66,25 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
     assert trained["learner"] == "sklearn.tree.DecisionTreeClassifier"
     state = json.loads((tmp_path / "auto" / "session.json").read_text())
     assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
+
+
+@pytest.mark.parametrize("edited", ["12", -1, 2**70, 1.5, True])
+def test_an_edited_count_of_ones_is_refused_in_one_line(tmp_path, capsys, edited) -> None:
+    """released_ones is read back from session.json: anything but a count of the session's answers is
+    refused in one line (exit 2), never a traceback; the state is left as it was."""
+    from pcqr.pipeline.session.state import SESSION_FILE
+
+    from tests.conftest import write_session_data
+
+    write_session_data(tmp_path, rows=4000, queries=10)
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--seed", "1",
+                 "--insecure-seed", "--subsamples", "20", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
+    capsys.readouterr()
+    path = tmp_path / "st" / SESSION_FILE
+    state = json.loads(path.read_text())
+    state["released_ones"] = edited
+    path.write_text(json.dumps(state))
+    before = path.read_bytes()
+    assert main(["status", "--state", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "released_ones" in err[0] and path.read_bytes() == before

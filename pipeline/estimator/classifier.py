@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.learners import auto_learner
+from pcqr.pipeline.models.learners import AUTO, auto_learner
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.privacy.session_plan import default_subsamples
 from pcqr.pipeline.session.session import Session, SessionStatus
@@ -265,7 +265,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
     def _learner(self, rows_per_model: int) -> tuple[str, dict[str, Any] | None]:
         """The learner and its parameters: the user's, or for 'auto' the rule's at n / k rows a model."""
-        if self.learner != "auto":
+        if self.learner != AUTO:
             return self.learner, self.learner_params
         name, params = auto_learner(rows_per_model)
         return name, {**params, **(self.learner_params or {})}

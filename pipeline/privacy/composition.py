@@ -110,7 +110,7 @@ def optimal_delta_estimate(eps0: float, count: int, epsilon: float) -> float:
         gap = (count - 2 * l) * eps0 - epsilon
         if gap <= 0:
             break
-        logs.append(log_choose + (count - l) * eps0 + math.log1p(-math.exp(-gap)))
+        logs.append(log_choose + (count - l) * eps0 + math.log(-math.expm1(-gap)))  # log(1 - e^-gap), gap tiny too
         log_choose += math.log(count - l) - math.log(l + 1)
     if not logs:
         return 0.0

@@ -122,21 +122,20 @@ def gnmax_guarantee(sigma: float, answers: int, delta: float, accountant: str = 
     return zcdp_epsilon(gnmax_rho(sigma, answers), delta)
 
 
-def pld_fits(sigma: float, answers: int, epsilon: float) -> bool:
-    """Whether the PLD can certify ``answers`` answers at ``sigma`` near ``epsilon``: V1 >= 1 (the
+def pld_fits(sigma: float, answers: int) -> bool:
+    """Whether the PLD can certify ``answers`` answers at ``sigma`` (at any eps >= 0): V1 >= 1 (the
     Poisson bound) and a window of at most PLD_MAX_WINDOW integers."""
     v1 = count_sigma(sigma) ** 2
     if not (math.isfinite(v1) and v1 >= 1 and 1 <= answers <= 2**53):
         return False
-    width = math.sqrt(-2 * _LOG_TAIL * answers * v1) + answers / 2 + v1 * max(0.0, -epsilon)
-    return width <= PLD_MAX_WINDOW
+    return math.sqrt(-2 * _LOG_TAIL * answers * v1) + answers / 2 <= PLD_MAX_WINDOW  # [low, m/2) for eps >= 0
 
 
 def pld_delta(epsilon: float, sigma: float, answers: int) -> float:
     """An upper bound on the delta at ``epsilon`` of ``answers`` adaptively chosen GNMax answers at
     per-label scale ``sigma``: the exact privacy-loss distribution of the module docstring plus every
     error term, rounded up. Refused where :func:`pld_fits` is False."""
-    if not pld_fits(sigma, answers, epsilon):
+    if not (pld_fits(sigma, answers) and epsilon >= 0):
         raise PcqrError(f"the PLD accountant cannot certify sigma {sigma:g} over {answers:,} answers here")
     m, v1 = answers, count_sigma(sigma) ** 2
     variance = m * v1
@@ -168,7 +167,7 @@ def _pld_epsilon(sigma: float, answers: int, delta: float) -> float:
     if not 0 < delta < 1:
         raise PcqrError(f"--delta must be in (0, 1), got {delta}")
     hi = zcdp_epsilon(gnmax_rho(sigma, answers), delta)[0]  # certified: the PLD's is at most this
-    if not pld_fits(sigma, answers, hi) or pld_delta(hi, sigma, answers) > delta:
+    if not pld_fits(sigma, answers) or pld_delta(hi, sigma, answers) > delta:
         return hi  # the RDP certificate stands where the PLD cannot improve on it
     lo = 0.0
     while hi - lo > 1e-9 * hi:
@@ -192,7 +191,7 @@ def calibrate_sigma(epsilon: float, delta: float, answers: int, accountant: str 
         raise PcqrError(f"--queries-max must be a whole number >= 1, got {answers}")
     if accountant == "pld":
         aim = epsilon * (1 - 4e-9)  # pld_epsilon's bisection stops within 1e-9 above the crossing
-        fits = lambda s: pld_fits(s, answers, aim) and pld_delta(aim, s, answers) <= delta  # noqa: E731
+        fits = lambda s: pld_fits(s, answers) and pld_delta(aim, s, answers) <= delta  # noqa: E731
         if not fits(calibrate_sigma(epsilon, delta, answers)):  # the PLD cannot run here
             raise PcqrError(f"the PLD accountant cannot certify {answers:,} answers at --epsilon {epsilon}")
     else:

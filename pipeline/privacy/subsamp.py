@@ -291,13 +291,14 @@ class SubSampParameters:
         optimal composition at the best share of delta, the paper's k at that lambda, the smallest
         certifiable w (or the given k and w, refused unless certified)."""
         _check_request(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        certified = tight_epsilon(epsilon, delta, queries_max)  # a delta the samplers leave no room in: refused
         paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples)  # every other check (not w's fit)
         _check_exact_cutoff(cutoff)
         best: SubSampParameters | None = None
         best_models = math.inf
         shares: list[SubSampParameters] = []
         for share in TIGHT_SHARES:
-            lam = _tight_lambda(tight_epsilon(epsilon, delta, queries_max), share * delta, cutoff, TIGHT_SPLIT)
+            lam = _tight_lambda(certified, share * delta, cutoff, TIGHT_SPLIT)
             trial = replace(paper, lam=lam, profile="tight", noise_split=TIGHT_SPLIT, threshold=0.0,
                             subsamples=subsamples if subsamples is not None else _paper_subsamples(
                                 lam, queries_max, cutoff, delta, beta))
@@ -677,8 +678,17 @@ def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float,
 def tight_epsilon(epsilon: float, delta: float, queries_max: int) -> float:
     """The eps the tight profile certifies: the requested one, or less when e^eps would make the
     sampler term (1 + e^eps) m TAIL_SAMPLER_ERROR exceed 1/1000 of delta (eps beyond ~60: a
-    certificate at a smaller eps is also one at the requested eps)."""
+    certificate at a smaller eps is also one at the requested eps). A delta so small that the cap is
+    not positive leaves the sampler no room at any eps: refused, naming the smallest --delta that
+    leaves some (a larger one may still be needed for the rest of the certificate)."""
     cap = math.log(1e-3 * delta / (queries_max * TAIL_SAMPLER_ERROR)) - 1e-9
+    if not cap > 0:
+        least = 1e3 * queries_max * TAIL_SAMPLER_ERROR * math.exp(2e-9)
+        shown = float(f"{math.nextafter(least, math.inf):.3g}")
+        shown = shown if shown > least else float(f"{least * 1.001:.3g}")
+        raise PcqrError(f"--delta {delta:g}: the samplers' error over m = {queries_max:,} queries "
+                        f"((1 + e^eps) m {TAIL_SAMPLER_ERROR:g}) leaves no room for the tight profile's certificate; "
+                        f"--delta must be above {shown:g}")
     return min(epsilon, cap)
 
 

@@ -237,7 +237,8 @@ def one_label_warning(session: SessionState) -> str | None:
     public facts only: the released labels (as the log holds them), n and k. None otherwise, and for a
     state from before the count."""
     answered, ones = session.totals["answered"], session.released_ones
-    if ones is None or answered < ONE_LABEL_ANSWERS or min(ones, answered - ones) > ONE_LABEL_SHARE * answered:
+    if ones is None or ones > answered or answered < ONE_LABEL_ANSWERS or \
+            min(ones, answered - ones) > ONE_LABEL_SHARE * answered:  # (ones > answered: a state rolled back by hand)
         return None
     label = 1 if ones > answered - ones else 0
     k = session.params.subsamples

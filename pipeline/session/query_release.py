@@ -119,11 +119,10 @@ class UniversalSwitch:
     """
 
     def __init__(self, client: Client, session: SessionState, state_dir: str, private: Dataset | None, noise: NoiseSource):
-        from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
-
-        assert session.universal is not None
+        universal = session.plan().universal
+        assert universal is not None
         self.client, self.session, self.state_dir, self.private, self.noise = client, session, state_dir, private, noise
-        self.params = UniversalParameters.from_dict(session.universal)
+        self.params = universal
         self.hypothesis: Any = None
         if session.released is not None:
             self._load()

@@ -158,6 +158,9 @@ class SessionState:
         if (gate == "guess") != (data.get("guess") is not None):
             raise PcqrError(f"the session's gate is {gate!r} but it {'holds no' if gate == 'guess' else 'holds a'} "
                             "public guess (edited state?)")
+        ones = data.get("released_ones")
+        if ones is not None and not (type(ones) is int and 0 <= ones < 2**63):
+            raise PcqrError(f"the session's released_ones {ones!r} is not a count of its answers (edited state?)")
         return cls(
             params=SubSampParameters.from_dict(data["params"]),
             learner=data["learner"],
@@ -184,7 +187,7 @@ class SessionState:
             dedupe_seed=int(data.get("dedupe_seed", 0)),
             private_fingerprint=data.get("private_fingerprint"),
             guess=data.get("guess"),
-            released_ones=data.get("released_ones"),
+            released_ones=ones,
         )
 
 
