@@ -50,13 +50,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A pytest-xdist worker's base folder holds its tests' generated "private" datasets: removed when
-    none of its tests failed, as tmp_path_retention_policy = "failed" (pyproject.toml) does for a run
-    without workers (pytest applies that policy in the controller, which never sees the workers' folders)."""
+    """The base folder holds the tests' generated "private" datasets: removed when none of the tests
+    failed. tmp_path_retention_policy = "failed" (pyproject.toml) removes only passed tests' tmp_path,
+    never the folders of module- and session-scoped fixtures, and the controller never sees a
+    pytest-xdist worker's folders; so each process removes its own."""
     import shutil
 
     factory = getattr(session.config, "_tmp_path_factory", None)
-    if hasattr(session.config, "workerinput") and factory is not None and not session.testsfailed:
+    if factory is not None and not session.testsfailed:  # a worker's, or a run without workers (-n 0)
         shutil.rmtree(factory.getbasetemp(), ignore_errors=True)
 
 
