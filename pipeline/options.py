@@ -32,7 +32,7 @@ class TrainingOptions:
     guess: str | None = None  # guess gate: prior | student | a released model file; None: student
     subsamples: int | None = None
     threshold: float | None = None
-    learner: str = "stump"
+    learner: str = "auto"
     learner_param: tuple[str, ...] = ()
     label: str = "label"
     features: str | None = None
@@ -65,7 +65,7 @@ class AnswerOptions:
     truth: str | None = None
     allow_private_overlap: bool = False
     private_log: bool = False  # Python API only: the log is the caller's private folder, never published
-    after_halt: str = "refuse"  # refuse | student (pcqr.pipeline.session.distillation)
+    after_halt: str = "student"  # refuse | student (pcqr.pipeline.session.distillation)
     student_learner: str | None = None  # None: the guess gate's student learner, else the session's
     student_learner_param: tuple[str, ...] = ()
 

@@ -37,8 +37,12 @@ def privacy_options(setting: dict[str, float]) -> list[str]:
 # Both settings are the stability gate's (Algorithm 5: abstentions are what T counts); named, since
 # without --gate pcqr chooses a gate from public parameters.
 STABILITY = ["--gate", "stability"]
-MECHANICS_PRIVACY = [*privacy_options(MECHANICS), *STABILITY]
-DENSE_BOTTOMS_PRIVACY = [*privacy_options(DENSE_BOTTOMS), *STABILITY]
+# ... and the stump's: these settings test the mechanics (gates, ledger, logs, crashes), which do not
+# depend on the learner, and the stump votes fastest. The default learner ('auto', a tree as deep as
+# n / k supports) is tested in test_learners.py and test_one_label.py.
+STUMP = ["--learner", "stump"]
+MECHANICS_PRIVACY = [*privacy_options(MECHANICS), *STABILITY, *STUMP]
+DENSE_BOTTOMS_PRIVACY = [*privacy_options(DENSE_BOTTOMS), *STABILITY, *STUMP]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

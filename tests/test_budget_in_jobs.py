@@ -136,7 +136,7 @@ def test_row_keys_and_index() -> None:
 def test_repeated_queries_get_the_logged_answer_for_free(data, capsys, thread_cluster_yaml, tmp_path) -> None:
     args = ["answer", "--private", str(data / "private"), "--state", str(tmp_path / "st"), "--queries",
             str(data / "queries"), "--log", str(tmp_path / "log"), *HALTING, "--cluster", thread_cluster_yaml,
-            "--json"]
+            "--after-halt", "refuse", "--json"]
     code, out, err = _run(capsys, *args)
     assert code == 0, err
     first = json.loads(out.strip().splitlines()[-1])
@@ -152,7 +152,7 @@ def test_repeated_queries_get_the_logged_answer_for_free(data, capsys, thread_cl
     write_parquet(str(tmp_path / "again" / "p.parquet"),
                   {k: np.concatenate([repeat[k], more[k]]) for k in repeat})
     code, out, err = _run(capsys, "answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "again"),
-                          "--cluster", thread_cluster_yaml, "--json")
+                          "--cluster", thread_cluster_yaml, "--after-halt", "refuse", "--json")
     assert code == 0, err
     second = json.loads(out.strip().splitlines()[-1])
     assert second["duplicates"] == answered.num_rows

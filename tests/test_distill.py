@@ -175,7 +175,8 @@ def test_after_halt_student_answers_the_rest_deterministically_and_distills(tmp_
     (batch size 700). ``pcqr distill`` of the log with the same learner predicts exactly the
     student's answers; ``pcqr predict`` serves the file."""
     summaries, log = answer_two_ways(tmp_path, capsys, thread_cluster_yaml,
-                                     ["--epsilon", "1", "--cutoff", "5", "--gate", "guess"], ["--after-halt", "student"])
+                                     ["--epsilon", "1", "--cutoff", "5", "--gate", "guess", "--learner", "stump"],
+                                     ["--after-halt", "student"])
     source = log.column("source").to_numpy(zero_copy_only=False)
     student = source == "student"
     assert set(log.column("status").to_pylist()) == {"answered"}
@@ -232,7 +233,7 @@ def test_after_halt_options_are_checked_before_anything_is_answered(tmp_path, ca
     base = ["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
             str(tmp_path / "log"), "--cluster", thread_cluster_yaml]
     cases = [
-        (["--student-learner", "stump"], "--student-learner applies only with --after-halt student"),
+        (["--after-halt", "refuse", "--student-learner", "stump"], "--student-learner applies only with --after-halt student"),
         (["--after-halt", "student", "--student-learner-param", "C=1"], "--student-learner-param needs --student-learner"),
         (["--after-halt", "student", "--student-learner", "os.system"], "--learner 'os.system'"),
         (["--after-halt", "student", "--student-learner", "sklearn.linear_model.LogisticRegression",
@@ -254,7 +255,7 @@ def test_python_api_answers_after_the_halt(thread_cluster_yaml, tmp_path) -> Non
     X = np.column_stack([data[f"x{i}"] for i in range(3)])
     queries = threshold_data(1000, seed=12)
     Q = np.column_stack([queries[f"x{i}"] for i in range(3)])
-    clf = pcqr.PrivateClassifier(epsilon=1, cutoff=2, gate="guess", after_halt="student",
+    clf = pcqr.PrivateClassifier(epsilon=1, cutoff=2, gate="guess", after_halt="student", learner="stump",
                                  student_learner="sklearn.linear_model.LogisticRegression",
                                  state=str(tmp_path / "state"), log=str(tmp_path / "log"),
                                  cluster=thread_cluster_yaml, seed=3, insecure_seed=True)

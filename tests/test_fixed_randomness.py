@@ -187,7 +187,7 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
                  str(QUERIES), "--seed", "2", "--out", str(root / "data"), "--cluster", str(cluster)]) == 0
     assert main(["train", "--private", str(root / "data" / "private"), "--state", str(root / "state"),
                  "--epsilon", "50", "--cutoff", "100", "--subsamples", "500", "--queries-max", "100000",
-                 "--profile", "paper", "--cluster", str(cluster)]) == 0
+                 "--profile", "paper", "--learner", "stump", "--cluster", str(cluster)]) == 0
     return root, cluster
 
 

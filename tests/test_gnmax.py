@@ -166,14 +166,14 @@ def test_gnmax_end_to_end_then_the_student(tmp_path, capsys, thread_cluster_yaml
 
 
 def test_a_halted_gnmax_log_with_refusals_verifies(tmp_path, capsys, thread_cluster_yaml) -> None:
-    """m = 40 answers, then 20 refusals (no --after-halt student): the refused rows carry the source
+    """m = 40 answers, then 20 refusals (--after-halt refuse): the refused rows carry the source
     gnmax but spend nothing, so the log holds m spent instances and verifies (it was refused as over T)."""
     write_session_data(tmp_path, rows=4000, queries=60)
     assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--seed", "1",
                  "--insecure-seed", "--cluster", thread_cluster_yaml, "--epsilon", "30", "--queries-max", "40",
                  "--gate", "gnmax", "--subsamples", "20", "--learner", "stump"]) == 0
     assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
-                 str(tmp_path / "log"), "--cluster", thread_cluster_yaml, "--batch-size", "25"]) == 0
+                 str(tmp_path / "log"), "--cluster", thread_cluster_yaml, "--batch-size", "25", "--after-halt", "refuse"]) == 0
     log = pq.read_table(tmp_path / "log")
     assert log.column("status").to_pylist().count("refused") == 20
     assert set(log.column("source").to_pylist()) == {"gnmax"}

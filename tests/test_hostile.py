@@ -254,7 +254,7 @@ CASES = [
     case("answer-state-models-pickle", ANSWER, "models.pkl",
          mutate=lambda w: (state_file("models.pkl", lambda b: b"\x80\x04N.")(w), state_file("models.npz", lambda b: None)(w))),
     case("answer-after-halt-unknown", ANSWER + " --after-halt guess", "'--after-halt'"),
-    case("answer-student-learner-without-after-halt", ANSWER + " --student-learner stump", "--student-learner"),
+    case("answer-student-learner-with-after-halt-refuse", ANSWER + " --after-halt refuse --student-learner stump", "--student-learner"),
     case("answer-student-learner-not-allowed", ANSWER + " --after-halt student --student-learner os.path.join",
          "--learner 'os.path.join'"),
     case("answer-student-learner-param-bad", ANSWER + " --after-halt student --student-learner "

@@ -270,7 +270,7 @@ def test_an_operator_allows_a_learner_module_in_cluster_yaml(private_data, capsy
     state = private_data / "state"
     assert sorted(f for f in os.listdir(state) if f.startswith("models")) == ["models.npz"]
     answer = ["answer", "--state", str(state), "--queries", str(private_data / "queries"),
-              "--log", str(private_data / "log")]
+              "--log", str(private_data / "log"), "--after-halt", "refuse"]  # the student's learner is checked first
     code, err = _cli(capsys, *answer, "--cluster", str(thread_cluster_yaml))  # the list no longer has it
     lines = [line for line in err.strip().splitlines() if not line.startswith("dashboard:")]
     assert code == 2 and len(lines) == 1, err

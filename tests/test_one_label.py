@@ -51,7 +51,7 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
               "--ledger", str(tmp_path / "ledger.sqlite"),  # its own: its rows are no other test's private data
               "--epsilon", "4", "--gate", "gnmax", "--queries-max", "1000", "--subsamples", "500"]
     assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
-                 str(tmp_path / "log"), "--json", *common]) == 0
+                 str(tmp_path / "log"), "--json", "--learner", "stump", *common]) == 0
     out, err = capsys.readouterr()
     summary = json.loads(out)
     answers = pq.read_table(tmp_path / "log").column("answer").to_numpy()
@@ -66,6 +66,30 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
     assert trained["learner"] == "sklearn.tree.DecisionTreeClassifier"
     state = json.loads((tmp_path / "auto" / "session.json").read_text())
     assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
+    assert state["learner"]["student"] == {"name": "auto", "params": {}}  # the student's tree follows its own rows
+
+
+def test_an_auto_sessions_student_grows_with_the_answers_it_learns_from() -> None:
+    """'auto' resolves at the rows of each fit: a teacher's n / k, a student's count of released
+    answers (public), so the after-halt student of an auto session is a deeper tree than its teachers
+    once it has the answers to support one; the user's parameters stay over the rule's."""
+    from pcqr.pipeline.gates.public_guess import fit_student
+    from pcqr.pipeline.models.learners import AUTO_MAX_DEPTH, resolve_auto
+    from pcqr.pipeline.session.distillation import student_learner
+
+    assert resolve_auto("auto", {}, 40) == ("sklearn.tree.DecisionTreeClassifier", {"max_depth": 2})
+    assert resolve_auto("auto", {"max_depth": 3, "min_samples_leaf": 5}, 10_000)[1] == {"max_depth": 3, "min_samples_leaf": 5}
+    assert resolve_auto("stump", {"a": 1}, 10_000) == ("stump", {"a": 1})
+    rng = np.random.default_rng(7)
+    for rows, depth in ((20, 1), (100, 4), (2000, AUTO_MAX_DEPTH)):
+        X = rng.standard_normal((rows, 2))
+        y = ((X[:, 0] > 0) ^ (X[:, 1] > 0)).astype(np.int8)
+        assert fit_student({"name": "auto", "params": {}}, X, y).get_params()["max_depth"] == depth
+    session = {"name": "sklearn.tree.DecisionTreeClassifier", "params": {"max_depth": 2},
+               "student": {"name": "auto", "params": {}}}
+    assert student_learner(session, None, None, {}) == {"name": "auto", "params": {}}
+    assert student_learner({"name": "stump", "params": {}}, None, None, {}) == {"name": "stump", "params": {}}
+    assert student_learner(session, None, "stump", {})["name"] == "stump"  # --student-learner wins
 
 
 @pytest.mark.parametrize("edited", ["12", -1, 2**70, 1.5, True])

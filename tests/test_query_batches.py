@@ -97,7 +97,8 @@ def test_answer_command_imports_no_scikit_learn() -> None:
 
 def test_an_answer_run_on_linear_models_imports_no_scikit_learn(tmp_path: Path, thread_cluster_yaml: str) -> None:
     """The whole run, not only the imports: a session of logistic models (trained here), answered
-    by `pcqr answer` in a fresh process with the default --after-halt refuse and the workers as
+    by `pcqr answer` in a fresh process with --after-halt refuse (the student, when a halted session
+    needs one, does import it) and the workers as
     threads of that process, never imports scikit-learn (it cost about a second a run when the
     --after-halt check imported it unconditionally)."""
     from tests.conftest import MECHANICS_PRIVACY, write_session_data
@@ -108,7 +109,7 @@ def test_an_answer_run_on_linear_models_imports_no_scikit_learn(tmp_path: Path, 
     assert main(["train", "--private", str(root / "private"), "--state", str(root / "state"), *MECHANICS_PRIVACY,
                  "--learner", "sklearn.linear_model.LogisticRegression", "--cluster", thread_cluster_yaml]) == 0
     answer = ["answer", "--state", str(root / "state"), "--queries", str(root / "queries"), "--log", str(root / "log"),
-              "--cluster", thread_cluster_yaml]
+              "--cluster", thread_cluster_yaml, "--after-halt", "refuse"]
     code = ("import sys; from pcqr.jobs.cli import main; rc = main(sys.argv[1:]); "
             "print(rc, sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code, *answer], capture_output=True, text=True, check=True)

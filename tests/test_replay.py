@@ -44,7 +44,7 @@ def logged(tmp_path_factory) -> dict:
                  str(QUERIES), "--seed", "1", "--out", str(data), "--cluster", str(cluster)]) == 0
     code = main(["answer", "--private", str(data / "private"), "--queries", str(data / "queries"),
                  "--state", str(root / "state"), "--log", str(root / "log"),
-                 *PRIVACY, "--batch-size", "500", "--cluster", str(cluster)])
+                 *PRIVACY, "--batch-size", "500", "--after-halt", "refuse", "--cluster", str(cluster)])
     assert code == 0
     code = main(["train", "--private", str(data / "private"), "--state", str(root / "other"),
                  *OTHER, "--cluster", str(cluster)])

@@ -32,7 +32,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pcqr.pipeline.budget.ledger import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.models.learners import AUTO, auto_learner
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.privacy.session_plan import default_subsamples
 from pcqr.pipeline.session.session import Session, SessionStatus
@@ -88,9 +87,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         As ``pcqr train --guess``: 'student' (the default for the guess gate), 'prior' or a released
         model file.
     learner : str
-        'stump', 'threshold', a scikit-learn classifier's import path, or 'auto': a decision tree
-        whose depth follows the rows each model gets (n / k, public), by :func:`auto_learner`'s
-        rule -- no private data is read to choose, so the choice costs nothing beyond the fit.
+        'auto' (the default): a decision tree whose depth follows the rows each model gets (n / k,
+        public), by :func:`pcqr.pipeline.models.learners.auto_learner`'s rule -- no private data is read to choose, so the choice
+        costs nothing beyond the fit; or 'stump', 'threshold', a scikit-learn classifier's import path.
     learner_params : dict, optional
         The learner's parameters (with 'auto': added to the rule's).
     state : str, optional
@@ -117,7 +116,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         them (as ``pcqr answer --allow-private-overlap``). Without ``log`` nothing is published and
         the guard does not apply: cross-validation scores held-out private rows.
     after_halt : {'student', 'refuse'}
-        As ``pcqr answer --after-halt``: 'student' (the default here) answers every query the
+        As ``pcqr answer --after-halt``: 'student' (the default) answers every query the
         session would refuse -- after the T-th instance, or beyond m -- by a student fitted on the
         answers already released (post-processing: no budget); 'refuse' leaves them NaN.
     student_learner : str, optional
@@ -216,9 +215,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         try:
             state = self.state if self.state is not None else folder.join("state")  # type: ignore[union-attr]
             log = self.log if self.log is not None else folder.join("log")  # type: ignore[union-attr]
-            subsamples, k = self._subsamples(rows, queries_max)
-            learner, params = self._learner(rows // max(k, 1))
-            summary = self._create(state, rows_table, queries_max, subsamples, learner, params)
+            subsamples = self._subsamples(rows, queries_max)  # 'auto' is resolved at n / k by the planner
+            summary = self._create(state, rows_table, queries_max, subsamples, self.learner, self.learner_params)
         except BaseException:
             if folder is not None:
                 folder.close()
@@ -263,28 +261,21 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             if os.path.exists(private):
                 os.remove(private)
 
-    def _learner(self, rows_per_model: int) -> tuple[str, dict[str, Any] | None]:
-        """The learner and its parameters: the user's, or for 'auto' the rule's at n / k rows a model."""
-        if self.learner != AUTO:
-            return self.learner, self.learner_params
-        name, params = auto_learner(rows_per_model)
-        return name, {**params, **(self.learner_params or {})}
-
-    def _subsamples(self, rows: int, queries_max: int) -> tuple[int | None, int]:
-        """(k to ask for, k the session gets): the user's k; else None (the gate's rule) and the rule's
-        k, unless that exceeds the rows: then one row per model, and a warning saying what that means."""
+    def _subsamples(self, rows: int, queries_max: int) -> int | None:
+        """k to ask for: the user's k; else None (the gate's rule), unless the rule's k exceeds the
+        rows: then one row per model, and a warning saying what that means."""
         if self.subsamples is not None:
-            return int(self.subsamples), int(self.subsamples)
+            return int(self.subsamples)
         options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
                                   queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess)
         wanted = default_subsamples(options, rows)
         if wanted <= rows:
-            return None, wanted
+            return None
         warnings.warn(f"PrivateClassifier: {rows:,} private rows are too few for the {wanted:,} models the defaults "
                       f"use at epsilon {self.epsilon:g}; training {max(rows, 1):,} models of one row each, whose "
                       "answers will be close to random. More rows, or a larger epsilon, give useful answers",
                       SmallDataWarning, stacklevel=3)
-        return max(rows, 1), max(rows, 1)
+        return max(rows, 1)
 
     def predict(self, X: Any) -> np.ndarray:
         """Answer each row of ``X`` through the session; NaN where it abstained or refused.

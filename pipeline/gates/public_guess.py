@@ -192,11 +192,12 @@ class Student:
 
 
 def fit_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
-    """The learner ``named`` ({"name", "params"}) fitted on (X, y), deterministically: one class gives
-    a constant model, a learner with a ``random_state`` gets 0. Public data only (a log's answers)."""
-    from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample
+    """The learner ``named`` ({"name", "params"}; 'auto': the rule's tree at len(y) rows) fitted on
+    (X, y), deterministically: one class gives a constant model, a learner with a ``random_state``
+    gets 0. Public data only (a log's answers)."""
+    from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample, named_learner
 
-    learner = LearnerSpec(named["name"], dict(named.get("params") or {}), modules)
+    learner = named_learner(named, y.size, modules)
     estimator_params = learner.build().get_params()
     if "random_state" in estimator_params and estimator_params["random_state"] is None:
         learner = LearnerSpec(learner.name, {**learner.params, "random_state": 0}, modules)

@@ -306,3 +306,19 @@ def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
     is what the majority can only average, never undo."""
     depth = min(AUTO_MAX_DEPTH, max(1, round(np.log2(max(rows_per_model, 1))) - 3))
     return AUTO_TREE, {"max_depth": int(depth)}
+
+
+def resolve_auto(name: str, params: dict[str, Any], rows: int) -> tuple[str, dict[str, Any]]:
+    """``name`` and ``params`` as given, or for 'auto' the rule's tree at ``rows`` rows a fit (public:
+    n / k for a teacher, the count of released answers for a student), the user's parameters over
+    the rule's. A student of an 'auto' session is 'auto' too: it fits the public log's answers, far
+    more rows than one teacher's, so it may grow deeper (up to AUTO_MAX_DEPTH) as they come."""
+    if name != AUTO:
+        return name, params
+    tree, rule = auto_learner(rows)
+    return tree, {**rule, **params}
+
+
+def named_learner(named: dict[str, Any], rows: int, modules: tuple[str, ...] = ()) -> LearnerSpec:
+    """A recorded learner ({"name", "params"}: a session's student, a guess) as fitted on ``rows`` rows."""
+    return LearnerSpec(*resolve_auto(named["name"], dict(named.get("params") or {}), rows), modules)

@@ -95,13 +95,13 @@ def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, l
         if answering.student_learner is not None or answering.student_learner_param:
             raise PcqrError("--student-learner applies only with --after-halt student")
         return None
-    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params
+    from pcqr.pipeline.models.learners import named_learner, parse_learner_params
 
     params = parse_learner_params(answering.student_learner_param)
     if params and answering.student_learner is None:
         raise PcqrError("--student-learner-param needs --student-learner")
     named = student_learner(learner, guess, answering.student_learner, params)
-    LearnerSpec(named["name"], dict(named.get("params") or {}), modules).check(len(features), 64)
+    named_learner(named, 64, modules).check(len(features), 64)
     return named
 
 

@@ -72,11 +72,15 @@ def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any], modules: tu
 def student_learner(session_learner: dict[str, Any], guess: dict[str, Any] | None,
                     name: str | None, params: dict[str, Any]) -> dict[str, Any]:
     """The learner of a session's after-halt student: ``name`` when given, else the guess gate's
-    student learner, else the session's own learner."""
+    student learner, else the session's own learner as it was given ('auto' stays 'auto', so the
+    student's tree grows with the answers it learns from: pcqr.pipeline.models.learners.resolve_auto)."""
     if name is not None:
         return {"name": name, "params": dict(params)}
     if guess is not None and isinstance(guess.get("learner"), dict):
         return dict(guess["learner"])
+    given = session_learner.get("student")
+    if isinstance(given, dict) and isinstance(given.get("name"), str):
+        return {"name": given["name"], "params": dict(given.get("params") or {})}
     return {"name": session_learner["name"], "params": dict(session_learner.get("params") or {})}
 
 
@@ -91,7 +95,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     more, and a log of seeded noise gives a model marked NOT PRIVATE.
     """
     from pcqr.pipeline.data.atomic import check_writable_file
-    from pcqr.pipeline.models.learners import LearnerSpec
+    from pcqr.pipeline.models.learners import named_learner
     from pcqr.pipeline.models.portable import portable
     from pcqr.pipeline.models.released import model_record, write_model
     from pcqr.pipeline.public_log.replay import verify_log
@@ -110,10 +114,10 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     guess = provenance.get("guess") if isinstance(provenance.get("guess"), dict) else None
     named = student_learner(session_learner if isinstance(session_learner, dict) else {},
                             guess if learner is None else None, learner, learner_params or {})
-    portable(LearnerSpec(named["name"], dict(named.get("params") or {}), modules).check(len(features), 64),
-             named["name"])  # a learner with no portable form is refused before the log is read
+    spec = named_learner(named, 64, modules)  # 'auto': a tree, whatever depth the answers give it
+    portable(spec.check(len(features), 64), spec.name)  # a learner with no portable form is refused before the log is read
     answers = teacher_answers(log_dir, features)
-    hypothesis = portable(fit_on_teacher(answers, named, modules), named["name"])
+    hypothesis = portable(fit_on_teacher(answers, named, modules), spec.name)
     private = provenance.get("seeded") is False
     record = model_record(
         hypothesis, features, private,

@@ -53,6 +53,7 @@ class TrainingPlan:
     seed: int | None
     hypothesis_class: Any = None  # agnostic and universal mode: the class that relabels and learns
     guess: GuessSpec | None = None  # the guess gate's public guess
+    student: dict[str, Any] | None = None  # the student's learner as given ('auto' unresolved)
 
     @property
     def params(self) -> SubSampParameters:
@@ -85,19 +86,18 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
         return _warned(_agnostic_training(plan, private, noise, options.seed, hypothesis_class), reporter)
     check_training_size(plan.params.subsamples, len(private.parts(PART_ROWS)),
                         "--subsamples" if options.subsamples is not None else "Algorithm 5's")
-    from pcqr.pipeline.models.learners import AUTO, LearnerSpec, auto_learner, parse_learner_params
+    from pcqr.pipeline.models.learners import LearnerSpec, parse_learner_params, resolve_auto
 
-    name, params = options.learner, parse_learner_params(options.learner_param)
-    if name == AUTO:  # the rule's tree at n / k rows a model (public), the user's parameters over it
-        name, rule = auto_learner(private.rows // plan.params.subsamples)
-        params = {**rule, **params}
-    learner = LearnerSpec(name, params, learner_modules(options.cluster))
+    given = parse_learner_params(options.learner_param)  # 'auto': the rule's tree at n / k rows a model (public)
+    learner = LearnerSpec(*resolve_auto(options.learner, given, private.rows // plan.params.subsamples),
+                          learner_modules(options.cluster))
+    student: dict[str, Any] = {"name": options.learner, "params": given}  # 'auto' stays 'auto': its depth follows its rows
     guess = None if plan.params.gate != "guess" else GuessSpec.parse(
-        options.guess or "student", learner.name, learner.params, private.features)
+        options.guess or "student", options.learner, given, private.features)
     check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)
     trial = learner.check(len(private.features), private.rows // plan.params.subsamples)  # not on a worker, uncharged
     check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
-    return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess), reporter)
+    return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess, student=student), reporter)
 
 
 def _warned(plan: TrainingPlan, reporter: Reporter) -> TrainingPlan:
@@ -176,6 +176,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
             "name": plan.learner.name,
             "params": plan.learner.params,
             "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
+            **({"student": plan.student} if plan.student is not None and plan.student["name"] != plan.learner.name else {}),
         },
         features=list(plan.private.features),
         private_uri=plan.private.uri if "://" in plan.private.uri else os.path.abspath(plan.private.uri),
