@@ -34,6 +34,13 @@ def test_the_rule_reads_the_released_labels_only(answered: int, ones: int | None
     assert ONE_LABEL_SHARE == 0.005
 
 
+def test_a_tree_session_is_not_told_to_try_trees() -> None:
+    session = _session(1000, 0)
+    session.learner = {"name": "sklearn.tree.DecisionTreeClassifier"}
+    line = one_label_warning(session)  # type: ignore[arg-type]
+    assert line is not None and "--learner auto" not in line and "--subsamples" in line
+
+
 def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_cluster_yaml) -> None:
     """3% positives in a disc, stumps on 40 rows each: every model answers 0, and the user is told; --learner auto
     trains the rule's tree (depth round(log2(n / k)) - 3) and the count of ones is the log's."""

@@ -237,6 +237,8 @@ def one_label_warning(session: SessionState) -> str | None:
     """One line when the session's released answers are (nearly) all one label, and what to try, from
     public facts only: the released labels (as the log holds them), n and k. None otherwise, and for a
     state from before the count."""
+    from pcqr.pipeline.models.learners import AUTO_TREE
+
     answered, ones = session.totals["answered"], session.released_ones
     if ones is None or ones > answered or answered < ONE_LABEL_ANSWERS or \
             min(ones, answered - ones) > ONE_LABEL_SHARE * answered:  # (ones > answered: a state rolled back by hand)
@@ -245,10 +247,12 @@ def one_label_warning(session: SessionState) -> str | None:
     k = session.params.subsamples
     rows = session.private_rows // max(k, 1)
     learner = session.learner["name"].rsplit(".", 1)[-1]
+    tries = [] if session.learner["name"] == AUTO_TREE else ["--learner auto (decision trees as deep as the rows allow)"]
+    tries += ["fewer models so each sees more rows (--subsamples)",
+              "fewer labelled answers (--queries-max) with --after-halt student"]
     return (f"{max(ones, answered - ones) / answered:.1%} of the session's {answered:,} answers are label {label}: "
             f"its k = {k:,} models ({learner}, {rows:,} private rows each) may all answer the majority class; "
-            "try --learner auto (decision trees as deep as the rows allow), fewer models so each sees more rows "
-            "(--subsamples), or fewer labelled answers (--queries-max) with --after-halt student")
+            f"try {', '.join(tries[:-1])} or {tries[-1]}")
 
 
 def session_summary(session: SessionState) -> dict[str, Any]:
