@@ -78,6 +78,7 @@ def test_the_figures_data_are_the_logs(answered) -> None:
     state = json.loads((root / "state" / "session.json").read_text())
     assert report.budget_used == state["sparse_vector"]["bottoms"] > 0  # the odometer ends at the session's c
     assert report.certificate["cutoff"] == report.limit == 400 and report.certificate["proven_epsilon"] <= 25
+    assert report.certificate["accountant"] == "optimal_composition"  # the tight profile's, as the summary says
     assert report.gate == "stability" and report.halt_at is None and report.forecast_more_queries() is not None
     labels = np.asarray([-1 if a is None else a for a in log.column("answer").to_pylist()])
     assert report.ones.tolist() == _per_bin((status == "answered") & (labels == 1), report.edges)

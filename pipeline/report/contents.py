@@ -28,7 +28,7 @@ from pcqr.pipeline.public_log.batches import GATED_SOURCES, SOURCE_NAMES, SPENDI
 from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
-CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "cutoff", "queries_max",
+CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff", "queries_max",
                     "subsamples", "threshold", "privacy")
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
                      "only each query's released label, status and source.")
@@ -172,8 +172,9 @@ def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
     """The session's certificate from the log's provenance: public parameters only (the same
     accountant as the summaries, recomputed; nothing private is needed)."""
     try:
-        proven = SessionPlan.from_records(provenance.get("parameters"), provenance.get("agnostic_parameters"),
-                                          provenance.get("universal_parameters")).certificate()
+        plan = SessionPlan.from_records(provenance.get("parameters"), provenance.get("agnostic_parameters"),
+                                        provenance.get("universal_parameters"))
+        proven = {**plan.certificate(), "accountant": plan.params.accountant_name}
     except (KeyError, TypeError, ValueError) as exc:
         raise PcqrError(f"the log's provenance does not describe a pcqr session's parameters ({exc})") from None
     found = {"queries_max": (provenance.get("parameters") or {}).get("queries_max"), **provenance, **proven}
