@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -109,7 +110,13 @@ def test_pmw_parameters_follow_dwork_roth_and_certify() -> None:
     assert p.sparse_scale == pytest.approx(sigma * (math.sqrt(512) + 1) / math.sqrt(512))
     assert p.release_scale == pytest.approx(sigma * (math.sqrt(512) + 1) / 2)
     eps, delta = p.guarantee()
-    assert eps <= 1.0 and delta <= 1e-6
+    assert eps <= 1.0 and delta <= 1e-6 and p.accountant == "optimal_composition"
+    # the optimal composition of both families is tighter than advanced composition per family (issue 29)
+    advanced = replace(p, accountant="advanced")
+    assert eps < 0.75 * advanced.guarantee()[0] < 0.75
+    assert p.calibrated().noise_factor < 0.8 * advanced.calibrated().noise_factor
+    with pytest.raises(PcqrError, match="accountant"):
+        replace(p, accountant="rdp").guarantee()
     with pytest.raises(PcqrError, match="--alpha"):
         PMWParameters.dwork_roth(1.0, 1e-6, 1.5, 0.05, 100, 10, 10)
     # calibrated: one factor on every noise scale and T, spending the whole eps (and no more)
@@ -202,6 +209,7 @@ def test_calibrated_constants_spend_the_whole_budget(files, capsys, thread_clust
     assert main(_release(tmp, tmp / "private", thread_cluster_yaml, "--pmw-constants", "calibrated")) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["pmw_constants"] == "calibrated" and 3.99 < summary["proven_epsilon"] <= 4.0
+    assert summary["accountant"] == "optimal_composition" and summary["proven_delta"] <= 1e-6
     meta = json.loads(pq.read_schema(tmp / "table.parquet").metadata[b"pcqr.release"])
     assert meta["pmw"]["constants"] == "calibrated" and meta["pmw"]["noise_factor"] < 1
 

@@ -39,11 +39,15 @@ the discrete Laplace allows exactly; the release is the discrete Laplace mechani
 sensitivity-1 count (Canonne-Kamath-Steinke 2020), 1/sigma(eps2)-DP.
 
 Privacy, certified per run (:meth:`PMWParameters.guarantee`, not taken from the book): at most c
-AboveThreshold instances, each 2/sigma(eps1)-DP, plus at most c releases, each 1/sigma(eps2)-DP;
-each group composed by the better of basic and advanced composition (delta/2 each,
-:func:`pcqr.pipeline.privacy.subsamp.composition_guarantee`), the two groups added. With the constants above
-the total is about eps1/2 + eps2/4 < eps. Only the answers leave this module; the counts, the
-noise and the thresholds stay in it.
+AboveThreshold instances, each 2/sigma(eps1)-DP, plus at most c releases, each 1/sigma(eps2)-DP,
+adaptively interleaved (fewer run when the queries end first: pad with empty ones). Their exact
+optimal composition (``accountant`` "optimal_composition",
+:func:`pcqr.pipeline.privacy.composition.optimal_epsilon_two`): every eps-DP mechanism is dominated
+by randomized response at its eps, and a discrete-Laplace release on a sensitivity-1 count is
+exactly that, so no accountant certifies these 2c mechanisms at a smaller eps. Before issue 29 each
+group was composed by the better of basic and advanced composition at delta/2 and the two added
+(``accountant`` "advanced", still used above TWO_FAMILY_MAX_COUNT updates). Only the answers leave
+this module; the counts, the noise and the thresholds stay in it.
 """
 from __future__ import annotations
 
@@ -54,12 +58,17 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.privacy.subsamp import round_up
+from pcqr.pipeline.privacy.composition import (
+    TWO_FAMILY_MAX_COUNT, optimal_delta_two, optimal_epsilon_two, quotient_above,
+)
 from pcqr.pipeline.privacy.noise import NoiseSource
-from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, composition_guarantee
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction, composition_guarantee, round_up
 
 _SPARSE_SHARE = math.sqrt(512) / (math.sqrt(512) + 1)  # eps1 / eps of NumericSparse (delta > 0)
 _FIRST_STRETCH = 256
+#: The accountants a PMW run can be certified by (:meth:`PMWParameters.guarantee`): the exact optimal
+#: composition of its two families (issue 29), or basic/advanced composition per family, added.
+ACCOUNTANTS = ("optimal_composition", "advanced")
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class PMWParameters:
     release_scale: float  # sigma(eps2)
     constants: str = "dwork-roth"  # or "calibrated": every noise scale and T times the same factor < 1
     noise_factor: float = 1.0  # that factor (1 for Dwork-Roth's constants)
+    accountant: str = "optimal_composition"  # one of ACCOUNTANTS
 
     @classmethod
     def dwork_roth(
@@ -95,17 +105,18 @@ class PMWParameters:
         threshold = (2 + 32 * math.sqrt(2)) * root * (math.log(max(queries, 2)) + math.log(4 * c / beta)) / (epsilon * rows)
         sigma = math.sqrt(32 * c * math.log(2 / delta))
         eps1, eps2 = _SPARSE_SHARE * epsilon, 2 * (1 - _SPARSE_SHARE) * epsilon  # D-R: eps1 + eps2 / 2 = eps
+        accountant = ACCOUNTANTS[0] if c <= TWO_FAMILY_MAX_COUNT else "advanced"
         params = cls(epsilon, delta, alpha, beta, rows, domain, queries, c, alpha / 2, threshold,
-                     sigma / eps1, sigma / eps2)
+                     sigma / eps1, sigma / eps2, accountant=accountant)
         params.certify()
         return params
 
     def calibrated(self) -> PMWParameters:
         """The same mechanism with every noise scale (and T, which is a multiple of the noise) shrunk
         by the one factor f at which our per-run accountant certifies exactly eps (bisection, then
-        certified again). Dwork-Roth's constants certify only about eps/2 under it; the
-        calibrated run spends the whole budget for about half the noise. Privacy rests on the
-        accountant (:meth:`guarantee`), not on the book's constants."""
+        certified again). Dwork-Roth's constants certify well below eps under it; the calibrated
+        run spends the whole budget for a fraction of the noise (docs/privacy.md, Mechanism 6, has
+        the figures). Privacy rests on the accountant (:meth:`guarantee`), not on the book's constants."""
         def scaled(f: float) -> PMWParameters:
             return replace(self, threshold=self.threshold * f, sparse_scale=self.sparse_scale * f,
                            release_scale=self.release_scale * f, constants="calibrated", noise_factor=f)
@@ -123,13 +134,23 @@ class PMWParameters:
         return params
 
     def guarantee(self) -> tuple[float, float]:
-        """(eps, delta) of the run: c AboveThreshold instances plus c releases (module docstring).
+        """(eps, delta) of the run: c AboveThreshold instances plus c releases (module docstring),
+        by ``accountant``.
 
-        eps is rounded up past its float rounding; delta is a sum of the exact halves delta / 2
-        (or 0). No other term: the noise is exact discrete Laplace (OpenDP) and the tests are
-        exact integer comparisons, so there is no sampler error or dropped tail to count."""
-        e_sparse, d_sparse = composition_guarantee(2 / self.sparse_scale, self.updates, self.delta)
-        e_release, d_release = composition_guarantee(1 / self.release_scale, self.updates, self.delta)
+        "optimal_composition": the smallest eps (rounded up) whose certified delta is at most the
+        request, and that delta (0 where basic composition's eps is the smaller). "advanced": each
+        family by the better of basic and advanced composition at delta / 2, eps added and rounded
+        up, delta the sum of the halves used. No other term: the noise is exact discrete Laplace
+        (OpenDP) and the tests are exact integer comparisons, so there is no sampler error or
+        dropped tail to count."""
+        eps_sparse, eps_release = quotient_above(2, self.sparse_scale), quotient_above(1, self.release_scale)
+        if self.accountant == "optimal_composition":
+            eps = optimal_epsilon_two(eps_sparse, eps_release, self.updates, self.delta)
+            return eps, optimal_delta_two(eps_sparse, eps_release, self.updates, eps)
+        if self.accountant != "advanced":
+            raise PcqrError(f"the PMW accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
+        e_sparse, d_sparse = composition_guarantee(eps_sparse, self.updates, self.delta)
+        e_release, d_release = composition_guarantee(eps_release, self.updates, self.delta)
         return round_up(e_sparse + e_release), d_sparse + d_release
 
     def certify(self) -> None:
