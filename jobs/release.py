@@ -30,7 +30,7 @@ from pcqr.jobs.common import (
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (PMW runs with beta/2).")
 @click.option("--pmw-constants", type=click.Choice(["dwork-roth", "calibrated"]), default="dwork-roth", show_default=True,
-              help="dwork-roth: PMW's noise and threshold exactly as Dwork-Roth 4.2 (certifies about eps/2 under "
+              help="dwork-roth: PMW's noise and threshold exactly as Dwork-Roth 4.2 (certifies about 0.35 eps under "
               "pcqr's accountant); calibrated: all scaled down by one factor until the accountant certifies exactly eps.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Public: the released table (one Parquet file).")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
