@@ -119,7 +119,8 @@ def released(ones: np.ndarray, k: int, tau: float, sigma: float | None, seed: in
     bar = int(np.floor(tau * k)) + 1
     if sigma is None:
         return (ones >= bar).astype(np.int8)
-    return DiscreteGaussianTail(count_sigma(sigma)).draw_at_least(bar - ones, SeededNoise(10_000 + seed)).astype(np.int8)
+    noise = SeededNoise(10_000 + seed)
+    return DiscreteGaussianTail(count_sigma(sigma)).draw_at_least(bar - ones, noise).astype(np.int8)
 
 
 def scores(label: np.ndarray, truth: np.ndarray) -> dict[str, float]:
@@ -177,8 +178,9 @@ def markdown(result: dict[str, Any]) -> str:
     """One table per task: a row per (weights, tau), accuracy / recall / balanced accuracy noise-free and with GNMax."""
     lines: list[str] = []
     for name, task in result["tasks"].items():
-        lines += [f"### {name}: n {task['private_rows']:,}, {task['positive_rate']:.1%} positives, k {task['subsamples']:,} "
-                  f"({task['rows_per_model']} rows a model), depth {task['max_depth']}, sigma {task['sigma']:.1f}; "
+        lines += [f"### {name}: n {task['private_rows']:,}, {task['positive_rate']:.1%} positives, "
+                  f"k {task['subsamples']:,} ({task['rows_per_model']} rows a model), depth {task['max_depth']}, "
+                  f"sigma {task['sigma']:.1f}; "
                   f"majority class {task['majority_class_accuracy']:.3f}", "",
                   "| teachers | tau | accuracy (no noise) | recall | balanced | accuracy (GNMax) | recall | balanced |",
                   "|---|---|---|---|---|---|---|---|"]
