@@ -28,6 +28,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
                         two encodings, an imbalanced corner task and XOR, beside DP logistic regression (diffprivlib,
                         in a side environment), DP-EBM (the ``bench`` extra), the majority class and non-private
                         models; every cell a range over 3 runs (utility_report.py prints the tables)
+* ``imbalance``         issue 29, item 4: gnmax's teachers offline (no session) where each sees few positives:
+                        class-weighted trees and public vote thresholds, with and without the certified noise
 
 One module per benchmark (benchmarks/<name>.py, its ``bench_<name>``), the shared pieces in
 benchmarks/harness.py; this file runs them and writes the figures.
@@ -59,6 +61,7 @@ from bns_thresholds import bench_bns_thresholds
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
+from imbalance import bench_imbalance
 from pap_thresholds import bench_pap_thresholds
 from relabel_stumps import bench_relabel_stumps
 from safety_overhead import bench_safety_overhead
@@ -72,7 +75,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
-    "bns_thresholds", "bns_label_private", "auto_learner",
+    "bns_thresholds", "bns_label_private", "auto_learner", "imbalance",
 )
 
 
@@ -96,6 +99,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "bns_thresholds": bench_bns_thresholds,
     "bns_label_private": bench_bns_label_private,
     "auto_learner": bench_auto_learner,
+    "imbalance": bench_imbalance,
 }
 
 

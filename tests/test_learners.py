@@ -281,3 +281,31 @@ def test_an_operator_allows_a_learner_module_in_cluster_yaml(private_data, capsy
     allowing.write_text(open(thread_cluster_yaml).read() + "  learners:\n    allow: tests.allowed_learner\n")
     code, err = _cli(capsys, *answer, "--cluster", str(allowing))
     assert code == 2 and "pcqr.learners.allow: expected a list of module names" in err, err
+
+
+@pytest.mark.parametrize("changed", [0, 777, 1999])
+def test_class_weighted_teachers_still_move_one_vote(changed: int) -> None:
+    """Issue 29, item 4: with ``class_weight='balanced'`` each teacher weighs its labels by ITS OWN
+    subsample's counts (scikit-learn computes them inside ``fit``), so changing one private row changes
+    one teacher only: on the same split (pcqr's own split_rows and train_block), every other teacher's
+    tree is identical to the weight of each node, and no query's ct(1) moves by more than 1. A weight
+    computed from the whole dataset's counts would change every teacher's node weights."""
+    from pcqr.pipeline.models.subsample import split_rows, train_block
+
+    rng = np.random.default_rng(29)
+    X = rng.standard_normal((2000, 3))
+    y = ((X[:, 0] > 0.9) & (X[:, 1] > 0.4)).astype(np.int8)  # about 6% positives: 4-8 a teacher
+    neighbour = y.copy()
+    neighbour[changed] ^= 1
+    k, spec = 20, LearnerSpec("sklearn.tree.DecisionTreeClassifier",
+                              {"max_depth": 3, "class_weight": "balanced", "random_state": 0})
+    counts, edges = np.full(k, 2000 // k), np.array([0, k])
+    models, others = (train_block(0, k, spec, *split_rows((X, labels), counts, edges, seed=5))
+                      for labels in (y, neighbour))
+    differ = [j for j, (a, b) in enumerate(zip(models, others))
+              if not (isinstance(a, ConstantModel) and a == b) and not (
+                  hasattr(a, "tree_") and hasattr(b, "tree_") and np.array_equal(a.tree_.value, b.tree_.value)
+                  and np.array_equal(a.tree_.threshold, b.tree_.threshold))]
+    assert len(differ) == 1  # the changed row's teacher (its weights and labels changed), no other
+    Q = rng.standard_normal((5000, 3))
+    assert np.max(np.abs(Ensemble(models).count_ones(Q) - Ensemble(others).count_ones(Q))) <= 1

@@ -38,7 +38,24 @@ def test_a_tree_session_is_not_told_to_try_trees() -> None:
     session = _session(1000, 0)
     session.learner = {"name": "sklearn.tree.DecisionTreeClassifier"}
     line = one_label_warning(session)  # type: ignore[arg-type]
-    assert line is not None and "--learner auto" not in line and "--subsamples" in line
+    assert line is not None and "--learner auto (decision trees" not in line and "--subsamples" in line
+
+
+@pytest.mark.parametrize(("learner", "told"), [
+    ({"name": "stump"}, True),
+    ({"name": "sklearn.tree.DecisionTreeClassifier", "params": {"max_depth": 3}}, True),
+    ({"name": "sklearn.tree.DecisionTreeClassifier", "params": {"max_depth": 3, "class_weight": "balanced"}}, False),
+])
+def test_a_rare_label_is_told_to_try_class_weighted_trees_unless_it_has(learner: dict, told: bool) -> None:
+    """Issue 29, item 4 (benchmarks/imbalance.py): trees that weigh their own subsample's labels lift the
+    positives' recall where each model sees a few; a session that already weighs them is not told again."""
+    from pcqr.pipeline.session.planning import CLASS_WEIGHTED
+
+    session = _session(1000, 0)
+    session.learner = learner
+    line = one_label_warning(session)  # type: ignore[arg-type]
+    assert line is not None and (CLASS_WEIGHTED in line) == told
+    assert CLASS_WEIGHTED == "--learner auto --learner-param class_weight=balanced"
 
 
 def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_cluster_yaml) -> None:
@@ -74,6 +91,11 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
     state = json.loads((tmp_path / "auto" / "session.json").read_text())
     assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
     assert state["learner"]["student"] == {"name": "auto", "params": {}}  # the student's tree follows its own rows
+    assert main(["train", "--state", str(tmp_path / "weighted"), "--learner", "auto", "--learner-param",
+                 "class_weight=balanced", *common]) == 0  # the user's parameter over the rule's depth
+    capsys.readouterr()
+    weighted = json.loads((tmp_path / "weighted" / "session.json").read_text())["learner"]["params"]
+    assert weighted == {"max_depth": 2, "class_weight": "balanced"}
 
 
 def test_an_auto_sessions_student_grows_with_the_answers_it_learns_from() -> None:

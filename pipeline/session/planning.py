@@ -231,6 +231,8 @@ def odometer(session: SessionState) -> dict[str, Any]:
 ONE_LABEL_ANSWERS = 100
 #: ... hold at most this share of the other label (the released labels are public; the votes are not read).
 ONE_LABEL_SHARE = 0.005
+#: What the warning suggests for a rare label: class-weighted trees (issue 29, item 4; benchmarks/imbalance.py).
+CLASS_WEIGHTED = "--learner auto --learner-param class_weight=balanced"
 
 
 def one_label_warning(session: SessionState) -> str | None:
@@ -248,6 +250,8 @@ def one_label_warning(session: SessionState) -> str | None:
     rows = session.private_rows // max(k, 1)
     learner = session.learner["name"].rsplit(".", 1)[-1]
     tries = [] if session.learner["name"] == AUTO_TREE else ["--learner auto (decision trees as deep as the rows allow)"]
+    if "class_weight" not in (session.learner.get("params") or {}):
+        tries.append(f"{CLASS_WEIGHTED} (each model weighs its own rows' labels)")
     tries += ["fewer models so each sees more rows (--subsamples)",
               "fewer labelled answers (--queries-max) with --after-halt student"]
     return (f"{max(ones, answered - ones) / answered:.1%} of the session's {answered:,} answers are label {label}: "
