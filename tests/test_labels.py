@@ -95,3 +95,25 @@ def test_a_labels_session_refuses_after_halt_refuse_later(tmp_path, capsys, thre
                  str(tmp_path / "log"), "--after-halt", "refuse", "--cluster", thread_cluster_yaml]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--labels 20" in err[0] and not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize("rows,m,expected", [(100_000, 2000, 200), (32_561, 2000, 200), (1_000_000, 2000, 2000),
+                                              (100_000, 150, 150), (1_000_000, 100_000, 20_000)])
+def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> None:
+    """``pcqr plan --private-rows N --queries-max m --json``: labels_recommended is the largest M of
+    the ladder whose gnmax k leaves >= 250 rows a model (none: the floor of 200), never above m;
+    labels_subsamples is gnmax's k at that M for n rows; the text output has the same line."""
+    from pcqr.pipeline.privacy.planner import LABEL_LADDER, LABELS_FLOOR, gate_parameters
+    from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
+
+    argv = ["plan", "--private-rows", str(rows), "--epsilon", "1", "--queries-max", str(m)]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["labels_recommended"] == expected and out["labels_gate"] == "gnmax"
+    k = gate_parameters("gnmax", 1.0, 1e-6, 50, expected, 0.05, None).for_rows(rows).subsamples
+    assert out["labels_subsamples"] == k and isinstance(out["labels_why"], str) and out["labels_why"]
+    above = [c for c in LABEL_LADDER if expected < c < m]
+    if above and expected >= LABELS_FLOOR:  # the next rung would leave too few rows a model
+        assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < GNMAX_ROWS_PER_MODEL
+    assert main(argv) == 0
+    assert f"labels: --labels {expected:,} --gate gnmax (k = {k:,};" in capsys.readouterr().out
