@@ -24,6 +24,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``bns_label_private`` issue 14: ``pcqr learn --algorithm label-private`` on 10^6 rows beside A_SSPP on the same points
 * ``auto_learner``      issue 26: PrivateClassifier(learner='auto') beside the default learner on Adult, XOR and an
                         imbalanced nonlinear task, at the estimator's defaults (epsilon 1)
+* ``labels``            issue 29: ``--labels M`` sessions (gnmax) at M = 200 ... 2,000 on Adult, XOR and the corner
+                        task: the teacher's released answers, its noise-free majority and three students on held-out rows
 * ``utility``           issues 13 and 29: pcqr's accuracy per eps, gate and learner (and at its defaults) on UCI Adult in
                         two encodings, an imbalanced corner task and XOR, beside DP logistic regression (diffprivlib,
                         in a side environment), DP-EBM (the ``bench`` extra), the majority class and non-private
@@ -58,6 +60,7 @@ from bns_label_private import bench_bns_label_private
 from bns_point import bench_bns_point
 from bns_sanitize import bench_bns_sanitize
 from bns_thresholds import bench_bns_thresholds
+from labels import bench_labels
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -75,7 +78,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
-    "bns_thresholds", "bns_label_private", "auto_learner", "imbalance",
+    "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels",
 )
 
 
@@ -100,6 +103,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "bns_label_private": bench_bns_label_private,
     "auto_learner": bench_auto_learner,
     "imbalance": bench_imbalance,
+    "labels": bench_labels,
 }
 
 

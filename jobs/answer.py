@@ -15,7 +15,7 @@ from pcqr.jobs.common import (
     CLI_REPORTER, TRUTH_HELP, allow_overlap_option, cluster_option, connect_to, emit_summary, json_option,
     ledger_option, wait_option,
 )
-from pcqr.jobs.options import privacy_options
+from pcqr.jobs.options import check_labels_alone, privacy_options
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.state_lock import lock_state
@@ -54,6 +54,7 @@ from pcqr.pipeline.session.state_lock import lock_state
 @json_option
 def command(**options: Any) -> None:
     """Answer queries with the session's k models through the sparse-vector coordinator."""
+    check_labels_alone(click.get_current_context())
     emit_summary(answer_session(options), options["as_json"])
 
 

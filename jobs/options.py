@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import click
+from click.core import ParameterSource
 
+from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import TrainingOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +32,12 @@ def privacy_options(func: F) -> F:
         click.option("--cutoff", "cutoff", type=int, default=TrainingOptions.cutoff, show_default=True, help="T: abstentions (--gate guess: flipped answers) allowed before the session halts; --gate gnmax halts after --queries-max answers instead."),
         click.option("--queries-max", type=int, default=TrainingOptions.queries_max, show_default=True, help="m: the most queries the session will answer "
                      "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),
+        click.option("--labels", type=int, default=None, metavar="M",
+                     help="Spend the budget on the first M answers: the session (k, sigma or lambda, the gate, the "
+                     "certificate) is planned for M answers instead of --queries-max, the k models answer the first "
+                     "M queries, and the student distilled from those answers answers every later one (log source "
+                     "'student'; post-processing, no budget). Replaces --queries-max (give one); not with "
+                     "--after-halt refuse or --mode universal. 'pcqr plan --private-rows N' recommends an M."),
         click.option("--beta", type=float, default=TrainingOptions.beta, show_default=True, help="Failure probability beta (enters k)."),
         click.option("--profile", type=click.Choice(["tight", "paper"]), default=None,
                      help="How lambda, k and w are computed and the composition certified: 'tight' (the default in "
@@ -70,3 +78,10 @@ def privacy_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def check_labels_alone(ctx: click.Context) -> None:
+    """``--labels M`` replaces ``--queries-max``: both given (even at its default value) is refused in one line."""
+    given = ctx.get_parameter_source("queries_max") not in (None, ParameterSource.DEFAULT)
+    if ctx.params.get("labels") is not None and given:
+        raise PcqrError("--labels M replaces --queries-max: give one")

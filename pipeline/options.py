@@ -26,6 +26,7 @@ class TrainingOptions:
     delta: float = 1e-6
     cutoff: int = 50
     queries_max: int = 10_000
+    labels: int | None = None  # M: the teacher answers the first M queries, the student the rest (replaces queries_max)
     beta: float = 0.05
     profile: str | None = None  # tight | paper; None: tight in realizable mode, paper in the others
     gate: str | None = None  # stability | guess | gnmax; None: chosen by planning.choose_gate
@@ -48,7 +49,7 @@ class TrainingOptions:
 
     def public_record(self) -> dict[str, Any]:
         """The public parameters the ledger records with the session's charge."""
-        keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "beta",
+        keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "labels", "beta",
                 "profile", "gate", "guess", "subsamples", "threshold", "learner", "features")
         return {**{k: getattr(self, k) for k in keys}, "state": self.state}
 

@@ -148,6 +148,15 @@ CASES = [
     case("train-gnmax-threshold", TRAIN + " --gate gnmax --threshold 1", "--threshold", "gnmax"),
     case("train-gnmax-profile-paper", TRAIN + " --gate gnmax --profile paper", "--profile paper"),
     case("train-gnmax-subsamples-zero", TRAIN + " --gate gnmax --subsamples 0", "--subsamples"),
+    case("train-labels-and-queries-max", TRAIN + " --labels 50", "--labels M replaces --queries-max"),
+    case("train-labels-and-default-queries-max", TRAIN.replace("--queries-max 100000", "--queries-max 10000")
+         + " --labels 50", "--labels M replaces --queries-max"),  # given at its default value: still given
+    case("train-labels-zero", TRAIN.replace("--queries-max 100000", "--labels 0"), "--labels (M)"),
+    case("train-labels-universal", "train --private {private} --state {new}/st --mode universal --features x0 "
+         "--hypothesis threshold --labels 50", "--labels", "--mode universal"),
+    case("answer-labels-after-halt-refuse", ONE_SHOT.replace("--queries-max 100000", "--labels 50")
+         + " --after-halt refuse", "--after-halt refuse", "--labels 50"),
+    case("answer-labels-and-queries-max", ONE_SHOT + " --labels 50", "--labels M replaces --queries-max"),
     case("train-threshold-negative", TRAIN + " --threshold -5", "--threshold"),
     case("train-seed-without-flag", TRAIN + " --seed 3", "--insecure-seed"),
     case("train-mode", TRAIN + " --mode sideways", "'--mode'"),

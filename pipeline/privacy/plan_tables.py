@@ -126,6 +126,8 @@ def gate_table_lines(summary: dict[str, Any]) -> list[str]:
     out.append("margin 95%: the lead ct(majority) - ct(minority) of the k votes at which a query gets the "
                "majority's label 95% of the time")
     out.append(f"recommended: --gate {summary['recommended_gate']} ({summary['why']})")
+    out.append(f"labels: --labels {summary['labels_recommended']:,} --gate {summary['labels_gate']} "
+               f"(k = {summary['labels_subsamples']:,}; {summary['labels_why']})")
     return out
 
 

@@ -456,6 +456,59 @@ def recommend_gate(rows: int, epsilon: float, delta: float, cutoff: int, m: int,
                      f"{CORRECT:.0%}): the guess gate needs fewer, and its student answers after T flips")
 
 
+# --- How many labels (issue 29, item 3): the teacher's M answers, then the student ------------------
+
+#: ``--labels M`` candidates: a 1-2-5 ladder from LABELS_FLOOR (and m itself).
+LABEL_LADDER = tuple(b * 10**e for e in range(2, 16) for b in (1, 2, 5) if b * 10**e >= 200)
+#: The fewest teacher answers recommended (a stream shorter than this is answered by the teacher in
+#: full): measured at eps 1 (benchmarks/labels.py), students of 50 and 100 answers were unreliable
+#: (XOR: 0.50-0.86 on held-out rows; corner: 0.92 for gradient boosting at 50); of 200, within 1-3
+#: points of the teachers' noise-free majority on Adult and under 1 on the corner task.
+LABELS_FLOOR = 200
+
+
+def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
+                     subsamples: int | None = None) -> tuple[int, str, int, str]:
+    """``--labels M`` for a stream of m queries, from public parameters only (n, eps, delta, m): M,
+    the gate, its k and why (one clause).
+
+    gnmax's noise sigma grows with sqrt(M), and the k at which a 3/4 majority keeps its label
+    CORRECT of the time grows with sigma; n / k rows a model bound the teachers' own accuracy. The
+    rule: the largest M of LABEL_LADDER (or m) whose gnmax k still leaves GNMAX_ROWS_PER_MODEL rows a
+    model (the point below which gnmax's default k is the noise's, not the data's), at least
+    LABELS_FLOOR and at most m; the student answers the queries after the first M.
+
+    Measured basis (benchmarks/labels.py; eps 1, delta 1e-6, --gate gnmax, --learner auto, 3 seeds,
+    students scored on held-out rows, M = 50 ... 2,000): on Adult (35 columns, n 32,561), XOR and the
+    corner task (n 10^5) M = 200 was best or level with the best over the whole stream of 2,000
+    (Adult 0.805-0.828 against 0.785-0.810 at M 2,000; XOR 0.827-0.849 with a gradient-boosting
+    student against 0.691-0.696, its released answers 0.82 against 0.69; corner 0.996 against
+    0.987-0.991); the rule gives 200 for all three, and m = 2,000 for XOR at n 10^6, where k is the
+    data's (250 rows a model) at every M and the teacher over all 2,000 queries (0.885-0.887) was as
+    good as any student of fewer answers.
+    """
+    from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
+
+    def k_at(labels: int) -> int:
+        return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).subsamples
+
+    candidates = [c for c in LABEL_LADDER if c < m] + [m]
+    fits = [c for c in candidates if c >= LABELS_FLOOR and rows // k_at(c) >= GNMAX_ROWS_PER_MODEL]
+    labels = fits[-1] if fits else min(m, LABELS_FLOOR)
+    k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).for_rows(rows).subsamples
+    if labels == m:
+        why = (f"gnmax's k = {k:,} leaves {rows // k:,} rows a model over all m = {m:,} queries: the teacher "
+               "answers every one" if fits else f"m = {m:,} is at most the floor of {LABELS_FLOOR} labels: the "
+               "teacher answers every one")
+    elif fits:
+        why = (f"the largest M whose gnmax k = {k:,} leaves >= {GNMAX_ROWS_PER_MODEL} rows a model "
+               f"({rows // k:,}); the student answers the other {m - labels:,} queries")
+    else:
+        why = (f"no M leaves {GNMAX_ROWS_PER_MODEL} rows a model (k = {k:,} at M = {labels:,}: {rows // k:,} "
+               f"rows each); {LABELS_FLOOR} answers is the fewest a student was measured to learn from")
+    return labels, "gnmax", k, why
+
+
 def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
                subsamples: int | None = None) -> dict[str, Any]:
     """``pcqr plan --private-rows N``: per gate, its noise, k, rows per model, the margin a query needs
@@ -483,6 +536,8 @@ def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, bet
             **p.certificate(),
         })
     gate, why = recommend_gate(rows, epsilon, delta, cutoff, m, beta, subsamples)
+    labels, labels_gate, labels_k, labels_why = recommend_labels(rows, epsilon, delta, cutoff, m, beta, subsamples)
     return {"inputs": {"private_rows": rows, "subsamples": subsamples, "queries_max": m, "epsilon": epsilon,
                        "delta": delta, "cutoff": cutoff, "beta": beta},
-            "gates": gates, "recommended_gate": gate, "why": why}
+            "gates": gates, "recommended_gate": gate, "why": why, "labels_recommended": labels,
+            "labels_gate": labels_gate, "labels_subsamples": labels_k, "labels_why": labels_why}

@@ -20,13 +20,13 @@ below the plan (training, the coordinator, the summary) receives the plan, never
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
-from pcqr.pipeline.privacy.limits import check_training_size
+from pcqr.pipeline.privacy.limits import check_training_size, count_range
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 
@@ -43,6 +43,7 @@ class SessionPlan:
     agnostic: AgnosticParameters | None = None  # A_AgPrivCl's (agnostic and universal mode)
     universal: UniversalParameters | None = None  # A_UnvPrivCl's (universal mode)
     gate_chosen: str | None = None  # why the gate was chosen, when --gate was not given
+    labels: int | None = None  # --labels M: planned for the teacher's first M answers (params.queries_max = M)
 
     def certificate(self) -> dict[str, float]:
         """The whole session's proven_epsilon, each delta term and proven_delta."""
@@ -71,15 +72,39 @@ class SessionPlan:
 
 def plan_session(options: TrainingOptions, rows: int, vc: int | None = None) -> SessionPlan:
     """The plan of a new session in ``options.mode`` on ``rows`` private rows (``vc``: the class's VC
-    dimension, universal mode only)."""
+    dimension, universal mode only). ``--labels M`` plans the session for M answers
+    (:func:`labelled_options`) and the plan records M."""
     check_mode_options(options)
+    options = labelled_options(options)
     if options.mode == "agnostic":
-        return plan_agnostic(options, rows)
-    if options.mode == "universal":
+        plan = plan_agnostic(options, rows)
+    elif options.mode == "universal":
         if vc is None:
             raise PcqrError("--mode universal: the hypothesis class's VC dimension is needed to plan m_o")
-        return plan_universal(options, rows, vc)
-    return plan_realizable(options, rows)
+        plan = plan_universal(options, rows, vc)
+    else:
+        plan = plan_realizable(options, rows)
+    return replace(plan, labels=options.labels)
+
+
+def labelled_options(options: TrainingOptions) -> TrainingOptions:
+    """``--labels M``: the options of a session planned for M answers, i.e. ``--queries-max M``.
+
+    Every gate's teacher answers at most ``queries_max`` queries (gnmax: m noisy-majority answers,
+    then it halts; stability and guess: the sparse vector tests at most m queries, and its sampler
+    term is summed over m), so M in its place bounds the teacher's answers at M and the certificate
+    is the one for M answers; the after-halt student (post-processing of the public log) answers
+    every later query. Refused with an explicit ``--queries-max`` (pcqr.jobs.options.check_labels_alone;
+    here a value other than the default) and in universal mode, whose later queries are h_priv's."""
+    if options.labels is None:
+        return options
+    count_range("--labels (M)", options.labels, why="an exact float")
+    if options.queries_max != TrainingOptions.queries_max:
+        raise PcqrError("--labels M replaces --queries-max: give one")
+    if options.mode == "universal":
+        raise PcqrError("--labels: --mode universal answers every query after its first m_o with A_SSPP's "
+                        "released classifier, not a student; use --mode realizable or agnostic")
+    return replace(options, queries_max=options.labels)
 
 
 def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:

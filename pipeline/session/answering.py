@@ -154,6 +154,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     else:
         assert session is not None
         guess, learner = session.guess, session.learner
+    labels = plan.privacy.labels if plan is not None else session.labels  # type: ignore[union-attr]
+    if labels is not None and answering.after_halt == "refuse":
+        raise PcqrError(f"--after-halt refuse: the session was planned with --labels {labels:,}, whose student "
+                        "answers every query after the first M; leave --after-halt out")
     student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None

@@ -191,6 +191,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
         universal=plan.universal.to_dict() if plan.universal else None,
         private_fingerprint=fingerprint,
         guess=plan.guess.to_dict() if plan.guess is not None else None,
+        labels=plan.privacy.labels,
     )
     return session, ensemble
 
@@ -268,6 +269,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "delta": p.delta,
         "cutoff": p.cutoff,
         "queries_max": p.queries_max,
+        "labels": session.labels,
         "beta": p.beta,
         "profile": p.profile,
         "accountant": p.accountant_name,

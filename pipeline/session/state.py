@@ -81,6 +81,7 @@ class SessionState:
     private_fingerprint: str | None = None  # PRIVATE: content fingerprint of the data (universal mode)
     guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.gates.public_guess.GuessSpec)
     released_ones: int | None = 0  # answers released as 1 (public, as the log); None: a state from before the count
+    labels: int | None = None  # --labels M (public): the teacher answers the first M queries, the student the rest
 
     @property
     def processed(self) -> int:
@@ -118,6 +119,7 @@ class SessionState:
             "private_rows": self.private_rows,
             "seeded": not self.private,
             "privacy": "private" if self.private else "NOT PRIVATE: seeded noise (--insecure-seed)",
+            "labels": self.labels,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,6 +151,7 @@ class SessionState:
             "private_fingerprint": self.private_fingerprint,
             "guess": self.guess,
             "released_ones": self.released_ones,
+            "labels": self.labels,
         }
 
     @classmethod
@@ -161,8 +164,12 @@ class SessionState:
         ones = data.get("released_ones")
         if ones is not None and not (type(ones) is int and 0 <= ones < 2**63):
             raise PcqrError(f"the session's released_ones {ones!r} is not a count of its answers (edited state?)")
+        params = SubSampParameters.from_dict(data["params"])
+        labels = data.get("labels")
+        if labels is not None and not (type(labels) is int and labels == params.queries_max):
+            raise PcqrError(f"the session's labels {labels!r} is not the m it was planned for (edited state?)")
         return cls(
-            params=SubSampParameters.from_dict(data["params"]),
+            params=params,
             learner=data["learner"],
             features=list(data["features"]),
             private_uri=data["private_uri"],
@@ -188,6 +195,7 @@ class SessionState:
             private_fingerprint=data.get("private_fingerprint"),
             guess=data.get("guess"),
             released_ones=ones,
+            labels=labels,
         )
 
 

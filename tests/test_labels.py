@@ -1,0 +1,119 @@
+"""``--labels M`` (issue 29, item 3): the teacher answers the first M queries, the student the rest.
+
+A session planned with ``--labels M`` is the session planned with ``--queries-max M`` (the same k,
+noise, gate and certificate), it records M in session.json, the summary and the log's provenance,
+and its log holds exactly M teacher answers followed by the student's. The refusals (with an
+explicit --queries-max, with --after-halt refuse, in universal mode) are in tests/test_hostile.py.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pcqr.jobs.cli import main
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.options import TrainingOptions
+from pcqr.pipeline.privacy.session_plan import plan_session
+from pcqr.pipeline.public_log.batches import GATED_SOURCES
+from pcqr.pipeline.public_log.replay import verify_log
+from tests.conftest import write_session_data
+
+TEACHER = set(GATED_SOURCES)
+
+
+@pytest.mark.parametrize("extra", [{"gate": "gnmax"}, {"gate": "guess"}, {"gate": "stability"}, {},
+                                   {"mode": "agnostic", "hypothesis": "threshold", "subsamples": 50, "epsilon": 10.0}],
+                         ids=["gnmax", "guess", "stability", "chosen", "agnostic"])
+def test_labels_plans_the_session_of_queries_max_m(extra) -> None:
+    """Every parameter and the certificate of a --labels 500 plan are those of --queries-max 500,
+    and both differ from the default m's (the comparison can fail); the plan records M."""
+    base = TrainingOptions(state="unused", **extra)
+    labelled = plan_session(replace(base, labels=500), 200_000, 1)
+    bounded = plan_session(replace(base, queries_max=500), 200_000, 1)
+    assert labelled.labels == 500 and bounded.labels is None
+    assert labelled.params == bounded.params and labelled.params.queries_max == 500
+    assert labelled.certificate() == bounded.certificate()
+    assert labelled.agnostic == bounded.agnostic and labelled.gate_chosen == bounded.gate_chosen
+    assert plan_session(base, 200_000, 1).params != labelled.params
+
+
+def test_labels_is_refused_beside_queries_max_and_in_universal_mode() -> None:
+    with pytest.raises(PcqrError, match="--labels M replaces --queries-max: give one"):
+        plan_session(TrainingOptions(state="unused", labels=500, queries_max=700), 200_000)
+    with pytest.raises(PcqrError, match="--mode universal"):
+        plan_session(TrainingOptions(state="unused", labels=500, mode="universal", hypothesis="threshold",
+                                     profile=None), 200_000, 1)
+    with pytest.raises(PcqrError, match=r"--labels \(M\)"):
+        plan_session(TrainingOptions(state="unused", labels=0), 200_000)
+
+
+@pytest.mark.parametrize("gate", ["gnmax", "guess"])
+def test_the_teacher_answers_exactly_m_queries_and_the_student_the_rest(gate, tmp_path, capsys,
+                                                                       thread_cluster_yaml) -> None:
+    """One-shot ``pcqr answer --labels 300`` on 2,000 queries: the first 300 log rows are the
+    teacher's (gnmax: each one spends an answer; guess: T is never reached on this easy task) and
+    every later row the student's; M is in the summary, session.json and every batch's provenance;
+    the summary's certificate is the one ``pcqr train --queries-max 300`` gets."""
+    write_session_data(tmp_path, rows=20_000, queries=2000)
+    common = ["--private", str(tmp_path / "private"), "--gate", gate, "--learner", "stump", "--seed", "5",
+              "--insecure-seed", "--cluster", thread_cluster_yaml, "--json"]
+    assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"),
+                 "--log", str(tmp_path / "log"), "--labels", "300", "--batch-size", "700", *common]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert main(["train", "--state", str(tmp_path / "bounded"), "--queries-max", "300", *common]) == 0
+    bounded = json.loads(capsys.readouterr().out)
+
+    log = pq.read_table(tmp_path / "log").sort_by("query_id")
+    source = np.asarray(log.column("source").to_pylist())
+    assert set(source[:300]) <= TEACHER and set(source[300:]) == {"student"}
+    assert set(log.column("status").to_pylist()) == {"answered"}
+    assert summary["labels"] == 300 and summary["queries_max"] == 300 and summary["student_answers"] == 1700
+    certificate = ("proven_epsilon", "proven_delta", "subsamples", "gate", "cutoff", "accountant",
+                   "sigma" if gate == "gnmax" else "lambda")
+    assert {key: summary[key] for key in certificate} == {key: bounded[key] for key in certificate}
+    assert bounded["labels"] is None
+    state = json.loads((tmp_path / "st" / "session.json").read_text())
+    assert state["labels"] == 300 and state["params"]["queries_max"] == 300
+    report = verify_log(str(tmp_path / "log"))
+    assert report.ok and report.provenance["labels"] == 300
+    truth = (log.column("x0").to_numpy() > 0.1).astype(int)
+    assert (log.column("answer").to_numpy()[300:] == truth[300:]).mean() > 0.9
+
+
+def test_a_labels_session_refuses_after_halt_refuse_later(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """``pcqr train --labels M``, then ``pcqr answer --after-halt refuse``: refused in one line
+    before anything is answered (its later queries are the student's by the session's plan)."""
+    write_session_data(tmp_path, rows=20_000, queries=50)
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--labels", "20",
+                 "--gate", "gnmax", "--learner", "stump", "--cluster", thread_cluster_yaml]) == 0
+    capsys.readouterr()
+    assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
+                 str(tmp_path / "log"), "--after-halt", "refuse", "--cluster", thread_cluster_yaml]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--labels 20" in err[0] and not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize("rows,m,expected", [(100_000, 2000, 200), (32_561, 2000, 200), (1_000_000, 2000, 2000),
+                                              (100_000, 150, 150), (1_000_000, 100_000, 20_000)])
+def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> None:
+    """``pcqr plan --private-rows N --queries-max m --json``: labels_recommended is the largest M of
+    the ladder whose gnmax k leaves >= 250 rows a model (none: the floor of 200), never above m;
+    labels_subsamples is gnmax's k at that M for n rows; the text output has the same line."""
+    from pcqr.pipeline.privacy.planner import LABEL_LADDER, LABELS_FLOOR, gate_parameters
+    from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
+
+    argv = ["plan", "--private-rows", str(rows), "--epsilon", "1", "--queries-max", str(m)]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["labels_recommended"] == expected and out["labels_gate"] == "gnmax"
+    k = gate_parameters("gnmax", 1.0, 1e-6, 50, expected, 0.05, None).for_rows(rows).subsamples
+    assert out["labels_subsamples"] == k and isinstance(out["labels_why"], str) and out["labels_why"]
+    above = [c for c in LABEL_LADDER if expected < c < m]
+    if above and expected >= LABELS_FLOOR:  # the next rung would leave too few rows a model
+        assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < GNMAX_ROWS_PER_MODEL
+    assert main(argv) == 0
+    assert f"labels: --labels {expected:,} --gate gnmax (k = {k:,};" in capsys.readouterr().out
