@@ -12,6 +12,13 @@ from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 
+#: ``--learner auto`` (the default; ``PrivateClassifier(learner='auto')``): a decision tree as deep as the
+#: rows a model gets can support (pcqr.pipeline.models.learners.auto_learner). Named here, where
+#: nothing imports scikit-learn, so that a summary or a warning can tell an auto session by its name.
+AUTO = "auto"
+AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
+
+
 @dataclass(frozen=True)
 class TrainingOptions:
     """The parameters of a new session; the names are the command line's (``--queries-max`` is
@@ -33,7 +40,7 @@ class TrainingOptions:
     guess: str | None = None  # guess gate: prior | student | a released model file; None: student
     subsamples: int | None = None
     threshold: float | None = None
-    learner: str = "auto"
+    learner: str = AUTO
     learner_param: tuple[str, ...] = ()
     label: str = "label"
     features: str | None = None

@@ -31,6 +31,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone, is_classifier
 from sklearn.utils._param_validation import Interval
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.options import AUTO, AUTO_TREE
 
 BUILTIN_LEARNERS = ("threshold", "stump")
 #: Module prefixes ``--learner`` may always name: scikit-learn and pcqr's own library.
@@ -291,10 +292,6 @@ def fit_subsample(spec: LearnerSpec, X: np.ndarray, y: np.ndarray) -> Any:
     return spec.build().fit(X, y)
 
 
-#: ``--learner auto`` (and ``PrivateClassifier(learner='auto')``): a decision tree as deep as the rows a
-#: model gets can support (:func:`auto_learner`).
-AUTO = "auto"
-AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
 AUTO_MAX_DEPTH = 6
 
 

@@ -25,7 +25,7 @@ from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
 from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pcqr.pipeline.models.votes import Ensemble
-from pcqr.pipeline.options import TrainingOptions
+from pcqr.pipeline.options import AUTO_TREE, TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
@@ -240,8 +240,6 @@ def one_label_warning(session: SessionState) -> str | None:
     """One line when the session's released answers are (nearly) all one label, and what to try, from
     public facts only: the released labels (as the log holds them), n and k. None otherwise, and for a
     state from before the count."""
-    from pcqr.pipeline.models.learners import AUTO_TREE
-
     answered, ones = session.totals["answered"], session.released_ones
     if ones is None or ones > answered or answered < ONE_LABEL_ANSWERS or \
             min(ones, answered - ones) > ONE_LABEL_SHARE * answered:  # (ones > answered: a state rolled back by hand)
