@@ -131,7 +131,7 @@ def test_an_edited_count_of_ones_is_refused_in_one_line(tmp_path, capsys, edited
 
     write_session_data(tmp_path, rows=4000, queries=10)
     assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "st"), "--seed", "1",
-                 "--insecure-seed", "--subsamples", "20", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
+                 "--insecure-seed", "--subsamples", "20", "--learner", "stump", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
     capsys.readouterr()
     path = tmp_path / "st" / SESSION_FILE
     state = json.loads(path.read_text())
