@@ -41,7 +41,8 @@ from tests.conftest import write_parquet, write_session_data
 ROOT = Path(__file__).resolve().parents[1]
 # T = 5 with k = 1100 and w the smallest certifiable: the boundary queries among 2000 abstain, so
 # one run alone spends all T abstentions (as in tests/test_state_lock.py).
-HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "5", "--subsamples", "1100", "--gate", "stability"]
+HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "5", "--subsamples", "1100", "--gate", "stability",
+           "--learner", "stump"]  # the ledger's authority is the test, not the learner: the fastest one
 T = 5
 # pcqr's command line, run once the file argv[1] exists (processes released together).
 BARRIER = """

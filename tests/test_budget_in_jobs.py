@@ -28,7 +28,8 @@ PARAMS = MECHANICS_PRIVACY  # (100, 1e-3) asked; w the smallest certifiable
 # A session that halts within a few dozen queries and answers some first: eps 4, delta 1e-6, T 3
 # (lambda 9.3, w 271.5); k = 700 > 2w, so a unanimous query abstains with probability 0.010 and
 # answers none of the first 4 instances with probability about 1e-8.
-HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "3", "--subsamples", "700", "--gate", "stability"]
+HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "3", "--subsamples", "700", "--gate", "stability",
+           "--learner", "stump"]  # the ledger in the jobs is the test, not the learner: the fastest one
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_issue_size_run(tmp_path, capsys, process_cluster, noise, min_answered, 
         "answer", "--private", str(data / "private"), "--queries", str(data / "queries"),
         "--truth", str(data / "truth"), "--state", str(tmp_path / "state"), "--log", str(tmp_path / "log"),
         "--epsilon", f"{EPSILON:g}", "--delta", f"{DELTA:g}", "--cutoff", str(CUTOFF), "--queries-max",
-        str(QUERIES), "--subsamples", str(SUBSAMPLES), "--gate", "stability", "--batch-size", "2500",
+        str(QUERIES), "--subsamples", str(SUBSAMPLES), "--gate", "stability", "--batch-size", "2500", "--learner", "stump",
         "--cluster", process_cluster, "--json",
     ])
     out, err = capsys.readouterr()
