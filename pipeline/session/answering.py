@@ -216,11 +216,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     say_gate_chosen(plan, reporter)
-    one_label = one_label_warning(session)
-    if one_label is not None:
-        note(f"warning: {one_label}")
     summary = _summary(session, counts, skip=skip, log_dir=log_dir, state=state, plan=plan, answering=answering,
                        student=student)
+    if "one_label_warning" in summary:
+        note(f"warning: {summary['one_label_warning']}")
     if charged is not None:
         summary["ledger"] = charge_note(charged)
     if truth is not None:

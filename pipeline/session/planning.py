@@ -25,7 +25,7 @@ from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
 from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pcqr.pipeline.models.votes import Ensemble
-from pcqr.pipeline.options import AUTO_TREE, TrainingOptions
+from pcqr.pipeline.options import AUTO, AUTO_TREE, TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
@@ -53,7 +53,7 @@ class TrainingPlan:
     seed: int | None
     hypothesis_class: Any = None  # agnostic and universal mode: the class that relabels and learns
     guess: GuessSpec | None = None  # the guess gate's public guess
-    student: dict[str, Any] | None = None  # the student's learner as given ('auto' unresolved)
+    student: dict[str, Any] | None = None  # an auto session's student learner: 'auto', unresolved
 
     @property
     def params(self) -> SubSampParameters:
@@ -91,7 +91,7 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     given = parse_learner_params(options.learner_param)  # 'auto': the rule's tree at n / k rows a model (public)
     learner = LearnerSpec(*resolve_auto(options.learner, given, private.rows // plan.params.subsamples),
                           learner_modules(options.cluster))
-    student: dict[str, Any] = {"name": options.learner, "params": given}  # 'auto' stays 'auto': its depth follows its rows
+    student = {"name": AUTO, "params": given} if options.learner == AUTO else None  # its depth follows its own rows
     guess = None if plan.params.gate != "guess" else GuessSpec.parse(
         options.guess or "student", options.learner, given, private.features)
     check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)
@@ -176,7 +176,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
             "name": plan.learner.name,
             "params": plan.learner.params,
             "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
-            **({"student": plan.student} if plan.student is not None and plan.student["name"] != plan.learner.name else {}),
+            **({"student": plan.student} if plan.student is not None else {}),
         },
         features=list(plan.private.features),
         private_uri=plan.private.uri if "://" in plan.private.uri else os.path.abspath(plan.private.uri),
