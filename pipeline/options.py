@@ -17,6 +17,9 @@ from typing import Any, Sequence
 #: nothing imports scikit-learn, so that a summary or a warning can tell an auto session by its name.
 AUTO = "auto"
 AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
+#: ``--student-learner cross-validated`` (the after-halt student of an auto session): the learner
+#: cross-validation on the released answers picks (pcqr.pipeline.models.student_selection).
+CROSS_VALIDATED = "cross-validated"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class TrainingOptions:
     insecure_seed: bool = False
     ledger: str | None = None
     cluster: str | None = None
+    # what answers after the halt (the one-shot ``pcqr answer``'s --after-halt; PrivateClassifier's):
+    # with 'student', a session given neither --gate nor --labels may be planned for fewer labels
+    after_halt: str = "student"
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> TrainingOptions:

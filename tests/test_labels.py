@@ -38,7 +38,7 @@ def test_labels_plans_the_session_of_queries_max_m(extra) -> None:
     assert labelled.params == bounded.params and labelled.params.queries_max == 500
     assert labelled.certificate() == bounded.certificate()
     assert labelled.agnostic == bounded.agnostic and labelled.gate_chosen == bounded.gate_chosen
-    assert plan_session(base, 200_000, 1).params != labelled.params
+    assert plan_session(replace(base, after_halt="refuse"), 200_000, 1).params != labelled.params
 
 
 def test_labels_is_refused_beside_queries_max_and_in_universal_mode() -> None:
@@ -117,3 +117,55 @@ def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> 
         assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < GNMAX_ROWS_PER_MODEL
     assert main(argv) == 0
     assert f"labels: --labels {expected:,} --gate gnmax (k = {k:,};" in capsys.readouterr().out
+
+
+# --- the plan's own M (issue 29): a session given neither --gate nor --labels ------------------------
+
+@pytest.mark.parametrize("rows,given,labels,gate", [
+    (200_000, {}, 500, "gnmax"),  # the rule's M (its k leaves 250 rows a model) below m = 10,000
+    (32_561, {"queries_max": 2000}, 200, "gnmax"),  # Adult's n: 82 rows a model at M = 200
+    (200_000, {"after_halt": "refuse"}, None, "guess"),  # refusals after the halt: the old rule, all m
+    (200_000, {"gate": "guess"}, None, "guess"),  # a gate given: the plan is the user's
+    (200_000, {"threshold": 3.0}, None, "guess"),  # options choose_gate reserves to the guess gate
+    (3_000, {"queries_max": 2000}, None, "guess"),  # 7 rows a model at M = 200: below LABELS_ROWS_PER_MODEL
+    (1_000_000, {"queries_max": 2000}, None, "gnmax"),  # the rule's M is m: the teacher answers all
+])
+def test_the_plan_chooses_labels_when_a_student_answers_after_the_halt(rows, given, labels, gate) -> None:
+    """``choose_labels``: with neither --gate nor --labels and the default --after-halt student, the
+    plan is ``--labels M`` with M from recommend_labels (public n, eps, delta, m), the same plan as
+    ``--labels M --gate gnmax``; not where the user chose the gate, asked for refusals, or gnmax's k
+    would leave fewer than LABELS_ROWS_PER_MODEL rows a model."""
+    from pcqr.pipeline.privacy.planner import LABELS_ROWS_PER_MODEL, recommend_labels
+
+    options = TrainingOptions(state="unused", **given)
+    plan = plan_session(options, rows)
+    assert plan.labels == labels and plan.params.gate == gate
+    if labels is None:
+        return
+    assert labels == recommend_labels(rows, 1.0, 1e-6, 50, options.queries_max, 0.05)[0] < options.queries_max
+    explicit = plan_session(replace(options, labels=labels, queries_max=TrainingOptions.queries_max, gate="gnmax"), rows)
+    assert plan.params == explicit.params and plan.certificate() == explicit.certificate()
+    assert rows // plan.params.subsamples >= LABELS_ROWS_PER_MODEL and f"--labels {labels:,}" in plan.gate_chosen
+
+
+def test_a_default_session_spends_on_the_plans_labels_and_says_so(tmp_path, capsys, thread_cluster_yaml) -> None:
+    """``pcqr train`` with neither --gate nor --labels on 20,000 rows and m = 2,000: the plan's M
+    (200) is in the summary, session.json and the stderr note; a later ``--after-halt refuse`` is
+    refused in one line; the one-shot ``pcqr answer --after-halt refuse`` plans the teacher for all m."""
+    write_session_data(tmp_path, rows=20_000, queries=50)
+    common = ["--private", str(tmp_path / "private"), "--queries-max", "2000", "--learner", "stump",
+              "--cluster", thread_cluster_yaml]
+    assert main(["train", "--state", str(tmp_path / "st"), "--json", *common]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["labels"] == 200 and summary["gate"] == "gnmax" and "--labels 200" in summary["gate_chosen"]
+    assert "--labels 200" in captured.err
+    assert json.loads((tmp_path / "st" / "session.json").read_text())["labels"] == 200
+    assert main(["answer", "--state", str(tmp_path / "st"), "--queries", str(tmp_path / "queries"), "--log",
+                 str(tmp_path / "log"), "--after-halt", "refuse", "--cluster", thread_cluster_yaml]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--labels 200" in err[0] and "--gate" in err[0] and not (tmp_path / "log").exists()
+    assert main(["answer", "--state", str(tmp_path / "once"), "--queries", str(tmp_path / "queries"), "--log",
+                 str(tmp_path / "once-log"), "--after-halt", "refuse", "--json", *common]) == 0
+    once = json.loads(capsys.readouterr().out)
+    assert once["labels"] is None and once["queries_max"] == 2000

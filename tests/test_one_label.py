@@ -90,7 +90,7 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
     assert trained["learner"] == "sklearn.tree.DecisionTreeClassifier"
     state = json.loads((tmp_path / "auto" / "session.json").read_text())
     assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
-    assert state["learner"]["student"] == {"name": "auto", "params": {}}  # the student's tree follows its own rows
+    assert state["learner"]["student"] == {"name": "cross-validated", "params": {}}  # chosen from its answers
     assert main(["train", "--state", str(tmp_path / "weighted"), "--learner", "auto", "--learner-param",
                  "class_weight=balanced", *common]) == 0  # the user's parameter over the rule's depth
     capsys.readouterr()

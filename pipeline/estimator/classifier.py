@@ -252,7 +252,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             pq.write_table(rows, private)
             with Session.create(
                 state, private, epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff, queries_max=queries_max,
-                profile=self.profile, gate=self.gate, guess=self.guess, subsamples=subsamples, learner=learner,
+                after_halt=self.after_halt, profile=self.profile, gate=self.gate, guess=self.guess, subsamples=subsamples, learner=learner,
                 learner_params=learner_params, features=rows.column_names[:-1], label=LABEL, seed=self.seed,
                 insecure_seed=self.insecure_seed, cluster=self.cluster, ledger=self.ledger, local_threads=True,
             ) as session:
@@ -267,7 +267,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         if self.subsamples is not None:
             return int(self.subsamples)
         options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
-                                  queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess)
+                                  queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess,
+                                  after_halt=self.after_halt)
         wanted = default_subsamples(options, rows)
         if wanted <= rows:
             return None

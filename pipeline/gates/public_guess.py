@@ -192,15 +192,15 @@ class Student:
 
 
 def fit_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
-    """The learner ``named`` ({"name", "params"}; 'auto': the rule's tree at len(y) rows) fitted on
-    (X, y), deterministically: one class gives a constant model, a learner with a ``random_state``
-    gets 0. Public data only (a log's answers)."""
-    from pcqr.pipeline.models.learners import LearnerSpec, fit_subsample, named_learner
+    """The learner ``named`` ({"name", "params"}; 'auto': the rule's tree at len(y) rows;
+    'cross-validated': the candidate cross-validation picks, pcqr.pipeline.models.student_selection)
+    fitted on (X, y), deterministically: one class gives a constant model, a learner with a
+    ``random_state`` gets 0. Public data only (a log's answers)."""
+    from pcqr.pipeline.models.learners import deterministic, fit_subsample, named_learner
+    from pcqr.pipeline.models.student_selection import select_student
 
-    learner = named_learner(named, y.size, modules)
-    estimator_params = learner.build().get_params()
-    if "random_state" in estimator_params and estimator_params["random_state"] is None:
-        learner = LearnerSpec(learner.name, {**learner.params, "random_state": 0}, modules)
+    chosen, _ = select_student(named, X, y, modules)
+    learner = deterministic(named_learner(chosen, y.size, modules))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fit_subsample(learner, X, y)

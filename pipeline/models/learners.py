@@ -316,6 +316,13 @@ def resolve_auto(name: str, params: dict[str, Any], rows: int) -> tuple[str, dic
     return tree, {**rule, **params}
 
 
+def deterministic(learner: LearnerSpec) -> LearnerSpec:
+    """``learner`` with ``random_state`` 0 when it has one left unset (a student's fits repeat)."""
+    if learner.build().get_params().get("random_state", 0) is None:
+        return LearnerSpec(learner.name, {**learner.params, "random_state": 0}, learner.modules)
+    return learner
+
+
 def named_learner(named: dict[str, Any], rows: int, modules: tuple[str, ...] = ()) -> LearnerSpec:
     """A recorded learner ({"name", "params"}: a session's student, a guess) as fitted on ``rows`` rows."""
     return LearnerSpec(*resolve_auto(named["name"], dict(named.get("params") or {}), rows), modules)

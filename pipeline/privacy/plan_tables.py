@@ -128,6 +128,10 @@ def gate_table_lines(summary: dict[str, Any]) -> list[str]:
     out.append(f"recommended: --gate {summary['recommended_gate']} ({summary['why']})")
     out.append(f"labels: --labels {summary['labels_recommended']:,} --gate {summary['labels_gate']} "
                f"(k = {summary['labels_subsamples']:,}; {summary['labels_why']})")
+    default = summary["defaults"]
+    out.append(f"defaults (pcqr train without --gate or --labels): --gate {default['gate']}"
+               + (f" --labels {default['labels']:,}" if default["labels"] is not None else "")
+               + f", k = {default['subsamples']:,} ({default['why']})")
     return out
 
 

@@ -465,6 +465,13 @@ LABEL_LADDER = tuple(b * 10**e for e in range(2, 16) for b in (1, 2, 5) if b * 1
 #: (XOR: 0.50-0.86 on held-out rows; corner: 0.92 for gradient boosting at 50); of 200, within 1-3
 #: points of the teachers' noise-free majority on Adult and under 1 on the corner task.
 LABELS_FLOOR = 200
+#: A session given neither --gate nor --labels is planned for the recommended M labels only where
+#: gnmax's k at M leaves at least this many rows a model (pcqr.pipeline.privacy.session_plan.choose_labels).
+#: Measured (benchmarks/labels.py's cells, eps 1, Adult subsampled, 3 seeds, all 2,000 queries): at
+#: 12 rows a model (n 5,000) M = 200 gave 0.759-0.786 against the guess gate's 0.758-0.763 (the
+#: majority class: 0.76); at 25 (n 10^4) 0.783-0.801 against 0.765-0.774; at 82 (n 32,561)
+#: 0.816-0.828 against 0.787-0.811. Below 10, unmeasured: the guess gate's fewer models keep it.
+LABELS_ROWS_PER_MODEL = 10
 
 
 def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
@@ -492,8 +499,13 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     def k_at(labels: int) -> int:
         return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).subsamples
 
-    candidates = [c for c in LABEL_LADDER if c < m] + [m]
-    fits = [c for c in candidates if c >= LABELS_FLOOR and rows // k_at(c) >= GNMAX_ROWS_PER_MODEL]
+    # k grows with M (sigma does), so the M that fit are a prefix of the ladder: m itself (whose k the
+    # session's plan needs anyway), else the ladder up to the first that does not fit
+    fits = [m] if m >= LABELS_FLOOR and rows // k_at(m) >= GNMAX_ROWS_PER_MODEL else []
+    for candidate in [] if fits else [c for c in LABEL_LADDER if LABELS_FLOOR <= c < m]:
+        if rows // k_at(candidate) < GNMAX_ROWS_PER_MODEL:
+            break
+        fits.append(candidate)
     labels = fits[-1] if fits else min(m, LABELS_FLOOR)
     k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).for_rows(rows).subsamples
     if labels == m:
@@ -540,4 +552,19 @@ def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, bet
     return {"inputs": {"private_rows": rows, "subsamples": subsamples, "queries_max": m, "epsilon": epsilon,
                        "delta": delta, "cutoff": cutoff, "beta": beta},
             "gates": gates, "recommended_gate": gate, "why": why, "labels_recommended": labels,
-            "labels_gate": labels_gate, "labels_subsamples": labels_k, "labels_why": labels_why}
+            "labels_gate": labels_gate, "labels_subsamples": labels_k, "labels_why": labels_why,
+            "defaults": default_plan(rows, epsilon, delta, cutoff, m, beta, subsamples)}
+
+
+def default_plan(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
+                 subsamples: int | None = None) -> dict[str, Any]:
+    """What ``pcqr train`` (and the one-shot ``pcqr answer``, and PrivateClassifier) plans when given
+    neither --gate nor --labels, with the default --after-halt student: the plan's gate, k, the
+    labels M it was planned for (None: all m) and why (pcqr.pipeline.privacy.session_plan)."""
+    from pcqr.pipeline.options import TrainingOptions
+    from pcqr.pipeline.privacy.session_plan import plan_realizable
+
+    plan = plan_realizable(TrainingOptions(state="", epsilon=epsilon, delta=delta, cutoff=cutoff, queries_max=m,
+                                           beta=beta, subsamples=subsamples), rows)
+    return {"gate": plan.params.gate, "labels": plan.labels, "subsamples": plan.params.subsamples,
+            "why": plan.gate_chosen}

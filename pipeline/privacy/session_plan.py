@@ -27,7 +27,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size, count_range
-from pcqr.pipeline.privacy.subsamp import SubSampParameters
+from pcqr.pipeline.privacy.subsamp import SubSampParameters, check_queries_max
 from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 
 #: The modes (``--mode``), each planned by its own function below.
@@ -73,7 +73,8 @@ class SessionPlan:
 def plan_session(options: TrainingOptions, rows: int, vc: int | None = None) -> SessionPlan:
     """The plan of a new session in ``options.mode`` on ``rows`` private rows (``vc``: the class's VC
     dimension, universal mode only). ``--labels M`` plans the session for M answers
-    (:func:`labelled_options`) and the plan records M."""
+    (:func:`labelled_options`) and the plan records M; so does a realizable session given neither
+    ``--gate`` nor ``--labels`` whose after-halt student answers (:func:`choose_labels`)."""
     check_mode_options(options)
     options = labelled_options(options)
     if options.mode == "agnostic":
@@ -84,7 +85,7 @@ def plan_session(options: TrainingOptions, rows: int, vc: int | None = None) -> 
         plan = plan_universal(options, rows, vc)
     else:
         plan = plan_realizable(options, rows)
-    return replace(plan, labels=options.labels)
+    return plan if options.labels is None else replace(plan, labels=options.labels)
 
 
 def labelled_options(options: TrainingOptions) -> TrainingOptions:
@@ -108,9 +109,16 @@ def labelled_options(options: TrainingOptions) -> TrainingOptions:
 
 
 def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:
-    """A_SubSamp through the gate ``--gate`` names (or ``--guess`` implies), else the one
-    :func:`choose_gate` picks from public parameters; k by the gate's rule unless ``--subsamples``."""
+    """A_SubSamp through the gate ``--gate`` names (or ``--guess`` implies); else, when a student
+    answers after the halt (``after_halt`` 'student', the default), gnmax for the M labels
+    :func:`choose_labels` recommends (M < m; the plan records M as ``--labels M`` would); else the
+    gate :func:`choose_gate` picks from public parameters. k by the gate's rule unless ``--subsamples``."""
     asked = requested_gate(options)
+    labelled = None if asked or options.labels is not None else choose_labels(options, rows)
+    if labelled is not None:
+        labels, reason = labelled
+        params = realizable_parameters(replace(options, queries_max=labels), "gnmax", rows)
+        return SessionPlan("realizable", params, gate_chosen=reason, labels=labels)
     gate, why = (asked, None) if asked else choose_gate(options, rows)
     params = realizable_parameters(options, gate, rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
@@ -155,8 +163,34 @@ def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> Sub
 
 def default_subsamples(options: TrainingOptions, rows: int) -> int:
     """The k a realizable session on ``rows`` private rows gets when ``subsamples`` is not given (the
-    gate as :func:`plan_realizable` chooses it; public parameters and n only, no row read)."""
-    return realizable_parameters(options, requested_gate(options) or choose_gate(options, rows)[0], rows).subsamples
+    plan :func:`plan_realizable` makes; public parameters and n only, no row read)."""
+    return plan_realizable(options, rows).params.subsamples
+
+
+def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None:
+    """``--labels M`` for a realizable session given neither ``--gate`` nor ``--labels``, whose
+    after-halt student (``after_halt`` 'student') answers the queries after the first M, and why; None where the plan keeps the
+    teacher for the whole stream (:func:`choose_gate`). From public parameters only (n, eps, delta, m).
+
+    M is :func:`pcqr.pipeline.privacy.planner.recommend_labels`'s, taken when it is below m and its
+    gnmax k leaves at least LABELS_ROWS_PER_MODEL rows a model. The options :func:`choose_gate`
+    reserves to the guess gate (``--profile paper``, ``--threshold``, ``--cutoff``) keep it.
+    """
+    from pcqr.pipeline.privacy.planner import LABELS_ROWS_PER_MODEL, recommend_labels
+
+    if (options.after_halt == "refuse" or options.profile == "paper" or options.threshold is not None
+            or options.cutoff != TrainingOptions.cutoff):
+        return None
+    check_queries_max(options.queries_max)  # before the ladder is walked: its k are calibrated up to m
+    try:
+        labels, _, k, why = recommend_labels(rows, options.epsilon, options.delta, options.cutoff,
+                                             options.queries_max, options.beta, options.subsamples)
+    except PcqrError:  # gnmax cannot be certified here: choose_gate says what can
+        return None
+    if labels >= options.queries_max or rows // k < LABELS_ROWS_PER_MODEL:
+        return None
+    return labels, (f"--labels {labels:,}: the k = {k:,} models answer the first {labels:,} of m = "
+                    f"{options.queries_max:,} queries through gnmax, the student the rest; {why}")
 
 
 def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:

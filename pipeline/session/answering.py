@@ -95,13 +95,15 @@ def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, l
         if answering.student_learner is not None or answering.student_learner_param:
             raise PcqrError("--student-learner applies only with --after-halt student")
         return None
-    from pcqr.pipeline.models.learners import named_learner, parse_learner_params
+    from pcqr.pipeline.models.learners import parse_learner_params
+    from pcqr.pipeline.models.student_selection import student_specs
 
     params = parse_learner_params(answering.student_learner_param)
     if params and answering.student_learner is None:
         raise PcqrError("--student-learner-param needs --student-learner")
     named = student_learner(learner, guess, answering.student_learner, params)
-    named_learner(named, 64, modules).check(len(features), 64)
+    for spec in student_specs(named, modules):
+        spec.check(len(features), 64)
     return named
 
 
@@ -150,14 +152,16 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     if plan is not None:  # the new session's guess and learner, as session.json will hold them
         guess = plan.guess.to_dict() if plan.guess is not None else None
-        learner: dict[str, Any] = {"name": plan.learner.name, "params": plan.learner.params}
+        learner: dict[str, Any] = {"name": plan.learner.name, "params": plan.learner.params,
+                                   **({"student": plan.student} if plan.student is not None else {})}
     else:
         assert session is not None
         guess, learner = session.guess, session.learner
     labels = plan.privacy.labels if plan is not None else session.labels  # type: ignore[union-attr]
     if labels is not None and answering.after_halt == "refuse":
         raise PcqrError(f"--after-halt refuse: the session was planned with --labels {labels:,}, whose student "
-                        "answers every query after the first M; leave --after-halt out")
+                        "answers every query after the first M; leave --after-halt out (a session trained with "
+                        "--gate plans its teacher for all --queries-max queries)")
     student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None

@@ -62,25 +62,32 @@ def teacher_answers(log_dir: str, features: Sequence[str], batches: int | None =
     return TeacherAnswers(np.concatenate(pieces_X), np.concatenate(pieces_y), total)
 
 
-def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any], modules: tuple[str, ...] = ()) -> Any:
-    """The student: ``learner`` ({"name", "params"}) fitted on the teacher's answers (deterministic)."""
+def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any],
+                   modules: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
+    """The student: the learner ``learner`` names ({"name", "params"}; 'cross-validated': the one
+    pcqr.pipeline.models.student_selection picks from the same answers) and it fitted on the
+    teacher's answers (deterministic)."""
+    from pcqr.pipeline.models.student_selection import select_student
+
     if answers.y.size == 0:
         raise PcqrError("the log holds no answer released by the session's models: nothing to distil a student from")
-    return fit_student(learner, answers.X, answers.y, modules)
+    chosen, _ = select_student(learner, answers.X, answers.y, modules)
+    return chosen, fit_student(chosen, answers.X, answers.y, modules)
 
 
 def student_learner(session_learner: dict[str, Any], guess: dict[str, Any] | None,
                     name: str | None, params: dict[str, Any]) -> dict[str, Any]:
-    """The learner of a session's after-halt student: ``name`` when given, else the guess gate's
-    student learner, else the session's own learner as it was given ('auto' stays 'auto', so the
-    student's tree grows with the answers it learns from: pcqr.pipeline.models.learners.resolve_auto)."""
+    """The learner of a session's after-halt student: ``name`` when given, else the student the
+    session recorded (an auto session's: 'cross-validated', pcqr.pipeline.models.student_selection;
+    older auto sessions recorded 'auto', the rule's tree at the answers' count), else the guess
+    gate's student learner, else the session's own learner as it was given."""
     if name is not None:
         return {"name": name, "params": dict(params)}
-    if guess is not None and isinstance(guess.get("learner"), dict):
-        return dict(guess["learner"])
     given = session_learner.get("student")
     if isinstance(given, dict) and isinstance(given.get("name"), str):
         return {"name": given["name"], "params": dict(given.get("params") or {})}
+    if guess is not None and isinstance(guess.get("learner"), dict):
+        return dict(guess["learner"])
     return {"name": session_learner["name"], "params": dict(session_learner.get("params") or {})}
 
 
@@ -95,8 +102,8 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     more, and a log of seeded noise gives a model marked NOT PRIVATE.
     """
     from pcqr.pipeline.data.atomic import check_writable_file
-    from pcqr.pipeline.models.learners import named_learner
     from pcqr.pipeline.models.portable import portable
+    from pcqr.pipeline.models.student_selection import student_specs
     from pcqr.pipeline.models.released import model_record, write_model
     from pcqr.pipeline.public_log.replay import verify_log
 
@@ -114,19 +121,21 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     guess = provenance.get("guess") if isinstance(provenance.get("guess"), dict) else None
     named = student_learner(session_learner if isinstance(session_learner, dict) else {},
                             guess if learner is None else None, learner, learner_params or {})
-    spec = named_learner(named, 64, modules)  # 'auto': a tree, whatever depth the answers give it
-    portable(spec.check(len(features), 64), spec.name)  # a learner with no portable form is refused before the log is read
+    for spec in student_specs(named, modules):  # 'auto': a tree, whatever depth the answers give it
+        portable(spec.check(len(features), 64), spec.name)  # one with no portable form is refused before the log is read
     answers = teacher_answers(log_dir, features)
-    hypothesis = portable(fit_on_teacher(answers, named, modules), spec.name)
+    chosen, model = fit_on_teacher(answers, named, modules)
+    hypothesis = portable(model, chosen["name"])
     private = provenance.get("seeded") is False
     record = model_record(
         hypothesis, features, private,
         mechanism="student distilled from a public log (post-processing: BTT18 Theorem 4.3)",
-        learner=named, teacher_answers=int(answers.y.size), log_sha256=report.last_sha256,
+        learner=chosen, teacher_answers=int(answers.y.size), log_sha256=report.last_sha256,
         session_id=provenance.get("session_id"), epsilon=provenance.get("epsilon"), delta=provenance.get("delta"),
     )
     write_model(out, record)
-    return {"out": out, "learner": named["name"], "form": hypothesis.to_dict()["class"],
+    return {"out": out, "learner": named["name"],
+            **({"chosen": chosen["name"]} if chosen is not named else {}), "form": hypothesis.to_dict()["class"],
             "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
             "log": log_dir, "log_sha256": report.last_sha256, "session_id": provenance.get("session_id"),
             "epsilon": provenance.get("epsilon"), "delta": provenance.get("delta"), "privacy": record["privacy"]}

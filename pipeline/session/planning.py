@@ -25,7 +25,7 @@ from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
 from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
 from pcqr.pipeline.models.votes import Ensemble
-from pcqr.pipeline.options import AUTO, AUTO_TREE, TrainingOptions
+from pcqr.pipeline.options import AUTO, AUTO_TREE, CROSS_VALIDATED, TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
@@ -53,7 +53,7 @@ class TrainingPlan:
     seed: int | None
     hypothesis_class: Any = None  # agnostic and universal mode: the class that relabels and learns
     guess: GuessSpec | None = None  # the guess gate's public guess
-    student: dict[str, Any] | None = None  # an auto session's student learner: 'auto', unresolved
+    student: dict[str, Any] | None = None  # an auto session's student learner: 'cross-validated', unresolved
 
     @property
     def params(self) -> SubSampParameters:
@@ -91,7 +91,8 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     given = parse_learner_params(options.learner_param)  # 'auto': the rule's tree at n / k rows a model (public)
     learner = LearnerSpec(*resolve_auto(options.learner, given, private.rows // plan.params.subsamples),
                           learner_modules(options.cluster))
-    student = {"name": AUTO, "params": given} if options.learner == AUTO else None  # its depth follows its own rows
+    # an auto session's after-halt student: the learner cross-validation on its released answers picks
+    student = {"name": CROSS_VALIDATED, "params": given} if options.learner == AUTO else None
     guess = None if plan.params.gate != "guess" else GuessSpec.parse(
         options.guess or "student", options.learner, given, private.features)
     check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)

@@ -200,9 +200,11 @@ class AfterHalt:
         answers = TeacherAnswers(np.concatenate([logged.X, X[:room]]), np.concatenate([logged.y, y[:room]]),
                                  logged.total + y.size)
         self.taught = int(answers.y.size)
-        if self.taught:
-            self.model = fit_on_teacher(answers, self.learner, self.modules)
         self.provenance = {"learner": self.learner, "teacher_answers": self.taught}
+        if self.taught:
+            chosen, self.model = fit_on_teacher(answers, self.learner, self.modules)
+            if chosen != self.learner:  # cross-validated: the learner the answers chose
+                self.provenance["chosen"] = chosen
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.model.predict(X), dtype=np.int8)

@@ -184,7 +184,7 @@ class Session:
     def create(cls, state: str, private: str, *, epsilon: float = TrainingOptions.epsilon,
                delta: float = TrainingOptions.delta, cutoff: int = TrainingOptions.cutoff,
                queries_max: int = TrainingOptions.queries_max, labels: int | None = None,
-               beta: float = TrainingOptions.beta, profile: str | None = None, gate: str | None = None, guess: str | None = None,
+               after_halt: str = TrainingOptions.after_halt, beta: float = TrainingOptions.beta, profile: str | None = None, gate: str | None = None, guess: str | None = None,
                subsamples: int | None = None, threshold: float | None = None,
                learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
                mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
@@ -216,6 +216,10 @@ class Session:
             must then be left at its default); the k models answer the first M queries and the
             student distilled from their answers every later one (``after_halt='student'``, the only
             choice then; post-processing of the public log, no budget).
+        after_halt : {'student', 'refuse'}
+            What will answer after the halt (``answer(after_halt=)``'s default here). With 'student'
+            (the default) and neither ``gate`` nor ``labels`` given, the plan may choose ``labels``
+            itself (``pcqr plan``'s M rule); 'refuse' keeps the teacher for all ``queries_max`` queries.
         beta : float
             Failure probability (enters k).
         profile : {'tight', 'paper'}, optional
@@ -276,7 +280,7 @@ class Session:
         params = _param_items(learner_params)
         options = TrainingOptions(
             state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
-            delta=delta, cutoff=cutoff, queries_max=queries_max, labels=labels, beta=beta, profile=profile, gate=gate, guess=guess,
+            delta=delta, cutoff=cutoff, queries_max=queries_max, labels=labels, after_halt=after_halt, beta=beta, profile=profile, gate=gate, guess=guess,
             subsamples=subsamples, threshold=threshold, learner=learner, learner_param=params, label=label,
             features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
         )
