@@ -115,3 +115,28 @@ def test_gnmax_through_the_estimator_then_the_session_status(cluster, tmp_path) 
                                      log=str(tmp_path / "log2"))
     predicted = student.fit(X, y).predict(Q)
     assert not np.isnan(predicted).any() and (predicted[300:] == truth[300:]).mean() > 0.9
+
+
+def test_labels_through_the_estimator_and_the_plans_own_m(cluster, tmp_path) -> None:
+    """``labels=M`` as ``pcqr train --labels M``: the session is planned for M answers (its status
+    says M, gnmax, m = M) and predict answers every query, the models the first M and the student the
+    rest; with neither gate nor labels the plan chooses an M (20,000 rows, queries_max 2,000: 200);
+    labels beside queries_max, or with after_halt='refuse', are refused in one line before any charge."""
+    X, y = _data(20_000, 1)
+    Q, truth = _data(600, 2)
+    common = {"epsilon": 4.0, "delta": 1e-6, "learner": "stump", "cluster": cluster, **SEED}
+    clf = pcqr.PrivateClassifier(**common, labels=250, gate="gnmax", state=str(tmp_path / "state"),
+                                 log=str(tmp_path / "log"))
+    predicted = clf.fit(X, y).predict(Q)
+    assert not np.isnan(predicted).any() and (predicted == truth).mean() > 0.9
+    with pcqr.Session.open(clf.state_, cluster=cluster) as session:
+        status = session.status()
+    assert (status.gate, status.cutoff, status.queries_max) == ("gnmax", 250, 250)
+    chosen = pcqr.PrivateClassifier(**common, queries_max=2000, state=str(tmp_path / "s2"), log=str(tmp_path / "log2"))
+    chosen.fit(X, y)
+    with pcqr.Session.open(chosen.state_, cluster=cluster) as session:
+        assert session.status().queries_max == 200
+    for bad, needle in [({"labels": 100, "queries_max": 500}, "replaces queries_max"),
+                        ({"labels": 100, "after_halt": "refuse"}, "leave after_halt")]:
+        with pytest.raises(pcqr.PcqrError, match=needle):
+            pcqr.PrivateClassifier(**common, **bad).fit(X, y)

@@ -115,8 +115,13 @@ def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> 
     above = [c for c in LABEL_LADDER if expected < c < m]
     if above and expected >= LABELS_FLOOR:  # the next rung would leave too few rows a model
         assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < GNMAX_ROWS_PER_MODEL
+    default = out["defaults"]  # what pcqr train plans given neither --gate nor --labels (every row here: >= 10 a model)
+    assert default["labels"] == (expected if expected < m else None) and default["why"]
+    assert default["gate"] == "gnmax" or (default["labels"] is None and default["gate"] == out["recommended_gate"])
     assert main(argv) == 0
-    assert f"labels: --labels {expected:,} --gate gnmax (k = {k:,};" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"labels: --labels {expected:,} --gate gnmax (k = {k:,};" in text
+    assert f"defaults (pcqr train without --gate or --labels): --gate {default['gate']}" in text
 
 
 # --- the plan's own M (issue 29): a session given neither --gate nor --labels ------------------------

@@ -72,7 +72,12 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         m, the most queries the session will answer (default: the number of training rows, at
         least 10,000, so that ``predict`` answers a test set up to the training set's size;
         n is public). ``predict`` refuses, in one line, to start on more rows than the session
-        has left.
+        has left (with ``after_halt='refuse'``).
+    labels : int, optional
+        M, as ``pcqr train --labels M``: the session is planned for M answers, the models answer
+        the first M queries and the student every later one (``queries_max`` is then not given,
+        and ``after_halt`` stays 'student'). Default: with neither ``gate`` nor ``labels``, the plan
+        may choose an M itself (as ``pcqr train``: README, ``--gate``).
     subsamples : int, optional
         k, the number of subsample models (default: the gate's rule, as ``pcqr train``; when the
         data has fewer rows than that k, one row per model, with a :class:`SmallDataWarning`:
@@ -120,7 +125,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         session would refuse -- after the T-th instance, or beyond m -- by a student fitted on the
         answers already released (post-processing: no budget); 'refuse' leaves them NaN.
     student_learner : str, optional
-        The student's learner (default: the guess gate's student learner, else ``learner``).
+        The student's learner (default with ``learner='auto'``: 'cross-validated', the learner
+        cross-validation on the released answers picks; else the guess gate's student learner,
+        else ``learner``).
 
     Attributes
     ----------
@@ -143,7 +150,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     """
 
     def __init__(self, epsilon: float = TrainingOptions.epsilon, delta: float = TrainingOptions.delta,
-                 cutoff: int = TrainingOptions.cutoff, queries_max: int | None = None,
+                 cutoff: int = TrainingOptions.cutoff, queries_max: int | None = None, labels: int | None = None,
                  subsamples: int | None = None, profile: str | None = None, gate: str | None = None,
                  guess: str | None = None, learner: str = TrainingOptions.learner,
                  learner_params: dict[str, Any] | None = None, state: str | None = None, log: str | None = None,
@@ -155,6 +162,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.delta = delta
         self.cutoff = cutoff
         self.queries_max = queries_max
+        self.labels = labels
         self.subsamples = subsamples
         self.profile = profile
         self.gate = gate
@@ -210,7 +218,13 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.classes_ = np.array([0, 1])
         self.close()
         rows = rows_table.num_rows  # n is public (replace-one neighbours), as for pcqr train
-        queries_max = self.queries_max if self.queries_max is not None else max(rows, TrainingOptions.queries_max)
+        if self.labels is not None and self.queries_max is not None:
+            raise PcqrError("PrivateClassifier: labels=M replaces queries_max: give one")
+        if self.labels is not None and self.after_halt == "refuse":
+            raise PcqrError("PrivateClassifier: labels=M has the student answer every query after the first M; "
+                            "leave after_halt at 'student'")
+        queries_max = (self.queries_max if self.queries_max is not None else TrainingOptions.queries_max
+                       if self.labels is not None else max(rows, TrainingOptions.queries_max))
         folder = PrivateFolder(owner=self) if self.state is None or self.log is None else None
         try:
             state = self.state if self.state is not None else folder.join("state")  # type: ignore[union-attr]
@@ -252,7 +266,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             pq.write_table(rows, private)
             with Session.create(
                 state, private, epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff, queries_max=queries_max,
-                after_halt=self.after_halt, profile=self.profile, gate=self.gate, guess=self.guess, subsamples=subsamples, learner=learner,
+                labels=self.labels, after_halt=self.after_halt, profile=self.profile, gate=self.gate, guess=self.guess, subsamples=subsamples, learner=learner,
                 learner_params=learner_params, features=rows.column_names[:-1], label=LABEL, seed=self.seed,
                 insecure_seed=self.insecure_seed, cluster=self.cluster, ledger=self.ledger, local_threads=True,
             ) as session:
@@ -267,8 +281,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         if self.subsamples is not None:
             return int(self.subsamples)
         options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
-                                  queries_max=queries_max, profile=self.profile, gate=self.gate, guess=self.guess,
-                                  after_halt=self.after_halt)
+                                  queries_max=queries_max, labels=self.labels, profile=self.profile, gate=self.gate,
+                                  guess=self.guess, after_halt=self.after_halt)
         wanted = default_subsamples(options, rows)
         if wanted <= rows:
             return None

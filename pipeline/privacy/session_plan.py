@@ -163,8 +163,8 @@ def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> Sub
 
 def default_subsamples(options: TrainingOptions, rows: int) -> int:
     """The k a realizable session on ``rows`` private rows gets when ``subsamples`` is not given (the
-    plan :func:`plan_realizable` makes; public parameters and n only, no row read)."""
-    return plan_realizable(options, rows).params.subsamples
+    plan :func:`plan_session` makes; public parameters and n only, no row read)."""
+    return plan_session(options, rows).params.subsamples
 
 
 def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None:
