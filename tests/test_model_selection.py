@@ -24,7 +24,11 @@ from pcqr.pipeline.estimator.classifier import PRIVATE_FILE
 from tests.conftest import MECHANICS
 
 SEED = {"seed": 3, "insecure_seed": True}  # tests only: reproducible, marked NOT private
-SMALL = {"epsilon": 8.0, "delta": 1e-6, "cutoff": 10, "subsamples": 50}
+BUDGET = {"epsilon": 8.0, "delta": 1e-6, "cutoff": 10, "subsamples": 50}
+#: The tests of mechanics (the ledger, the temporary folder, refusals) train stumps: what they test does
+#: not depend on the learner, and the default learner's cross-validated student costs a second a fit.
+#: Cross-validation at the default learner is test_cross_validation_scores_are_real_numbers_near_the_non_private_ones.
+SMALL = {**BUDGET, "learner": "stump"}
 
 
 def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +96,7 @@ def test_cross_validation_scores_are_real_numbers_near_the_non_private_ones(thre
     """Each fold's test rows are other folds' training rows, which the ledger has registered as
     private: without a log of the caller's nothing is published, so they are answered."""
     X, y = _data(6000, 3)
-    clf = pcqr.PrivateClassifier(**SMALL, cluster=thread_cluster_yaml, **SEED)
+    clf = pcqr.PrivateClassifier(**BUDGET, cluster=thread_cluster_yaml, **SEED)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pcqr.UnansweredWarning)  # every query answered (the guess gate, the student)
         scores = cross_val_score(clf, X, y, cv=KFold(3, shuffle=True, random_state=0))
@@ -175,7 +179,7 @@ def test_learner_auto_is_a_tree_as_deep_as_the_rows_a_model_get(thread_cluster_y
 
     assert [auto_learner(r)[1]["max_depth"] for r in (1, 22, 23, 91, 181, 182, 10**6)] == [1, 1, 2, 4, 4, 5, 6]
     X, y = _data(4000, 11)
-    clf = pcqr.PrivateClassifier(**SMALL, learner="auto", cluster=thread_cluster_yaml, **SEED).fit(X, y)
+    clf = pcqr.PrivateClassifier(**BUDGET, learner="auto", cluster=thread_cluster_yaml, **SEED).fit(X, y)
     with pcqr.Session.open(clf.state_, cluster=thread_cluster_yaml) as session:
         summary = session.summary()
     assert summary["learner"] == "sklearn.tree.DecisionTreeClassifier" and summary["subsamples"] == 50
