@@ -84,3 +84,22 @@ def test_the_guess_gate_spends_an_instance_per_flip_whatever_the_batching(tmp_pa
     for field in ("status", "label", "source"):
         assert np.array_equal(getattr(one, field), np.concatenate([getattr(r, field) for r in parts])), field
     assert sum(r.spent for r in parts) == one.spent
+
+
+@pytest.mark.parametrize("gate", ["stability", "gnmax", "guess"])
+def test_a_gate_past_its_m_queries_refuses_whatever_the_votes(gate) -> None:
+    """``refuses_every_query`` (the answer loop then computes no votes): true once the gate has tested
+    its m queries (``--labels M``: after the first M), and then its release refuses every fresh query
+    whatever their votes -- unanimous or split -- so skipping the votes changes no answer."""
+    from pcqr.pipeline.session.query_release import refuses_every_query
+
+    g = new_gate(SubSampParameters.create("tight", 30.0, 1e-6, 20, 30, 0.05, K, None, gate), SeededNoise(1))
+    if gate == "guess":  # its prior guess (0 until a 1 is released), as a session's
+        g = open_gate(g.params, g.state, PublicRecord("unused", ("x0",), 0, GuessSpec("prior").to_dict()))
+    assert not refuses_every_query(g)
+    g.release(np.zeros(30, dtype=np.int64), K, lambda: np.zeros((30, 1)))  # unanimous 0: no instance spent
+    assert refuses_every_query(g) and g.state.queries_seen == 30
+    assert g.halted == (gate == "gnmax")  # gnmax halts at m; the sparse-vector gates only at T (until now: votes)
+    for ones in (np.full(20, K), np.zeros(20, dtype=np.int64), np.full(20, K // 2)):
+        released = g.release(ones, K, lambda: np.zeros((20, 1)))
+        assert (released.status == REFUSED).all() and released.spent == 0

@@ -210,6 +210,14 @@ class AfterHalt:
         return np.asarray(self.model.predict(X), dtype=np.int8)
 
 
+def refuses_every_query(gate: Gate) -> bool:
+    """Whether the gate refuses every later fresh query whatever its votes: its T instances are
+    spent (halted), or it has tested its m = queries_max queries (``--labels M``: after the first M;
+    each gate's test caps its queries at m: pcqr.pipeline.gates.sparse_vector.SparseVector._run).
+    The votes of such a part are then not computed: only its repeats get (logged) answers."""
+    return gate.halted or gate.state.queries_seen >= gate.params.queries_max
+
+
 def release_answers(
     client: Client,
     session: SessionState,
@@ -279,7 +287,7 @@ def release_answers(
         part, rows = parts[i], dict(seed=seed, rows=batch_rows, pure=False)
         if switch is not None and switch.done:
             pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS, part.rows))
-        elif gate.halted:  # refused whatever the votes: do not compute them
+        elif refuses_every_query(gate):  # refused whatever the votes: do not compute them
             pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL, part.rows))
         else:
             pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
