@@ -80,6 +80,9 @@ def test_the_teacher_answers_exactly_m_queries_and_the_student_the_rest(gate, tm
     assert state["labels"] == 300 and state["params"]["queries_max"] == 300
     report = verify_log(str(tmp_path / "log"))
     assert report.ok and report.provenance["labels"] == 300
+    from pcqr.pipeline.report.contents import certificate_of
+
+    assert certificate_of(report.provenance)["labels"] == 300  # pcqr report's certificate table shows M
     truth = (log.column("x0").to_numpy() > 0.1).astype(int)
     assert (log.column("answer").to_numpy()[300:] == truth[300:]).mean() > 0.9
 

@@ -190,7 +190,7 @@ def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None
     if labels >= options.queries_max or rows // k < LABELS_ROWS_PER_MODEL:
         return None
     return labels, (f"--labels {labels:,}: the k = {k:,} models answer the first {labels:,} of m = "
-                    f"{options.queries_max:,} queries through gnmax, the student the rest; {why}")
+                    f"{options.queries_max:,} queries through gnmax; {why}")
 
 
 def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from pcqr.pipeline.public_log.batches import GATED_SOURCES, SOURCE_NAMES, SPENDI
 from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
-CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff", "queries_max",
+CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff", "queries_max", "labels",
                     "subsamples", "threshold", "privacy")
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
                      "only each query's released label, status and source.")
