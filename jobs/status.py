@@ -25,10 +25,16 @@ def command(state: str, as_json: bool) -> None:
         click.echo(f"instances used: {status.used} of T = {status.cutoff}" + (" (halted)" if status.halted else ""))
         click.echo(f"certified: ({status.proven_epsilon:.4g}, {status.proven_delta:.3g})-DP within "
                    f"({status.epsilon:g}, {status.delta:g}), profile {status.profile}")
-        click.echo(f"queries: {status.answered:,} answered, {status.abstained:,} abstained, {status.refused:,} refused")
-        click.echo("forecast: no abstention yet, no rate to forecast from" if rate is None else
-                   f"forecast: {rate:,.1f} queries per instance so far; about {status.forecast_more_queries:,} more "
-                   "at that rate")
+        click.echo(f"queries: {status.answered:,} answered ({status.student_answers:,} by the student), "
+                   f"{status.abstained:,} abstained, {status.refused:,} refused")
+        if status.labels is not None:  # planned for M answers: the student answers every later query
+            click.echo(f"labels: M = {status.labels:,}: the models answer the first {status.labels:,} queries "
+                       f"({status.queries_seen:,} so far), the student every later one at no privacy cost")
+        elif rate is None:
+            click.echo("forecast: no abstention yet, no rate to forecast from")
+        else:
+            click.echo(f"forecast: {rate:,.1f} queries per instance so far; about {status.forecast_more_queries:,} "
+                       "more at that rate")
         if status.one_label_warning:
             click.echo(f"warning: {status.one_label_warning}", err=True)
         return

@@ -83,6 +83,10 @@ def test_the_teacher_answers_exactly_m_queries_and_the_student_the_rest(gate, tm
     from pcqr.pipeline.report.contents import certificate_of
 
     assert certificate_of(report.provenance)["labels"] == 300  # pcqr report's certificate table shows M
+    assert main(["status", "--state", str(tmp_path / "st")]) == 0  # what the session does next, in words
+    status = capsys.readouterr().out
+    assert "(1,700 by the student)" in status and "labels: M = 300: the models answer the first 300" in status
+    assert "forecast" not in status  # no rate of queries per instance: the student answers on at no cost
     truth = (log.column("x0").to_numpy() > 0.1).astype(int)
     assert (log.column("answer").to_numpy()[300:] == truth[300:]).mean() > 0.9
 

@@ -82,6 +82,11 @@ class SessionStatus:
     one_label_warning : str or None
         When the released answers are (nearly) all one label: that, and what to try (public facts
         only: the released labels, n and k).
+    labels : int or None
+        M when the session was planned for M answers (``--labels M``, or the plan's own M): the
+        models answer the first M queries, the student every later one (post-processing).
+    student_answers : int
+        Queries answered by the after-halt student so far (no budget).
     """
 
     used: int
@@ -105,6 +110,8 @@ class SessionStatus:
     queries_max: int = 0
     queries_seen: int = 0
     one_label_warning: str | None = None
+    labels: int | None = None
+    student_answers: int = 0
 
 
 def session_status(state: str) -> SessionStatus:
@@ -126,6 +133,7 @@ def session_status(state: str) -> SessionStatus:
         queries_per_instance=meter["queries_per_instance"],
         forecast_more_queries=meter["forecast_more_queries"], queries_max=session.params.queries_max,
         queries_seen=session.sparse_vector.queries_seen, one_label_warning=one_label_warning(session),
+        labels=session.labels, student_answers=session.totals.get("student", 0),
     )
 
 
