@@ -268,6 +268,12 @@ CASES = [
          "--learner 'os.path.join'"),
     case("answer-student-learner-param-bad", ANSWER + " --after-halt student --student-learner "
          "sklearn.linear_model.LogisticRegression --student-learner-param C=-1", "--learner", "C"),
+    # the cross-validated student: every candidate is checked with the user's parameters before any answer
+    case("answer-cross-validated-param-unknown", ANSWER + " --student-learner cross-validated "
+         "--student-learner-param nosuch=1", "--learner-param", "nosuch"),
+    case("answer-cross-validated-param-bad", ANSWER + " --student-learner cross-validated "
+         "--student-learner-param max_depth=-1", "--learner-param", "max_depth"),
+    case("train-learner-cross-validated", TRAIN + " --learner cross-validated", "--learner 'cross-validated'"),
     case("answer-log-answers-flipped", ANSWER, "batch-00000000.parquet", "altered",
          mutate=first_log_batch(flip_answers)),
     case("answer-log-batch-deleted", ANSWER, "--log", "batch files",

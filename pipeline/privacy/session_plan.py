@@ -173,13 +173,12 @@ def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None
     teacher for the whole stream (:func:`choose_gate`). From public parameters only (n, eps, delta, m).
 
     M is :func:`pcqr.pipeline.privacy.planner.recommend_labels`'s, taken when it is below m and its
-    gnmax k leaves at least LABELS_ROWS_PER_MODEL rows a model. The options :func:`choose_gate`
-    reserves to the guess gate (``--profile paper``, ``--threshold``, ``--cutoff``) keep it.
+    gnmax k leaves at least LABELS_ROWS_PER_MODEL rows a model. Options that name a gate by
+    themselves (:func:`reserved_gate`) keep it.
     """
     from pcqr.pipeline.privacy.planner import LABELS_ROWS_PER_MODEL, recommend_labels
 
-    if (options.after_halt == "refuse" or options.profile == "paper" or options.threshold is not None
-            or options.cutoff != TrainingOptions.cutoff):
+    if options.after_halt == "refuse" or reserved_gate(options) is not None:
         return None
     check_queries_max(options.queries_max)  # before the ladder is walked: its k are calibrated up to m
     try:
@@ -193,22 +192,31 @@ def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None
                     f"{options.queries_max:,} queries through gnmax; {why}")
 
 
-def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
-    """The gate of a realizable session when ``--gate`` is not given, from public parameters only
-    (n is public: replace-one neighbours), and why (one clause, for the note).
-
-    ``--profile paper`` is Algorithm 5 exactly: the stability gate (``--guess`` names the guess gate
-    before this is asked). A ``--threshold`` or a ``--cutoff`` other than the default is not gnmax's (it has neither), so
-    those leave the guess gate. Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
-    rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
-    3/4 majority's label survives its noise, else the guess gate."""
-    from pcqr.pipeline.privacy.planner import recommend_gate
-
+def reserved_gate(options: TrainingOptions) -> tuple[str, str] | None:
+    """The gate options other than --gate name by themselves, and why: ``--profile paper`` is
+    Algorithm 5 exactly (the stability gate); a ``--threshold`` or a ``--cutoff`` other than the
+    default is not gnmax's (it has neither), so those leave the guess gate. None otherwise."""
     if options.profile == "paper":
         return "stability", "--profile paper is Algorithm 5 exactly"
     if options.threshold is not None or options.cutoff != TrainingOptions.cutoff:
         given = "--threshold" if options.threshold is not None else "--cutoff"
         return "guess", f"{given} is given and gnmax has none"
+    return None
+
+
+def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
+    """The gate of a realizable session when ``--gate`` is not given, from public parameters only
+    (n is public: replace-one neighbours), and why (one clause, for the note).
+
+    The gate :func:`reserved_gate` names, if any (``--guess`` names the guess gate before this is
+    asked). Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
+    rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
+    3/4 majority's label survives its noise, else the guess gate."""
+    from pcqr.pipeline.privacy.planner import recommend_gate
+
+    reserved = reserved_gate(options)
+    if reserved is not None:
+        return reserved
     try:
         return recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
                               options.beta, options.subsamples)

@@ -152,8 +152,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     if plan is not None:  # the new session's guess and learner, as session.json will hold them
         guess = plan.guess.to_dict() if plan.guess is not None else None
-        learner: dict[str, Any] = {"name": plan.learner.name, "params": plan.learner.params,
-                                   **({"student": plan.student} if plan.student is not None else {})}
+        learner = plan.learner_record()
     else:
         assert session is not None
         guess, learner = session.guess, session.learner

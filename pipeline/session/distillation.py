@@ -135,7 +135,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     )
     write_model(out, record)
     return {"out": out, "learner": named["name"],
-            **({"chosen": chosen["name"]} if chosen is not named else {}), "form": hypothesis.to_dict()["class"],
+            **({"chosen": chosen["name"]} if chosen != named else {}), "form": hypothesis.to_dict()["class"],
             "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
             "log": log_dir, "log_sha256": report.last_sha256, "session_id": provenance.get("session_id"),
             "epsilon": provenance.get("epsilon"), "delta": provenance.get("delta"), "privacy": record["privacy"]}

@@ -59,6 +59,12 @@ class TrainingPlan:
     def params(self) -> SubSampParameters:
         return self.privacy.params
 
+    def learner_record(self) -> dict[str, Any]:
+        """The session's learner as session.json holds it (the after-halt student's under ``student``)."""
+        return {"name": self.learner.name, "params": self.learner.params,
+                "hypothesis": self.hypothesis_class.name if self.hypothesis_class is not None else None,
+                **({"student": self.student} if self.student is not None else {})}
+
     @property
     def agnostic(self) -> AgnosticParameters | None:
         return self.privacy.agnostic
@@ -173,12 +179,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
             )
     session = SessionState(
         params=plan.params,
-        learner={
-            "name": plan.learner.name,
-            "params": plan.learner.params,
-            "hypothesis": plan.hypothesis_class.name if plan.hypothesis_class is not None else None,
-            **({"student": plan.student} if plan.student is not None else {}),
-        },
+        learner=plan.learner_record(),
         features=list(plan.private.features),
         private_uri=plan.private.uri if "://" in plan.private.uri else os.path.abspath(plan.private.uri),
         private_rows=plan.private.rows,
