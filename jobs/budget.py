@@ -1,6 +1,7 @@
 """``pcqr budget set`` and ``pcqr budget show``: the privacy budget of a private dataset.
 
-The budget lives in the ledger (:mod:`pcqr.pipeline.budget.ledger`): ``set`` records the total (eps, delta)
+The budget lives in the ledger (:mod:`pcqr.pipeline.budget.ledger`), a SQLite file or a team's server
+(``postgresql://``): ``set`` records the total (eps, delta)
 that every job reading DATASET may spend together under basic composition; ``show`` lists every
 charge (job, time, eps, delta, parameters), the budget and the total spent. DATASET is the
 private dataset's path or URI -- known by the identity of its decoded rows (pcqr.pipeline.budget.fingerprint:
@@ -20,8 +21,9 @@ import click
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import scan_dataset
-from pcqr.pipeline.budget.ledger import Ledger, budget_command, check_budget, ledger_path, pair
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, check_budget, ledger_location, pair
 from pcqr.pipeline.budget.overlap import Relation, describe, identify
+from pcqr.pipeline.errors import PcqrError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,9 +41,9 @@ def resolve(dataset: str, ledger: Ledger, cluster: str | None,
             registering: bool = False) -> tuple[str, str, list[Relation]]:
     """(identity, label, registered datasets it overlaps) of DATASET: a name registered with
     ``--name``, else the dataset at that path/URI (``registering``: its row sketch is stored)."""
-    named = ledger.find_name(dataset)
+    named = ledger.store.find_name(dataset)
     if named is not None:
-        registration = ledger.registration(named)
+        registration = ledger.store.registration(named)
         return named, str(registration["label"]) if registration else dataset, []
     files = scan_dataset(dataset, "private").files  # metadata only
     with open_client(cluster, echo=note) if cluster is not None else nullcontext() as client:
@@ -63,6 +65,7 @@ def command() -> None:
     \b
     pcqr budget set data/private --epsilon 3 --delta 3e-6   # jobs together may spend at most this
     pcqr budget show data/private                            # every charge, the total spent
+    pcqr budget verify                                       # the ledger's chain and every budget
     """
 
 
@@ -82,16 +85,16 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
     the workers with --cluster) or its --name. The ledger is private (the operator's record). A budget
     below what DATASET has already spent is refused."""
     check_budget(epsilon, delta, name)
-    path = ledger_path(ledger)
+    path = ledger_location(ledger)
     with Ledger(path) as book:
         identity, label, related = resolve(dataset, book, cluster, registering=True)
         book.set_budget(identity, label, epsilon, delta, name)
-        spent = book.spent(identity)
-        registered = book.registration(identity) or {}
+        spent = book.store.spent(identity)
+        registered = book.store.registration(identity) or {}
     if related:
         note(f"ledger: {label} overlaps {describe(related)}: a job on either is charged to both")
     emit_summary({"dataset": label, "name": registered.get("name"), "identity": identity, "epsilon": epsilon,
-                  "delta": delta, "spent_epsilon": spent[0], "spent_delta": spent[1], "ledger": path}, as_json)
+                  "delta": delta, "spent_epsilon": spent[0], "spent_delta": spent[1], "ledger": book.path}, as_json)
 
 
 @command.command("show")
@@ -104,15 +107,16 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
 
     DATASET: a private dataset (Parquet file or directory; only its rows' fingerprint is computed) or
     its --name. What it prints is the private ledger's: the operator's, not for publication."""
-    path = ledger_path(ledger)
+    path = ledger_location(ledger)
     with Ledger(path) as book:
         identity, label, related = resolve(dataset, book, cluster)
-        registered, charges, spent = book.registration(identity), book.charges(identity), book.spent(identity)
-        earlier = [i for i in book.labelled(label) if i != identity and i not in {r.identity for r in related}]
+        store = book.store
+        registered, charges, spent = store.registration(identity), store.charges(identity), store.spent(identity)
+        earlier = [i for i in store.labelled(label) if i != identity and i not in {r.identity for r in related}]
     budget = None if registered is None else (float(registered["epsilon"]), float(registered["delta"]))
     if as_json:
         emit_summary({"dataset": label, "name": registered and registered["name"], "identity": identity,
-                      "ledger": path, "budget": budget and {"epsilon": budget[0], "delta": budget[1]},
+                      "ledger": book.path, "budget": budget and {"epsilon": budget[0], "delta": budget[1]},
                       "spent": {"epsilon": spent[0], "delta": spent[1]}, "charges": charges,
                       "earlier_identities": earlier, "overlaps": overlap_summary(related)}, True)
         return
@@ -120,7 +124,7 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
         "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
         "budget": pair(*budget) if budget else f"none ({budget_command('set', label, path, '--epsilon', 'E', '--delta', 'D')})",
         "spent": pair(*spent), "remaining": pair(max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])) if budget else "-",
-        "charges": len(charges), "ledger": path,
+        "charges": len(charges), "ledger": book.path,
     }, False)
     for c in charges:
         click.echo(f"  #{c['id']}  {c['time']}  {c['job']}  {pair(c['epsilon'], c['delta'])}  "
@@ -130,3 +134,28 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
     if earlier:
         note(f"{label}: the ledger also holds {len(earlier)} other identities under this label "
              "(its contents changed since, and do not overlap it): each has its own budget and charges")
+
+
+@command.command("verify")
+@ledger_option
+@json_option
+def verify_command(ledger: str | None, as_json: bool) -> None:
+    """Check the ledger: the charges' hash chain (a server ledger), and that no dataset has spent
+    more than its budget. Exit 0 if it holds, 1 (one line saying where) if not.
+
+    A SQLite ledger has no chain (its owner can rewrite the file); a server ledger's chain shows any
+    edit that bypassed the ledger's functions, unless everything after it was rewritten too: keep
+    the printed head (id and hash) somewhere else, and a later verify shows whether history changed."""
+    from pcqr.pipeline.budget.team_ledger import verify
+
+    found = verify(ledger_location(ledger))
+    emit_summary({**found, "problems": len(found["problems"])} if not as_json else found, as_json)
+    if found["problems"]:
+        raise VerifyFailed(f"ledger {found['ledger']}: {found['problems'][0]}"
+                           + (f" (and {len(found['problems']) - 1} more)" if len(found["problems"]) > 1 else ""))
+
+
+class VerifyFailed(PcqrError):
+    """The ledger does not hold: exit 1."""
+
+    exit_code = 1

@@ -18,7 +18,7 @@ COMMANDS = {
     "generate": ("generate", "command"), "train": ("train", "command"), "answer": ("answer", "command"),
     "run": ("run", "command"), "submit": ("submit", "command"), "demo": ("demo", "command"),
     "plan": ("plan", "command"), "learn": ("learn", "command"), "release": ("release", "command"),
-    "budget": ("budget", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
+    "budget": ("budget", "command"), "ledger": ("ledger", "command"), "replay": ("replay", "command"), "report": ("report", "command"),
     "status": ("status", "command"), "distill": ("distill", "command"), "sanitize": ("sanitize", "command"),
     "predict": ("learn", "predict_command"), "release-answer": ("release", "release_answer_command"),
 }

@@ -38,12 +38,13 @@ def json_option(func: F) -> F:
 
 
 def ledger_option(func: F) -> F:
-    """``--ledger PATH``: the ledger database (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite);
+    """``--ledger PATH|URL``: the ledger (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite);
     an empty one, or an empty $PCQR_LEDGER, is refused while the options are parsed (before anything is read)."""
     return click.option(
         "--ledger", "ledger", type=click.Path(dir_okay=False), default=None, callback=_checked_ledger,
-        help="Privacy-budget ledger (SQLite; private: the operator's record of every charge; default: $PCQR_LEDGER, "
-        "else ~/.local/share/pcqr/ledger.sqlite; an empty $PCQR_LEDGER is an error).",
+        help="Privacy-budget ledger: a SQLite file, or a team's postgresql:// URL (private: the operator's record "
+        "of every charge; default: $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite; an empty $PCQR_LEDGER is "
+        "an error).",
     )(func)
 
 

@@ -49,7 +49,7 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 def _charges(ledger: str, private) -> list[dict]:
     files = open_dataset(str(private), "private").files
     with Ledger(ledger) as book:
-        return book.charges(dataset_identity(files, None, book))
+        return book.store.charges(dataset_identity(files, None, book))
 
 
 def _no_private_reads(monkeypatch) -> None:
@@ -115,7 +115,7 @@ def test_invalid_private_values_refund_the_charge(data, capsys, thread_cluster_y
     assert charge["refunded"] and "invalid input" in charge["refunded"]
     with Ledger(ledger) as book:
         files = open_dataset(str(tmp_path / "bad"), "private").files
-        assert book.spent(dataset_identity(files, None, book)) == (0.0, 0.0)
+        assert book.store.spent(dataset_identity(files, None, book)) == (0.0, 0.0)
 
 
 def test_row_keys_and_index() -> None:

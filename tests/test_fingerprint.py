@@ -167,7 +167,7 @@ def test_the_budget_holds_across_rewrites_and_overlapping_data(tmp_path, capsys)
         charge_private_use(files_of(removed), removed, "learn", 0.2, 0.0, {}, path)
     assert ledger_rows(path) == before  # refused: nothing recorded, on either identity
     with Ledger(path) as ledger:
-        assert ledger.spent(dataset_identity(files_of(base))) == pytest.approx((0.9, 0.0))
+        assert ledger.store.spent(dataset_identity(files_of(base))) == pytest.approx((0.9, 0.0))
     capsys.readouterr()
     assert main(["budget", "show", appended, "--ledger", path, "--json"]) == 0
     (overlap,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["overlaps"]
@@ -290,7 +290,7 @@ def test_allow_private_overlap_runs_and_says_so(session_data, capsys, thread_clu
     provenance = json.loads(pq.read_schema(str(d / "log" / sorted(os.listdir(d / "log"))[0])).metadata[PROVENANCE_KEY])
     assert provenance["allow_private_overlap"] is True
     with Ledger(ledger) as book:  # the learn and the session, each charged once
-        assert len(book.charges(dataset_identity(files_of(private)))) == 2
+        assert len(book.store.charges(dataset_identity(files_of(private)))) == 2
 
 
 def test_shared_common_values_are_not_private_rows(tmp_path, capsys, thread_cluster_yaml) -> None:

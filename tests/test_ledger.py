@@ -23,7 +23,7 @@ from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity
 from pcqr.pipeline.budget.charging import charge_private_use
-from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, ledger_path
+from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, ledger_location
 from tests.conftest import threshold_data, write_parquet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,27 +59,27 @@ def test_ledger_path_is_the_option_then_the_environment_then_the_default(tmp_pat
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("PCQR_LEDGER", raising=False)
     default = tmp_path / "home" / ".local" / "share" / "pcqr" / "ledger.sqlite"
-    assert ledger_path(None) == str(default) and default.parent.is_dir()
+    assert ledger_location(None) == str(default) and default.parent.is_dir()
     monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "env" / "l.sqlite"))
-    assert ledger_path(None) == str(tmp_path / "env" / "l.sqlite") and (tmp_path / "env").is_dir()
-    assert ledger_path(str(tmp_path / "opt" / "x.sqlite")) == str(tmp_path / "opt" / "x.sqlite")
+    assert ledger_location(None) == str(tmp_path / "env" / "l.sqlite") and (tmp_path / "env").is_dir()
+    assert ledger_location(str(tmp_path / "opt" / "x.sqlite")) == str(tmp_path / "opt" / "x.sqlite")
     # the command uses the environment's ledger when --ledger is absent
     uri = private_dataset(str(tmp_path / "private"))
     assert invoke("set", uri, "--epsilon", "1", "--delta", "0").exit_code == 0
     with Ledger(str(tmp_path / "env" / "l.sqlite")) as ledger:
-        assert ledger.budget(dataset_identity(open_dataset(uri, "private").files)) == (1.0, 0.0)
+        assert ledger.store.budget(dataset_identity(open_dataset(uri, "private").files)) == (1.0, 0.0)
 
 
 @pytest.mark.parametrize("empty", ["", " "])
 def test_an_empty_setting_is_refused_not_the_home_ledger(tmp_path, monkeypatch, empty: str) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PCQR_LEDGER", empty)
-    with pytest.raises(PcqrError, match="^PCQR_LEDGER is set but empty: set it to the ledger file's path, or unset"):
-        ledger_path(None)
-    assert ledger_path(str(tmp_path / "l.sqlite")) == str(tmp_path / "l.sqlite")  # --ledger wins, as always
+    with pytest.raises(PcqrError, match="^PCQR_LEDGER is set but empty: set it to the ledger file's path or a postgresql:// URL, or unset"):
+        ledger_location(None)
+    assert ledger_location(str(tmp_path / "l.sqlite")) == str(tmp_path / "l.sqlite")  # --ledger wins, as always
     monkeypatch.delenv("PCQR_LEDGER")
     with pytest.raises(PcqrError, match="^--ledger is empty"):
-        ledger_path(empty)
+        ledger_location(empty)
     assert not (tmp_path / "home").exists()
 
 
@@ -133,12 +133,12 @@ def test_basic_composition_adds_eps_and_deltas_and_refuses_with_nothing_recorded
         for i in range(3):  # 3 x 1e-6 rounds to 3.0000000000000004e-06: the tolerance admits it
             charged = ledger.charge("sha256:x", "data/x", "train", 1.0, 1e-6, {"i": i})
         assert charged["limited"] and charged["spent_epsilon"] == 3.0
-        assert ledger.spent("sha256:x") == pytest.approx((3.0, 3e-6), rel=1e-12)
+        assert ledger.store.spent("sha256:x") == pytest.approx((3.0, 3e-6), rel=1e-12)
         message = (r"privacy budget of data/x exceeded: spent \(3, 3e-06\) \+ this job \(0.001, 0\) > "
                    r"budget \(3, 3e-06\); see pcqr budget show data/x")
         with pytest.raises(PcqrError, match=message):
             ledger.charge("sha256:x", "data/x", "learn", 1e-3, 0.0, {})
-        assert [c["parameters"] for c in ledger.charges("sha256:x")] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert [c["parameters"] for c in ledger.store.charges("sha256:x")] == [{"i": 0}, {"i": 1}, {"i": 2}]
         # delta alone can exhaust a budget; eps alone too
         ledger.set_budget("sha256:y", "data/y", 10.0, 1e-6)
         ledger.charge("sha256:y", "data/y", "release", 1.0, 6e-7, {})
@@ -147,8 +147,8 @@ def test_basic_composition_adds_eps_and_deltas_and_refuses_with_nothing_recorded
         ledger.charge("sha256:y", "data/y", "release", 8.0, 4e-7, {})
         with pytest.raises(PcqrError, match="exceeded"):
             ledger.charge("sha256:y", "data/y", "learn", 1.5, 0.0, {})
-        assert ledger.spent("sha256:y") == pytest.approx((9.0, 1e-6), rel=1e-12)
-        assert len(ledger.charges("sha256:y")) == 2
+        assert ledger.store.spent("sha256:y") == pytest.approx((9.0, 1e-6), rel=1e-12)
+        assert len(ledger.store.charges("sha256:y")) == 2
         with pytest.raises(PcqrError, match="--epsilon must be >= 0"):
             ledger.charge("sha256:y", "data/y", "learn", -1.0, 0.0, {})
 
@@ -157,12 +157,12 @@ def test_without_a_budget_charges_are_recorded_unlimited_and_a_budget_cannot_und
     with Ledger(str(tmp_path / "l.sqlite")) as ledger:
         charged = ledger.charge("sha256:z", "data/z", "train", 2.0, 1e-6, {})
         assert charged["limited"] is False and charged["budget_epsilon"] is None
-        assert ledger.budget("sha256:z") is None and ledger.spent("sha256:z") == (2.0, 1e-6)
+        assert ledger.store.budget("sha256:z") is None and ledger.store.spent("sha256:z") == (2.0, 1e-6)
         with pytest.raises(PcqrError, match=r"below what data/z has already spent \(2, 1e-06\)"):
             ledger.set_budget("sha256:z", "data/z", 1.0, 1e-5)
-        assert ledger.budget("sha256:z") is None
+        assert ledger.store.budget("sha256:z") is None
         ledger.set_budget("sha256:z", "data/z", 2.0, 1e-6, name="zed")
-        assert ledger.find_name("zed") == "sha256:z"
+        assert ledger.store.find_name("zed") == "sha256:z"
         with pytest.raises(PcqrError, match="--name zed: already names another dataset"):
             ledger.set_budget("sha256:w", "data/w", 1.0, 0.0, name="zed")
         with pytest.raises(PcqrError, match="exceeded"):
@@ -247,7 +247,7 @@ def test_a_refused_job_reads_no_private_row_and_records_nothing(tmp_path, monkey
         charge_private_use(dataset.files, uri, "train", 1.0, 0.0, {}, path)
     assert reads == []
     with Ledger(path) as ledger:
-        assert len(ledger.charges(dataset_identity(files, ledger=ledger))) == 1
+        assert len(ledger.store.charges(dataset_identity(files, ledger=ledger))) == 1
     lines.clear()
     charged = charge_private_use(dataset.files, uri, "learn", 0.5, 0.0, {}, path, echo=lines.append)
     assert charged["limited"] and lines == [f"ledger: charged (0.5, 0) to {uri}: spent (1.5, 1e-06) of (1.5, 1e-06)"]
@@ -296,7 +296,7 @@ def test_budget_set_then_show_lists_every_charge(tmp_path) -> None:
     refused = invoke("set", "census", "--epsilon", "1", "--delta", "3e-6", "--ledger", path)
     assert isinstance(refused.exception, PcqrError) and "already spent (1.5, 1e-06)" in str(refused.exception)
     with Ledger(path) as ledger:
-        assert ledger.budget(dataset_identity(files)) == (4.0, 3e-6)
+        assert ledger.store.budget(dataset_identity(files)) == (4.0, 3e-6)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -360,10 +360,10 @@ def test_ten_processes_started_together_charge_exactly_what_the_budget_admits(tm
     assert codes == [0] * 3 + [3] * 7, [err for _, _, err in outcomes]
     assert all("privacy budget of data/private exceeded" in out for code, out, _ in outcomes if code == 3)
     with Ledger(path) as ledger:
-        charges = ledger.charges(identity)
+        charges = ledger.store.charges(identity)
         assert len(charges) == 3 and len({c["pid"] for c in charges}) == 3
         assert {c["pid"] for c in charges} <= {c.pid for c in children}
-        assert ledger.spent(identity) == (3.0, 0.0)
+        assert ledger.store.spent(identity) == (3.0, 0.0)
 
 
 def test_a_ledger_written_before_sessions_existed_gains_the_table(tmp_path) -> None:
@@ -372,8 +372,11 @@ def test_a_ledger_written_before_sessions_existed_gains_the_table(tmp_path) -> N
     path = str(tmp_path / "ledger.sqlite")
     with Ledger(path) as ledger:
         ledger.charge("sha256:x", "data", "train", 1.0, 1e-6, {})
-        ledger.execute("DROP TABLE sessions")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE sessions")
     with Ledger(path) as ledger:
-        tables = {row[0] for row in ledger.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "sessions" in tables and len(ledger.charges("sha256:x")) == 1
-        assert ledger.execute("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
+        assert len(ledger.store.charges("sha256:x")) == 1
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "sessions" in tables
+        assert db.execute("SELECT COUNT(*) FROM sessions").fetchone() == (0,)

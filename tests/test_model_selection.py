@@ -120,12 +120,12 @@ def test_a_search_costs_what_privacy_cost_said_and_the_budget_caps_it(tmp_path, 
     search.fit(X, y)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
     with Ledger(ledger) as book:
-        identity = book.find_name("rows")
-        assert book.spent(identity)[0] == pytest.approx(cost.epsilon + 8)  # every fit charged to the rows
+        identity = book.store.find_name("rows")
+        assert book.store.spent(identity)[0] == pytest.approx(cost.epsilon + 8)  # every fit charged to the rows
     with pytest.raises(pcqr.PcqrError, match="privacy budget of rows exceeded"):  # the budget is spent
         cross_val_score(clf, X, y, cv=3, error_score="raise")
     with Ledger(ledger) as book:
-        assert book.spent(book.find_name("rows"))[0] == pytest.approx(cost.epsilon + 8)  # and never exceeded
+        assert book.store.spent(book.store.find_name("rows"))[0] == pytest.approx(cost.epsilon + 8)  # and never exceeded
 
 
 def test_predict_refuses_up_front_what_the_session_cannot_answer(tmp_path, thread_cluster_yaml) -> None:

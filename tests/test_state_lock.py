@@ -151,7 +151,7 @@ def data(tmp_path):
 def _charges(ledger: Path, private: Path) -> list[dict]:
     files = open_dataset(str(private), "private").files
     with Ledger(str(ledger)) as book:
-        return book.charges(dataset_identity(files, None, book))
+        return book.store.charges(dataset_identity(files, None, book))
 
 
 def _error_lines(err: str) -> list[str]:

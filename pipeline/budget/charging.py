@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
 from pcqr.pipeline.budget.ledger import (
-    Ledger, budget_command, charge_note, failed_after_charge, ledger_path, refund_charge, refund_reason,
+    Ledger, budget_command, charge_note, failed_after_charge, ledger_location, refund_charge, refund_reason,
 )
 from pcqr.pipeline.budget.overlap import register, related_identities, relation_note
 
@@ -34,15 +34,16 @@ def charge_private_use(
     dataset the data overlaps (``overlaps``: the line saying so). Returns the charge, its new
     totals, ``limited`` and ``ledger`` (the path).
     """
-    path = ledger_path(ledger_option)
+    path = ledger_location(ledger_option)
     with Ledger(path) as ledger:
         found = fingerprint_dataset(files, client, ledger, features)
         related = related_identities(ledger, found, files, client)
         charged = ledger.charge(found.identity, uri, job, epsilon, delta, parameters,
                                 [(r.identity, r.label) for r in related])
         register(ledger, found, uri)
-        earlier = [i for i in ledger.labelled(uri) if i != found.identity and i not in {r.identity for r in related}]
-        budgets = [_totals(ledger, r.identity, r.label) for r in related if ledger.budget(r.identity) is not None]
+        earlier = [i for i in ledger.store.labelled(uri)
+                   if i != found.identity and i not in {r.identity for r in related}]
+        budgets = [_totals(ledger, r.identity, r.label) for r in related if ledger.store.budget(r.identity) is not None]
     charged = {**charged, "ledger": path, "earlier_identities": earlier,
                "overlaps": relation_note(related) if related else None, "overlap_budgets": budgets}
     if echo is not None:
@@ -74,7 +75,7 @@ def provisional_charge(
 
 def _totals(ledger: Ledger, identity: str, label: str) -> dict[str, Any]:
     """A budgeted dataset's label, spent and budget (after a charge that also went to it)."""
-    spent, budget = ledger.spent(identity), ledger.budget(identity)
+    spent, budget = ledger.store.spent(identity), ledger.store.budget(identity)
     assert budget is not None
     return {"dataset": label, "spent_epsilon": spent[0], "spent_delta": spent[1], "budget_epsilon": budget[0],
             "budget_delta": budget[1]}

@@ -255,7 +255,7 @@ def _identity(rows: int, total: int) -> str:
 
 
 def _cached(ledger: Ledger | None, file: str, stat: tuple[int, int] | None) -> tuple[int, int] | None:
-    entry = ledger.cached_hash(file, *stat) if ledger is not None and stat is not None else None
+    entry = ledger.store.cached_hash(file, *stat) if ledger is not None and stat is not None else None
     if entry is None or not entry.startswith(_FORMAT + ":"):  # absent, or an older format's entry
         return None
     _, rows, total = entry.split(":")
@@ -337,7 +337,7 @@ def _compute(names: list[str], stats: dict[str, tuple[int, int] | None], client:
     for file, (rows, total) in per_file.items():
         stat = stats[file]
         if ledger is not None and stat is not None and file_stat(file) == stat:  # unchanged meanwhile
-            ledger.cache_hash(file, *stat, f"{_FORMAT}:{rows}:{total:032x}")
+            ledger.store.cache_hash(file, *stat, f"{_FORMAT}:{rows}:{total:032x}")
     rows = sum(r for r, _ in per_file.values())
     identity = _identity(rows, sum(t for _, t in per_file.values()) & _MASK128)
     if not sketches:

@@ -20,12 +20,16 @@ deltas and compares each sum with the budget within a relative tolerance of 1e-9
 1e-6 fit a budget of 3e-6 despite rounding). No tighter accountant: advanced composition
 (Thm 3.20) needs its slack delta fixed in advance and only wins over many small jobs.
 
-Concurrency. One SQLite file (stdlib :mod:`sqlite3`; WAL journal, synchronous FULL, busy timeout
-60 s). A charge is ONE ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock before it
-reads the spent sums: across processes the read-compare-insert sequences are serialised and each
-sees every earlier committed charge, so ten jobs started together against a budget that admits
-three leave exactly three charges. WAL needs every process on one host: keep the ledger on a local
-disk of the machine the drivers run on, not on a network file system.
+Concurrency. A charge is ONE transaction that holds the ledger's write lock before it reads the
+spent sums (:meth:`LedgerStore.transaction`): across processes the read-compare-insert sequences
+are serialised and each sees every earlier committed charge, so ten jobs started together against
+a budget that admits three leave exactly three charges.
+
+Storage (:mod:`pcqr.pipeline.budget.store`). The policy does not know where its rows live: a SQLite
+file (the default; WAL journal, synchronous FULL, busy timeout 60 s; WAL needs every process on one
+host, so keep it on a local disk of the machine the drivers run on) or a PostgreSQL server (a
+``postgresql://`` URL: a team's shared budget, whose schema re-checks this policy's rule in the
+functions analysts must go through, pcqr.pipeline.budget.postgres_schema).
 
 Identity (:mod:`pcqr.pipeline.budget.fingerprint`). An order-independent hash of the DECODED rows: each row
 encoded canonically (columns by name, values by type) and hashed, the hashes added mod 2**128 with
@@ -49,7 +53,7 @@ import shlex
 from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
-from pcqr.pipeline.budget.store import LedgerStore, now
+from pcqr.pipeline.budget.store import LedgerStore, Receipt, is_server, now, open_store, shown
 from pcqr.pipeline.errors import PcqrError
 
 RELATIVE_TOLERANCE = 1e-9
@@ -60,25 +64,29 @@ LEDGER_VARIABLE = "PCQR_LEDGER"
 
 
 def ledger_setting(option: str | None) -> str:
-    """The ledger file as the user named it: ``--ledger PATH``, else ``$PCQR_LEDGER``, else
-    ~/.local/share/pcqr/ledger.sqlite. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but
-    empty is refused (it would otherwise fall back to the home folder's ledger, unnoticed): every
-    command that takes ``--ledger`` and every Python API entry point calls this first, before
-    anything is read or charged."""
+    """The ledger as the user named it: ``--ledger PATH|URL``, else ``$PCQR_LEDGER``, else
+    ~/.local/share/pcqr/ledger.sqlite. A ``postgresql://`` URL names a server ledger, anything else
+    a SQLite file. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but empty is refused (it
+    would otherwise fall back to the home folder's ledger, unnoticed): every command that takes
+    ``--ledger`` and every Python API entry point calls this first, before anything is read or charged."""
     if option is not None:
         if not option.strip():
-            raise PcqrError("--ledger is empty: give the ledger file's path")
+            raise PcqrError("--ledger is empty: give the ledger file's path or a postgresql:// URL")
         return option
     named = os.environ.get(LEDGER_VARIABLE)
     if named is not None and not named.strip():
-        raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path, or unset it "
-                        f"to use {DEFAULT_LEDGER}")
+        raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path or a postgresql:// "
+                        f"URL, or unset it to use {DEFAULT_LEDGER}")
     return named or DEFAULT_LEDGER
 
 
-def ledger_path(option: str | None) -> str:
-    """The ledger file (:func:`ledger_setting`), absolute. Its parent directories are created."""
-    path = os.path.abspath(os.path.expanduser(ledger_setting(option)))
+def ledger_location(option: str | None) -> str:
+    """The ledger (:func:`ledger_setting`): a server URL as given, a file's path made absolute (its
+    parent directories are created)."""
+    setting = ledger_setting(option)
+    if is_server(setting):
+        return setting
+    path = os.path.abspath(os.path.expanduser(setting))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as exc:
@@ -86,14 +94,23 @@ def ledger_path(option: str | None) -> str:
     return path
 
 
+def ledger_exists(location: str) -> bool:
+    """Whether a ledger is there already (a server ledger is created by ``pcqr ledger init``)."""
+    return is_server(location) or os.path.exists(location)
+
+
 def budget_command(verb: str, dataset: str, ledger: str | None, *options: str) -> str:
     """A ``pcqr budget`` command line for the user to paste: every word shell-quoted (a path with a
     space or a quote pastes back as one word), with ``--ledger`` unless ``ledger`` is the one the
-    command finds by itself ($PCQR_LEDGER, else the default)."""
+    command finds by itself ($PCQR_LEDGER, else the default); a server URL without its password."""
     words = ["pcqr", "budget", verb, dataset, *options]
-    if ledger is not None and os.path.abspath(ledger) != os.path.abspath(os.path.expanduser(ledger_setting(None))):
-        words += ["--ledger", ledger]
+    if ledger is not None and _absolute(ledger) != _absolute(ledger_setting(None)):
+        words += ["--ledger", shown(ledger)]
     return shlex.join(words)
+
+
+def _absolute(location: str) -> str:
+    return location if is_server(location) else os.path.abspath(os.path.expanduser(location))
 
 
 def pair(epsilon: float, delta: float) -> str:
@@ -126,13 +143,27 @@ def sketch_key(columns: Sequence[str] | None) -> str:
     return "" if not columns else json.dumps(sorted(columns))
 
 
-class Ledger(LedgerStore):
-    """The ledger's policy over its storage (pcqr.pipeline.budget.store): budgets, charges under
-    basic composition, refunds. Use it as a context manager, or call :meth:`close`."""
+class Ledger:
+    """The ledger's policy over its storage (:mod:`pcqr.pipeline.budget.store`, either backend): budgets,
+    charges under basic composition, refunds. Reads go to ``store``. Use it as a context manager,
+    or call :meth:`close`."""
+
+    def __init__(self, location: str) -> None:
+        self.store: LedgerStore = open_store(location)
+        self.location, self.path = location, self.store.name  # path: how messages name it
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
 
     def load_sketch(self, identity: str, columns: Sequence[str] | None) -> Sketch | None:
         """The row sketch (``columns`` None) or the feature sketch over ``columns`` stored for ``identity``."""
-        stored = self.sketch(identity, FEATURES if columns else ROWS, sketch_key(columns))
+        stored = self.store.sketch(identity, FEATURES if columns else ROWS, sketch_key(columns))
         return None if stored is None else Sketch.from_bytes(stored[1])
 
     def set_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None = None) -> None:
@@ -141,16 +172,16 @@ class Ledger(LedgerStore):
         Refused when it is below what the identity has already spent, or when ``name``
         already names another dataset.
         """
-        with self.transaction():
-            spent = self.spent(identity)
+        with self.store.transaction():
+            spent = self.store.spent(identity)
             if _exceeds(spent[0], epsilon) or _exceeds(spent[1], delta):
                 raise PcqrError(f"--epsilon/--delta {pair(epsilon, delta)} is below what {label} has already "
                                 f"spent {pair(*spent)}; see {budget_command('show', label, self.path)}")
             if name is not None:
-                owner = self.find_name(name)
+                owner = self.store.find_name(name)
                 if owner is not None and owner != identity:
                     raise PcqrError(f"--name {name}: already names another dataset ({owner})")
-            self.write_budget(identity, label, epsilon, delta, name)
+            self.store.write_budget(identity, label, epsilon, delta, name)
 
     def charge(self, identity: str, label: str, job: str, epsilon: float, delta: float,
                parameters: dict[str, Any], also: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
@@ -167,30 +198,31 @@ class Ledger(LedgerStore):
                             "and --delta in [0, 1)")
         record = {"identity": identity, "label": label, "job": job, "time": now(), "epsilon": epsilon,
                   "delta": delta, "parameters": parameters, "pid": os.getpid()}
-        with self.transaction():
+        with self.store.transaction():
             overlapping = {**record, "parameters": {**parameters, "overlapping": label}}
-            also_ids = [self._insert_charge(other, other_label, overlapping) for other, other_label in also]
-            charge_id = self._insert_charge(identity, label, record)
-            spent, budget = self.spent(identity), self.budget(identity)
-        return {**record, "id": charge_id, "also_ids": also_ids, "spent_epsilon": spent[0], "spent_delta": spent[1],
+            also_receipts = [self._insert_charge(other, other_label, overlapping) for other, other_label in also]
+            receipt = self._insert_charge(identity, label, record)
+            spent, budget = self.store.spent(identity), self.store.budget(identity)
+        return {**record, "id": receipt.id, "also_ids": [r.id for r in also_receipts],
+                "receipts": [receipt, *also_receipts], "spent_epsilon": spent[0], "spent_delta": spent[1],
                 "budget_epsilon": None if budget is None else budget[0],
                 "budget_delta": None if budget is None else budget[1], "limited": budget is not None}
 
-    def _insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> int:
+    def _insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
         """Inside a transaction: refuse the charge if ``identity``'s budget does not admit it, else insert it."""
         epsilon, delta = record["epsilon"], record["delta"]
-        spent, budget = self.spent(identity), self.budget(identity)
+        spent, budget = self.store.spent(identity), self.store.budget(identity)
         total = (spent[0] + epsilon, spent[1] + delta)
         if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
             raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
                             f"{pair(epsilon, delta)} > budget {pair(*budget)}; "
                             f"see {budget_command('show', label, self.path)}")
-        return self.insert_charge(identity, label, record)
+        return self.store.insert_charge(identity, label, record)
 
-    def refund(self, charge_id: int, reason: str) -> None:
+    def refund(self, receipt: Receipt, reason: str) -> None:
         """Mark a charge refunded: its job failed on invalid input before releasing anything (the
         failure message is the only output, and it is not counted as a release)."""
-        self.mark_refunded(charge_id, f"{now()} {reason}")
+        self.store.mark_refunded(receipt, f"{now()} {reason}")
 
 
 def refund_reason(job: str, failure: BaseException) -> str:
@@ -210,8 +242,8 @@ def failed_after_charge(failure: BaseException, job: str, outcome: str) -> BaseE
 def refund_charge(charged: dict[str, Any], reason: str) -> None:
     """Undo a charge returned by :func:`charge_private_use` (its job released nothing)."""
     with Ledger(charged["ledger"]) as ledger:
-        for charge_id in [charged["id"], *charged.get("also_ids", ())]:
-            ledger.refund(int(charge_id), reason)
+        for receipt in charged["receipts"]:
+            ledger.refund(receipt, reason)
 
 
 def overlap_budgets_note(budgets: Sequence[dict[str, Any]]) -> str:

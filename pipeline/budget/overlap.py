@@ -53,7 +53,7 @@ from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
-from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, ledger_path, sketch_key
+from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, ledger_exists, ledger_location, sketch_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
 RARE = 1
@@ -61,9 +61,9 @@ RARE = 1
 def register(ledger: Ledger, found: Fingerprint, label: str) -> None:
     """Store the fingerprint's sketches under its identity (those already stored are kept)."""
     if found.row_sketch is not None:
-        ledger.store_sketch(found.identity, ROWS, "", label, found.rows, found.row_sketch.to_bytes())
+        ledger.store.store_sketch(found.identity, ROWS, "", label, found.rows, found.row_sketch.to_bytes())
     if found.feature_sketch is not None and found.features:
-        ledger.store_sketch(found.identity, FEATURES, sketch_key(found.features), label, found.rows,
+        ledger.store.store_sketch(found.identity, FEATURES, sketch_key(found.features), label, found.rows,
                             found.feature_sketch.to_bytes())
 
 
@@ -81,18 +81,18 @@ def related_identities(ledger: Ledger, found: Fingerprint, files: Sequence[str],
     ``sha256:`` identity when the ledger has budgets or charges under it."""
     assert found.row_sketch is not None
     related = []
-    for identity, _, label, data in ledger.sketches(ROWS):
+    for identity, _, label, data in ledger.store.sketches(ROWS):
         if identity != found.identity:
             estimate = containment(found.row_sketch, Sketch.from_bytes(data))
             if estimate.related:
                 related.append(Relation(identity, label, estimate))
-    links = [(columns, label) for identity, columns, label, _ in ledger.sketches(LEGACY) if identity == found.identity]
-    known = ledger.identities()
+    links = [(columns, label) for identity, columns, label, _ in ledger.store.sketches(LEGACY) if identity == found.identity]
+    known = ledger.store.identities()
     if not links and found.identity not in known and any(i.startswith("sha256:") for i in known):
         old = legacy_identity(files, client)
         if old in known:
-            label = (ledger.registration(old) or {}).get("label") or old
-            ledger.store_sketch(found.identity, LEGACY, old, str(label), found.rows, b"")
+            label = (ledger.store.registration(old) or {}).get("label") or old
+            ledger.store.store_sketch(found.identity, LEGACY, old, str(label), found.rows, b"")
             links.append((old, str(label)))
     return related + [Relation(old, label, None) for old, label in links]
 
@@ -118,7 +118,7 @@ def identify(files: Sequence[str], label: str, ledger: Ledger, client: Any = Non
     found = fingerprint_dataset(files, client, ledger, sketches=registering)
     if registering:
         register(ledger, found, label)
-    elif ledger.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
+    elif ledger.store.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
         found = fingerprint_dataset(files, client, ledger)
     if found.row_sketch is None:
         return found.identity, []
@@ -174,15 +174,15 @@ def _numeric(kind: pa.DataType) -> bool:
     return feature_refusal(kind) is None
 
 
-def _candidates(public: Dataset, ledger_path: str | None, own: Fingerprint | None,
+def _candidates(public: Dataset, ledger: str | None, own: Fingerprint | None,
                 own_label: str | None) -> list[_Candidate]:
     names = {f.name for f in public.schema if _numeric(f.type)}  # only those can hold a numeric feature
     found: dict[tuple[str, str], _Candidate] = {}
     if own is not None and own.feature_sketch is not None and own.features and set(own.features) <= names:
         found[(own.identity, sketch_key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
-    if ledger_path is not None:
-        with Ledger(ledger_path) as ledger:
-            for identity, columns, label, data in ledger.sketches(FEATURES):
+    if ledger is not None:
+        with Ledger(ledger) as book:
+            for identity, columns, label, data in book.store.sketches(FEATURES):
                 wanted = tuple(parse_json(columns, "the ledger's sketch columns"))
                 if set(wanted) <= names and (identity, columns) not in found:
                     found[(identity, columns)] = _Candidate(label, wanted, Sketch.from_bytes(data))
@@ -201,7 +201,7 @@ def _in_range(part: Part, groups: Sequence[tuple[tuple[str, ...], tuple[int, ...
     return found
 
 
-def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger_path: str | None,
+def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger: str | None,
                          own: Fingerprint | None = None, own_label: str | None = None,
                          echo: Callable[[str], None] | None = None, client: Any = None) -> None:
     """Refuse (PcqrError naming ``option`` and the private dataset) a public dataset holding
@@ -209,7 +209,7 @@ def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger_pat
     unless ``allowed`` (then ``echo`` gets one warning line). Reads the public file part by part,
     on ``client``'s workers when one is given (else in this process), and the ledger's sketches;
     charges nothing."""
-    candidates = _candidates(public, ledger_path, own, own_label)
+    candidates = _candidates(public, ledger, own, own_label)
     if not candidates:
         return
     by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
@@ -249,12 +249,12 @@ def guard_public_inputs(inputs: Sequence[tuple[str, Dataset | None]], allowed: b
     """A command's misuse guard, before its charge: every (option, public dataset) of ``inputs``
     against the ledger's feature sketches and, when the command reads one, the private dataset's
     own (fingerprinted now on ``client``'s workers over its features; the charge reuses it)."""
-    path = ledger_path(ledger_option)
+    path = ledger_location(ledger_option)
     own = None
     if private is not None:
         with Ledger(path) as ledger:
             own = fingerprint_dataset(private.files, client, ledger, private.features)
     for option, public in inputs:
         if public is not None:
-            check_public_overlap(public, option, allowed, path if os.path.exists(path) else None, own,
+            check_public_overlap(public, option, allowed, path if ledger_exists(path) else None, own,
                                  private.uri if private is not None else None, echo, client)

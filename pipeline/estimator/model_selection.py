@@ -143,19 +143,19 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     pcqr.PcqrError
         A budget below what these rows have already spent, or a name that names other data.
     """
-    from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_path
+    from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_location
     from pcqr.pipeline.budget.overlap import identify
     from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     check_budget(epsilon, delta, name)
     table = PrivateClassifier().rows_table(X, y)  # exactly the rows fit writes
     label = name or "PrivateClassifier data"
-    with PrivateFolder() as folder, Ledger(ledger_path(ledger)) as book:
+    with PrivateFolder() as folder, Ledger(ledger_location(ledger)) as book:
         path = folder.join("rows.parquet")
         private_file(path)
         pq.write_table(table, path)
         identity, _ = identify([path], label, book, registering=True)
         book.set_budget(identity, label, float(epsilon), float(delta), name)
-        spent = book.spent(identity)
+        spent = book.store.spent(identity)
     return {"dataset": label, "identity": identity, "epsilon": float(epsilon), "delta": float(delta),
             "spent_epsilon": spent[0], "spent_delta": spent[1]}

@@ -12,7 +12,8 @@ Guarantee: **across every copy of a state directory, the answers released by a s
 most T abstentions and are paid by its one charge.** Why:
 
 * Each batch commit (pcqr.pipeline.session.commit, :meth:`SessionBook.commit`) is a compare-and-swap on the
-  row, in one ``BEGIN IMMEDIATE`` transaction: it succeeds only if the row is still at the
+  row, in one transaction of the ledger's store (on a server ledger, inside a function the schema
+  owns, which also refuses a step that is not one batch forward with c at most T): it succeeds only if the row is still at the
   position the run started the batch from, and moves it to the batch's end. So the committed
   batches of a session form ONE chain in the ledger, whatever number of processes or copies
   try; a run whose position is not the ledger's is refused before its batch is saved or
@@ -45,7 +46,6 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Iterator
 
@@ -54,8 +54,10 @@ import numpy as np
 from pcqr.pipeline.session.commit import PENDING_DIR
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, ledger_path, refund_charge, refund_reason
-from pcqr.pipeline.budget.store import now
+from pcqr.pipeline.budget.ledger import (
+    Ledger, failed_after_charge, ledger_exists, ledger_location, refund_charge, refund_reason,
+)
+from pcqr.pipeline.budget.store import Position, now
 from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, SessionState
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and
@@ -64,21 +66,6 @@ MUTABLE = ("next_batch", "last_hash", "pending_batch", "noise_state", "totals", 
 #: The fields fixed when the session is created (their digest is registered).
 FIXED = ("session_id", "params", "learner", "features", "private_rows", "seed", "mode", "agnostic",
          "relabeller", "label", "universal", "dedupe_seed", "private_fingerprint")
-_COLUMNS = ("session_id", "identity", "charge_id", "cutoff", "bottoms", "batches", "last_hash", "prev_hash",
-            "state_path", "fixed", "position", "seeded", "created_at", "updated_at", "closed")
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a session is: c, the coordinator's stream position, batches committed, last hash."""
-
-    bottoms: int
-    queries_seen: int
-    batches: int
-    last_hash: str
-
-    def describe(self) -> str:
-        return f"c = {self.bottoms} after {self.batches} batches"
 
 
 def position_of(session: SessionState) -> Position:
@@ -133,30 +120,27 @@ def register_session(ledger_file: str, session: SessionState, charged: dict[str,
     """Record a new session (position zero) with the charge that pays for it (``charged["id"]``), once
     it is trained and before its session.json is first written: a crash before this leaves a charge
     and no session (over-charged, never free); one after it, a session with no state."""
-    with Ledger(ledger_file) as ledger, ledger.transaction():
-        stamp = now()
-        ledger.execute(
-            f"INSERT INTO sessions ({', '.join(_COLUMNS[:-1])}) VALUES ({', '.join('?' * (len(_COLUMNS) - 1))})",
-            (session.session_id, charged["identity"], int(charged["id"]), session.params.cutoff,
-             session.sparse_vector.bottoms, session.next_batch, session.last_hash, "", os.path.abspath(state_dir),
-             fixed_digest(session), _record(session), int(not session.private), stamp, stamp),
-        )
+    stamp = now()
+    with Ledger(ledger_file) as ledger:
+        ledger.store.insert_session({
+            "session_id": session.session_id, "identity": charged["identity"], "charge_id": int(charged["id"]),
+            "cutoff": session.params.cutoff, "bottoms": session.sparse_vector.bottoms, "batches": session.next_batch,
+            "last_hash": session.last_hash, "prev_hash": "", "state_path": os.path.abspath(state_dir),
+            "fixed": fixed_digest(session), "position": _record(session), "seeded": int(not session.private),
+            "created_at": stamp, "updated_at": stamp})
 
 
 def close_session(ledger_file: str, session_id: str, reason: str) -> None:
     """Mark a session closed (its charge was refunded): it answers nothing more."""
-    with Ledger(ledger_file) as ledger, ledger.transaction():
-        ledger.execute("UPDATE sessions SET closed = ? WHERE session_id = ? AND closed IS NULL",
-                       (f"{now()} {reason}", session_id))
+    with Ledger(ledger_file) as ledger:
+        ledger.store.close_session(session_id, f"{now()} {reason}")
 
 
 def session_row(ledger: Ledger, session_id: str) -> dict[str, Any] | None:
     """A session's row (``position`` decoded), or None."""
-    row = ledger.execute(f"SELECT {', '.join(_COLUMNS)} FROM sessions WHERE session_id = ?",
-                         (session_id,)).fetchone()
-    if row is None:
+    found = ledger.store.session(session_id)
+    if found is None:
         return None
-    found = dict(zip(_COLUMNS, row))
     found["position"] = parse_json(found["position"], "the ledger's session position")
     return found
 
@@ -198,8 +182,8 @@ class SessionBook:
         """
         from pcqr.pipeline.session.state import save_session
 
-        path = ledger_path(ledger_option)
-        if not os.path.exists(path):  # refused without creating an empty ledger there
+        path = ledger_location(ledger_option)
+        if not ledger_exists(path):  # refused without creating an empty ledger there
             _check_known(None, session, state_dir, path)
         ledger = Ledger(path)
         try:
@@ -228,23 +212,17 @@ class SessionBook:
         """Move the ledger's row from this run's position to ``session``'s (one more batch), or refuse:
         compare-and-swap in one transaction. Called after the batch is staged, before session.json."""
         new = position_of(session)
-        with self.ledger.transaction():
+        if new.batches != self.at.batches + 1 or not self.at.bottoms <= new.bottoms <= session.params.cutoff:
+            raise PcqrError(f"--state {self.state_dir}: a commit to {new.describe()} from {self.at.describe()} "
+                            f"with cutoff {session.params.cutoff} is not a valid step (a bug: please report it)")
+        if not self.ledger.store.advance_session(self.session_id, self.at, new, _record(session)):
             row = session_row(self.ledger, self.session_id)
-            if row is None or row["closed"] is not None or _position(row) != self.at:
-                there = "no longer holds it" if row is None else (
-                    f"closed it ({row['closed']})" if row["closed"] is not None else
-                    f"records {_position(row).describe()}, this run was at {self.at.describe()}")
-                raise PcqrError(
-                    f"--state {self.state_dir}: the ledger {self.ledger.path} {there} for session {self.session_id} "
-                    "(another copy of this state committed first?); this run is refused, nothing more is released")
-            if new.batches != self.at.batches + 1 or not self.at.bottoms <= new.bottoms <= int(row["cutoff"]):
-                raise PcqrError(f"--state {self.state_dir}: a commit to {new.describe()} from {self.at.describe()} "
-                                f"with cutoff {row['cutoff']} is not a valid step (a bug: please report it)")
-            self.ledger.execute(
-                "UPDATE sessions SET bottoms = ?, batches = ?, last_hash = ?, prev_hash = ?, position = ?, "
-                "updated_at = ? WHERE session_id = ?",
-                (new.bottoms, new.batches, new.last_hash, self.at.last_hash, _record(session), now(),
-                 self.session_id))
+            there = "no longer holds it" if row is None else (
+                f"closed it ({row['closed']})" if row["closed"] is not None else
+                f"records {_position(row).describe()}, this run was at {self.at.describe()}")
+            raise PcqrError(
+                f"--state {self.state_dir}: the ledger {self.ledger.path} {there} for session {self.session_id} "
+                "(another copy of this state committed first?); this run is refused, nothing more is released")
         self.at = new
 
     def released_batches(self) -> int:
