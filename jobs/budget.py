@@ -138,8 +138,10 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
 
 @command.command("verify")
 @ledger_option
+@click.option("--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
+              help="A cluster.yaml whose pcqr: ledger: key names the ledger (when --ledger and $PCQR_LEDGER do not).")
 @json_option
-def verify_command(ledger: str | None, as_json: bool) -> None:
+def verify_command(ledger: str | None, cluster: str | None, as_json: bool) -> None:
     """Check the ledger: the charges' hash chain (a server ledger), and that no dataset has spent
     more than its budget. Exit 0 if it holds, 1 (one line saying where) if not.
 

@@ -3,7 +3,9 @@ the summary, notes and progress on the terminal, the cluster connection. A priva
 options (train, answer) are :mod:`pcqr.jobs.options`'s."""
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, TypeVar
 
@@ -38,14 +40,24 @@ def json_option(func: F) -> F:
 
 
 def ledger_option(func: F) -> F:
-    """``--ledger PATH|URL``: the ledger (default $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite);
-    an empty one, or an empty $PCQR_LEDGER, is refused while the options are parsed (before anything is read)."""
+    """``--ledger PATH|URL``: the ledger (default $PCQR_LEDGER, else the cluster.yaml's ``pcqr: ledger:``,
+    else ~/.local/share/pcqr/ledger.sqlite); an empty one, or an empty $PCQR_LEDGER, is refused while
+    the options are parsed (before anything is read)."""
+
+    @functools.wraps(func)
+    def resolved(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ledger") is None and os.environ.get("PCQR_LEDGER") is None:
+            from pcqr.pipeline.data.cluster import cluster_ledger
+
+            kwargs["ledger"] = cluster_ledger(kwargs.get("cluster"))
+        return func(*args, **kwargs)
+
     return click.option(
         "--ledger", "ledger", type=click.Path(dir_okay=False), default=None, callback=_checked_ledger,
         help="Privacy-budget ledger: a SQLite file, or a team's postgresql:// URL (private: the operator's record "
-        "of every charge; default: $PCQR_LEDGER, else ~/.local/share/pcqr/ledger.sqlite; an empty $PCQR_LEDGER is "
-        "an error).",
-    )(func)
+        "of every charge; default: $PCQR_LEDGER, else the cluster.yaml's pcqr: ledger: key, else "
+        "~/.local/share/pcqr/ledger.sqlite; an empty $PCQR_LEDGER is an error).",
+    )(resolved)  # type: ignore[return-value]
 
 
 def _checked_ledger(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -25,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_COMMAND = "pip install '.[test]' && pytest"
 DEMO_COMMAND = "pip install . && pcqr demo"
 SKIP = re.compile(r"<!-- not run by tests/test_readme\.py: .+ -->")
+#: A block another test runs against the real service it needs (a PostgreSQL server).
+ELSEWHERE = re.compile(r"<!-- run by (tests/test_\w+\.py) against .+ -->")
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```(?P<lang>[^\n]*)\n(?P<body>.*?)\n```", re.S)
 
 
@@ -37,8 +39,17 @@ def blocks(readme: str) -> list[tuple[str, bool, list[str]]]:
     found = []
     for match in BLOCK.finditer(readme):
         lines = [line.strip() for line in match["body"].splitlines() if line.strip() and not line.strip().startswith("#")]
-        found.append((match["lang"].strip(), not SKIP.fullmatch(match["before"].strip()), lines))
+        before = match["before"].strip()
+        found.append((match["lang"].strip(), not (SKIP.fullmatch(before) or ELSEWHERE.fullmatch(before)), lines))
     return found
+
+
+def block_run_by(test_file: str) -> list[str]:
+    """The command lines of the README block marked as run by ``test_file`` (against its service)."""
+    readme = _readme()
+    (found,) = [match for match in BLOCK.finditer(readme)
+                if (marker := ELSEWHERE.fullmatch(match["before"].strip())) and marker[1] == test_file]
+    return [line.strip() for line in found["body"].splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
 def readme_commands() -> list[str]:
@@ -57,7 +68,7 @@ def test_every_block_is_bash_and_every_skip_says_why() -> None:
     found = blocks(_readme())
     assert found and all(lang == "bash" for lang, _, _ in found), [lang for lang, _, _ in found]
     skipped = [lines for _, run, lines in found if not run]
-    assert skipped == [[DEMO_COMMAND], [TEST_COMMAND]]  # only the two install commands
+    assert skipped == [[DEMO_COMMAND], [TEST_COMMAND], block_run_by("tests/test_team_ledger.py")]
     assert len(readme_commands()) >= 10
 
 

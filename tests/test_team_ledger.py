@@ -322,3 +322,65 @@ def test_a_commit_whose_answer_was_lost_finds_it_took_effect(team: SimpleNamespa
         assert store.advance_session("s1", start, one, record)
         two = Position(1, 900, 2, "h2")
         assert not store.advance_session("s1", start, two, record)  # a genuine conflict stays one
+
+
+def test_the_cluster_yaml_names_the_team_ledger_after_the_option_and_the_environment(
+        team: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("PCQR_LEDGER", raising=False)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"pcqr:\n  ledger: {team.analyst}\n  cluster:\n    backend: local\n")
+    with Ledger(team.analyst) as ledger:
+        ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
+    assert main(["budget", "verify", "--cluster", str(cluster), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert found["chained"] and found["entries"] == 1 and found["ledger"].endswith(team.db.database)
+    local = str(tmp_path / "mine.sqlite")
+    monkeypatch.setenv("PCQR_LEDGER", local)  # the environment comes before the cluster's file
+    assert main(["budget", "verify", "--cluster", str(cluster), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ledger"] == local
+    cluster.write_text("pcqr:\n  ledger: 3\n")
+    monkeypatch.delenv("PCQR_LEDGER")
+    assert "pcqr.ledger: expected a ledger file's path" in _one_line_error(
+        capsys, ["budget", "verify", "--cluster", str(cluster)])
+
+
+def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, tmp_path: Path) -> None:
+    """README "Team ledger": its block, verbatim, in a folder holding generated data and a SQLite
+    ledger to migrate, against this test's server (SUPERUSER_URL, OWNER_URL, ALICE_URL)."""
+    import os
+    import subprocess
+    import sys
+    import urllib.parse
+
+    from tests.test_readme import _pcqr_on_path, block_run_by
+
+    server = urllib.parse.urlsplit(postgres_database.superuser_url)
+    host = f"{server.hostname}:{server.port}"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    env = {**os.environ, "PATH": _pcqr_on_path(tools), "SUPERUSER_URL": postgres_database.superuser_url,
+           "OWNER_URL": f"postgresql://budget_owner:owner-secret@{host}/pcqr_ledger",
+           "ALICE_URL": f"postgresql://alice:alice-secret@{host}/pcqr_ledger",
+           "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
+           "DASK_PCQR__CLUSTER__PROCESSES": "false", "DASK_PCQR__CLUSTER__N_WORKERS": "1"}  # a fast cluster
+    work = tmp_path
+    for line in [f"{sys.executable} -m pcqr.jobs.cli generate --rows 20000 --queries 2000 --seed 5 --out data",
+                 f"{sys.executable} -m pcqr.jobs.cli budget set data/private --epsilon 20 --delta 1e-4"]:
+        assert subprocess.run(line, shell=True, cwd=work, env=env, capture_output=True).returncode == 0
+    script = "set -e\n" + "\n".join(block_run_by("tests/test_team_ledger.py"))
+    try:
+        result = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr and "owner-secret" not in result.stdout + result.stderr
+        assert "chained    True" in result.stdout and "problems   0" in result.stdout
+        assert (work / "answers").is_dir()
+        with Ledger(env["ALICE_URL"]) as ledger:
+            (identity,) = ledger.store.identities()
+            assert [c["job"] for c in ledger.store.charges(identity)] == ["train"]
+            assert ledger.store.budget(identity) == (8.0, 1e-5)
+    finally:
+        with closing(psycopg.connect(postgres_database.superuser_url, autocommit=True)) as conn:
+            conn.execute("DROP DATABASE IF EXISTS pcqr_ledger WITH (FORCE)")
+            conn.execute("DROP ROLE IF EXISTS alice")
+            conn.execute("DROP ROLE IF EXISTS budget_owner")

@@ -104,7 +104,7 @@ def budget_command(verb: str, dataset: str, ledger: str | None, *options: str) -
     space or a quote pastes back as one word), with ``--ledger`` unless ``ledger`` is the one the
     command finds by itself ($PCQR_LEDGER, else the default); a server URL without its password."""
     words = ["pcqr", "budget", verb, dataset, *options]
-    if ledger is not None and _absolute(ledger) != _absolute(ledger_setting(None)):
+    if ledger is not None and shown(_absolute(ledger)) != shown(_absolute(ledger_setting(None))):
         words += ["--ledger", shown(ledger)]
     return shlex.join(words)
 

@@ -198,6 +198,18 @@ def _sources(cluster_path: str | None) -> tuple[Path | None, dict[str, Any], dic
     return source, data, env, merged
 
 
+def cluster_ledger(cluster_path: str | None) -> str | None:
+    """The ledger the cluster's config names (``pcqr: ledger:`` in the cluster.yaml, or
+    DASK_PCQR__LEDGER): a team's ``postgresql://`` URL, so that every analyst who uses the cluster
+    charges one budget; None if it names none."""
+    source, data, env, _ = _sources(cluster_path)
+    value = dask.config.get("pcqr.ledger", None, config=dask.config.merge(data, env))
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise PcqrError(f"{source or 'DASK_PCQR__LEDGER'}: pcqr.ledger: expected a ledger file's path or a "
+                        f"postgresql:// URL, got {value!r}")
+    return value
+
+
 def learner_modules(cluster_path: str | None) -> tuple[str, ...]:
     """The module prefixes the operator allows ``--learner`` to name beyond sklearn. and pipeline.
     (``pcqr: learners: allow: [xgboost.]``; ``xgboost.`` or ``xgboost``: the package and its modules).

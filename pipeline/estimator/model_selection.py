@@ -131,7 +131,7 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     name : str, optional
         The budget's label in the ledger (``pcqr budget show NAME``); default "PrivateClassifier data".
     ledger : str, optional
-        The ledger file (default ``$PCQR_LEDGER``, else the user's).
+        The ledger: a SQLite file or a team's ``postgresql://`` URL (default ``$PCQR_LEDGER``, else the user's).
 
     Returns
     -------

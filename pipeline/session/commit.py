@@ -1,7 +1,7 @@
 """The order of writes that makes the answer loop crash-safe (issue 5), and recovery on resume.
 
 One log batch N is committed in four durable steps (the files by :func:`pcqr.pipeline.data.atomic.write_atomic`:
-temporary file, fsync, rename, fsync of the directory; the ledger by one SQLite transaction):
+temporary file, fsync, rename, fsync of the directory; the ledger by one transaction of its store, SQLite or PostgreSQL):
 
 1. ``STATE/pending/batch-N.parquet``  -- the encoded batch, exactly the bytes the log will hold;
 2. the ledger's row of the session    -- c, the stream position, N + 1 batches, the batch's

@@ -157,7 +157,8 @@ class Session:
     client : distributed.Client, optional
         Use this client instead of starting one (it is not closed by the session).
     ledger : str, optional
-        The privacy-budget ledger file; default: ``$PCQR_LEDGER`` or the user's ledger.
+        The privacy-budget ledger: a SQLite file or a team's ``postgresql://`` URL; default:
+        ``$PCQR_LEDGER`` or the user's ledger.
     reporter : Reporter, optional
         Where notes and progress go; default: the ``pcqr`` logger, no progress bars.
     local_threads : bool
