@@ -61,6 +61,7 @@ from bns_point import bench_bns_point
 from bns_sanitize import bench_bns_sanitize
 from bns_thresholds import bench_bns_thresholds
 from labels import bench_labels
+from ledger_cost import bench_ledger_cost
 from coordinator import bench_coordinator
 from driver_memory import bench_driver_memory
 from end_to_end import bench_end_to_end
@@ -78,7 +79,7 @@ BENCHMARKS = (
     "coordinator", "end_to_end", "training_speedup", "driver_memory",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
-    "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels",
+    "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
 )
 
 
@@ -104,6 +105,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "auto_learner": bench_auto_learner,
     "imbalance": bench_imbalance,
     "labels": bench_labels,
+    "ledger_cost": bench_ledger_cost,
 }
 
 

@@ -171,3 +171,46 @@ def answer_two_ways(root: Path, capsys: pytest.CaptureFixture[str], cluster: str
     for column in ("query_id", "answer", "status", "source"):
         assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
     return summaries, logs[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server for this pytest process (tests/postgres_server.py), stopped and removed
+    at the end. Missing PostgreSQL skips the test with the reason, except under CI=true, where it fails."""
+    from tests.postgres_server import PostgresServer, find_postgres
+
+    bindir, why = find_postgres()
+    if bindir is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs a PostgreSQL server for the team ledger's tests: {why}")
+        pytest.skip(why)
+    server = PostgresServer(bindir)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+_DATABASES = iter(range(10**6))
+
+
+@pytest.fixture
+def postgres_database(postgres_server) -> object:
+    """A fresh database on the server, owned by a fresh non-superuser role, and a fresh analyst role
+    (nothing granted yet): ``admin_url`` (the owner's), ``analyst_url``, ``superuser_url`` (this
+    database, as the superuser), ``database``, and ``analyst(name)`` for one more analyst role."""
+    from types import SimpleNamespace
+
+    n = next(_DATABASES)
+    owner, analyst, database = f"owner_{os.getpid()}_{n}", f"analyst_{os.getpid()}_{n}", f"ledger_{os.getpid()}_{n}"
+    postgres_server.execute(f"CREATE ROLE {owner} LOGIN PASSWORD 'p'", f"CREATE ROLE {analyst} LOGIN PASSWORD 'p'",
+                            f"CREATE DATABASE {database} OWNER {owner}")
+
+    def more(name: str) -> str:
+        postgres_server.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'p'")
+        return postgres_server.url(name, "p", database)
+
+    return SimpleNamespace(admin_url=postgres_server.url(owner, "p", database),
+                           analyst_url=postgres_server.url(analyst, "p", database),
+                           superuser_url=postgres_server.superuser_url.replace("/postgres?", f"/{database}?"),
+                           database=database, analyst=more, server=postgres_server)

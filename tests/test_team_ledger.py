@@ -149,12 +149,13 @@ def test_ledger_init_refuses_roles_that_could_rewrite_the_ledger(team: SimpleNam
                             (team.superuser.split("//")[1].split("@")[0].split(":")[0], "is a superuser")]:
         line = _one_line_error(capsys, ["ledger", "init", "--admin-url", team.owner, "--analyst", analyst])
         assert f"--analyst {analyst}: " in line and needle in line
-    second = team.db.analyst("second_analyst")
-    assert main(["ledger", "init", "--admin-url", team.owner, "--analyst", "second_analyst", "--json"]) == 0
+    second_role = f"second_{team.db.database}"
+    second = team.db.analyst(second_role)
+    assert main(["ledger", "init", "--admin-url", team.owner, "--analyst", second_role, "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["created"] is False
     with Ledger(second) as ledger:
         ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
-    line = _one_line_error(capsys, ["ledger", "init", "--admin-url", team.analyst, "--analyst", "second_analyst"])
+    line = _one_line_error(capsys, ["ledger", "init", "--admin-url", team.analyst, "--analyst", second_role])
     assert "belongs to role" in line
 
 
@@ -351,12 +352,10 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
     import os
     import subprocess
     import sys
-    import urllib.parse
 
     from tests.test_readme import _pcqr_on_path, block_run_by
 
-    server = urllib.parse.urlsplit(postgres_database.superuser_url)
-    host = f"{server.hostname}:{server.port}"
+    host = f"127.0.0.1:{postgres_database.server.port}"
     tools = tmp_path / "bin"
     tools.mkdir()
     env = {**os.environ, "PATH": _pcqr_on_path(tools), "SUPERUSER_URL": postgres_database.superuser_url,

@@ -57,7 +57,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.ledger import (
     Ledger, failed_after_charge, ledger_exists, ledger_location, refund_charge, refund_reason,
 )
-from pcqr.pipeline.budget.store import Position, now
+from pcqr.pipeline.budget.store import Position, now, shown
 from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, SessionState
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and
@@ -184,11 +184,11 @@ class SessionBook:
 
         path = ledger_location(ledger_option)
         if not ledger_exists(path):  # refused without creating an empty ledger there
-            _check_known(None, session, state_dir, path)
+            _check_known(None, session, state_dir, shown(path))
         ledger = Ledger(path)
         try:
             row = session_row(ledger, session.session_id)
-            _check_known(row, session, state_dir, path)
+            _check_known(row, session, state_dir, ledger.path)
             assert row is not None
             here, there = position_of(session), _position(row)
             note = None
@@ -196,7 +196,7 @@ class SessionBook:
                 if not (here.batches + 1 == there.batches and here.last_hash == row["prev_hash"]
                         and here.bottoms <= there.bottoms):
                     raise PcqrError(
-                        f"--state {state_dir}: the state says {here.describe()}, the ledger {path} records "
+                        f"--state {state_dir}: the state says {here.describe()}, the ledger {ledger.path} records "
                         f"{there.describe()} for session {session.session_id} (an edited, copied or restored "
                         "state directory); the ledger is the authority, the state is refused")
                 _roll_forward(session, row["position"])
