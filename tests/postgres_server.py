@@ -4,7 +4,7 @@ on the folder's Unix socket only. Every other role logs in with a password over 
 would (scram-sha-256).
 
 PostgreSQL refuses to run as root. As root, the server runs as the ``postgres`` system user that
-Debian's package creates (``runuser``), and the folder is handed to it.
+Debian's package creates (``runuser``), in a folder made in that user's home and handed to it.
 """
 from __future__ import annotations
 
@@ -34,9 +34,11 @@ def find_postgres() -> tuple[str | None, str]:
         if os.access(os.path.join(folder, "initdb"), os.X_OK) and os.access(os.path.join(folder, "pg_ctl"), os.X_OK):
             if os.geteuid() == 0:
                 try:
-                    pwd.getpwnam("postgres")
+                    home = pwd.getpwnam("postgres").pw_dir
                 except KeyError:
                     return None, "running as root, and there is no 'postgres' user to run the server as"
+                if not os.path.isdir(home):
+                    return None, f"running as root, and the 'postgres' user's home {home} is not a folder"
             return folder, ""
     return None, "no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package"
 
@@ -52,13 +54,15 @@ class PostgresServer:
 
     def __init__(self, bindir: str) -> None:
         self.bindir = bindir
-        self.folder = Path(tempfile.mkdtemp(prefix="pcqr-postgres-"))
+        self._as_root = os.geteuid() == 0
+        # As root the server runs as 'postgres', who cannot enter root's private temporary folders:
+        # its folder is made in that user's home instead (removed by close, like any other).
+        home = pwd.getpwnam("postgres").pw_dir if self._as_root else None
+        self.folder = Path(tempfile.mkdtemp(prefix="pcqr-postgres-", dir=home))
         self.data = self.folder / "data"
         self.port = _free_port()
-        self._as_root = os.geteuid() == 0
         if self._as_root:
             user = pwd.getpwnam("postgres")
-            os.chmod(self.folder, 0o700)
             os.chown(self.folder, user.pw_uid, user.pw_gid)
         try:
             self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "--no-sync", "-E", "UTF8",
