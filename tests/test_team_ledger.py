@@ -364,7 +364,7 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
            "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
            "DASK_PCQR__CLUSTER__PROCESSES": "false", "DASK_PCQR__CLUSTER__N_WORKERS": "1"}  # a fast cluster
     work = tmp_path
-    for line in [f"{sys.executable} -m pcqr.jobs.cli generate --rows 20000 --queries 2000 --seed 5 --out data",
+    for line in [f"{sys.executable} -m pcqr.jobs.cli generate --rows 5000 --queries 500 --seed 5 --out data",
                  f"{sys.executable} -m pcqr.jobs.cli budget set data/private --epsilon 20 --delta 1e-4"]:
         assert subprocess.run(line, shell=True, cwd=work, env=env, capture_output=True).returncode == 0
     script = "set -e\n" + "\n".join(block_run_by("tests/test_team_ledger.py"))
@@ -383,3 +383,27 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
             conn.execute("DROP DATABASE IF EXISTS pcqr_ledger WITH (FORCE)")
             conn.execute("DROP ROLE IF EXISTS alice")
             conn.execute("DROP ROLE IF EXISTS budget_owner")
+
+
+def test_the_python_api_charges_the_team_ledger(team: SimpleNamespace, thread_cluster_yaml: str) -> None:
+    """pcqr.set_budget as the owner, then a scikit-learn cross-validation of PrivateClassifier as an
+    analyst: every fit charged to the server, and none past the budget."""
+    import numpy as np
+    from sklearn.model_selection import cross_val_score
+
+    import pcqr
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(6000, 3))
+    y = (X[:, 0] > 0.1).astype(int)
+    options = {"epsilon": 100, "delta": 1e-3, "cutoff": 20, "subsamples": 50, "cluster": thread_cluster_yaml,
+               "seed": 3, "insecure_seed": True}
+    pcqr.set_budget(X, y, epsilon=300, delta=3e-3, ledger=team.owner, name="rows")
+    scores = cross_val_score(pcqr.PrivateClassifier(ledger=team.analyst, **options), X, y, cv=3)
+    assert np.all(np.isfinite(scores)) and scores.mean() > 0.8
+    with pytest.raises(PcqrError, match="privacy budget of .* exceeded"):
+        pcqr.PrivateClassifier(ledger=team.analyst, **options).fit(X, y)
+    with Ledger(team.analyst) as ledger:
+        identity = ledger.store.find_name("rows")
+        assert identity is not None and ledger.store.spent(identity) == (300.0, pytest.approx(3e-3))
+        assert ledger.store.verify_chain()["broken"] is None
