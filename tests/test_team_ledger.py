@@ -407,3 +407,42 @@ def test_the_python_api_charges_the_team_ledger(team: SimpleNamespace, thread_cl
         identity = ledger.store.find_name("rows")
         assert identity is not None and ledger.store.spent(identity) == (300.0, pytest.approx(3e-3))
         assert ledger.store.verify_chain()["broken"] is None
+
+
+def test_a_server_down_past_the_wait_is_one_line_and_the_rerun_loses_nothing(
+        team: SimpleNamespace, tmp_path: Path, thread_cluster_yaml: str, postgres_server: Any,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server stops in the middle of `pcqr answer` and stays down past the commit's wait: one
+    line, exit 2; started again, the same command resumes and the log is whole."""
+    import pcqr.pipeline.budget.postgres_store as postgres_store
+
+    write_session_data(tmp_path)
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(tmp_path / "state"),
+                 "--epsilon", "100", "--delta", "1e-3", "--cutoff", "20", "--subsamples", "50", "--gate", "stability",
+                 "--learner", "stump", "--cluster", thread_cluster_yaml, "--ledger", team.analyst]) == 0
+    original, calls = PostgresStore.advance_session, []
+
+    def stopping(self: PostgresStore, *args: Any) -> bool:
+        calls.append(1)
+        if len(calls) == 2:
+            postgres_server.stop()
+        return original(self, *args)
+
+    monkeypatch.setattr(postgres_store, "RECONNECT_S", 1.0)
+    monkeypatch.setattr(PostgresStore, "advance_session", stopping)
+    try:
+        line = _one_line_error(capsys, _answer(tmp_path, "state", "log", thread_cluster_yaml, team.analyst))
+    finally:
+        postgres_server.start()
+    assert "the server is unreachable" in line and ":p@" not in line
+    assert len(batch_files(str(tmp_path / "log"))) == 1  # the first batch; the second was not committed
+    monkeypatch.setattr(PostgresStore, "advance_session", original)
+    assert main(_answer(tmp_path, "state", "log", thread_cluster_yaml, team.analyst)) == 0
+    assert len(batch_files(str(tmp_path / "log"))) == 4
+    assert main(["replay", str(tmp_path / "log"), "--out", str(tmp_path / "replayed.parquet")]) == 0
+    assert pq.read_table(tmp_path / "replayed.parquet").num_rows == 2000
+
+
+def test_an_unreachable_server_is_one_line_without_its_password(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(capsys, ["budget", "verify", "--ledger", "postgresql://someone:secret@127.0.0.1:1/x"])
+    assert "ledger postgresql://someone:***@127.0.0.1:1/x: cannot connect" in line and "secret" not in line
