@@ -109,7 +109,8 @@ def cli_env() -> dict[str, str]:
 # each run starts where a fresh ``pcqr`` would start after its imports (about a second of CPU that
 # killing a run 70 times would otherwise pay again each time). Single-threaded, so forking is safe;
 # requests and replies are JSON lines: ["run", argv] -> pid, ["poll", pid] -> exit code or null,
-# ["wait", pid] -> exit code. A run is its own process group, its output discarded.
+# ["wait", pid] -> exit code. A run is its own process group, its output discarded (its stderr kept
+# in a file if asked: PreloadedCli.start).
 _PRELOADED = r"""
 import json, os, sys
 import pyarrow.dataset
@@ -119,15 +120,32 @@ for name in sys.argv[1:]:
 for line in sys.stdin:
     op, arg = json.loads(line)
     if op == "run":
+        # arg: the argv, or {"argv", "stderr" (a file for stderr), "halt" ([Class path, method, stop
+        # file]: after that method returns, touch the stop file and wait to be killed)}
+        spec = arg if isinstance(arg, dict) else {"argv": arg}
         pid = os.fork()
         if pid == 0:
             os.setpgid(0, 0)
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
+            if spec.get("stderr"):
+                os.dup2(os.open(spec["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+            if spec.get("halt"):
+                import importlib, time
+                where, name, stop = spec["halt"]
+                module, _, cls = where.rpartition(".")
+                owner = getattr(importlib.import_module(module), cls)
+                original = getattr(owner, name)
+                def halting(self, *args, original=original, stop=stop):
+                    result = original(self, *args)
+                    open(stop, "w").close()
+                    while True:
+                        time.sleep(1)
+                setattr(owner, name, halting)
             code = 1
             try:
-                code = main(arg)
+                code = main(spec["argv"])
             finally:
                 os._exit(code)
         try:
@@ -158,8 +176,14 @@ class PreloadedCli:
         assert reply, f"the preloaded pcqr exited ({self.server.wait()})"
         return json.loads(reply)
 
-    def start(self, argv: list[str]) -> PreloadedRun:
-        return PreloadedRun(self, int(str(self._ask("run", argv))))
+    def start(self, argv: list[str], stderr: str | None = None,
+              halt: tuple[str, str, str] | None = None) -> PreloadedRun:
+        """A forked run of ``argv``; ``stderr``: a file for its stderr (else discarded); ``halt``:
+        (class path, method, stop file): once that method returns, the run touches the stop file and
+        waits to be killed (a crash at a chosen point, e.g. inside a transaction)."""
+        if stderr is None and halt is None:
+            return PreloadedRun(self, int(str(self._ask("run", argv))))
+        return PreloadedRun(self, int(str(self._ask("run", {"argv": argv, "stderr": stderr, "halt": halt}))))
 
     def __enter__(self) -> PreloadedCli:
         return self

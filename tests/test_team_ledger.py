@@ -20,7 +20,7 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.budget.postgres_store import PostgresStore
 from pcqr.pipeline.budget.store import Position
-from pcqr.pipeline.budget.team_ledger import init_ledger, migrate
+from pcqr.pipeline.budget.team_ledger import init_ledger
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import batch_files
 from tests.conftest import write_session_data
@@ -351,7 +351,6 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
     ledger to migrate, against this test's server (SUPERUSER_URL, OWNER_URL, ALICE_URL)."""
     import os
     import subprocess
-    import sys
 
     from tests.test_readme import _pcqr_on_path, block_run_by
 
@@ -364,9 +363,10 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
            "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
            "DASK_PCQR__CLUSTER__PROCESSES": "false", "DASK_PCQR__CLUSTER__N_WORKERS": "1"}  # a fast cluster
     work = tmp_path
-    for line in [f"{sys.executable} -m pcqr.jobs.cli generate --rows 5000 --queries 500 --seed 5 --out data",
-                 f"{sys.executable} -m pcqr.jobs.cli budget set data/private --epsilon 20 --delta 1e-4"]:
-        assert subprocess.run(line, shell=True, cwd=work, env=env, capture_output=True).returncode == 0
+    data = str(work / "data")
+    assert main(["generate", "--rows", "5000", "--queries", "500", "--seed", "5", "--out", data]) == 0
+    assert main(["budget", "set", f"{data}/private", "--epsilon", "20", "--delta", "1e-4",
+                 "--ledger", env["PCQR_LEDGER"]]) == 0
     script = "set -e\n" + "\n".join(block_run_by("tests/test_team_ledger.py"))
     try:
         result = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)

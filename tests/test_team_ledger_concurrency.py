@@ -12,10 +12,9 @@ copy moved it first.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,56 +28,36 @@ from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
 from pcqr.pipeline.budget.team_ledger import init_ledger
 from pcqr.pipeline.data.datasets import scan_dataset
 from tests.conftest import write_session_data, write_thread_cluster
+from tests.fault_injection import PreloadedCli, PreloadedRun, cli_env
 
-ROOT = Path(__file__).resolve().parents[1]
 # tests/conftest.py's MECHANICS setting: 50 stumps, T = 20 (fast to train: the processes are the test)
 SESSION = ["--epsilon", "100", "--delta", "0.001", "--cutoff", "20", "--subsamples", "50", "--gate", "stability",
            "--learner", "stump"]
 EPSILON, DELTA, T, ADMITTED, TRAINS = 100.0, 1e-3, 20, 2, 8
-# pcqr's command line in a child; with a stop file, it halts (and waits to be killed) inside the
-# ledger method named, after the server call: a charge inserted but not committed ("charge"), or
-# a batch committed on the server before session.json ("commit").
-CHILD = """
-import os, sys, time
-from pcqr.jobs.cli import main
-from pcqr.pipeline.budget import postgres_store
-stop, where, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-if where != "none":
-    name = {"charge": "insert_charge", "commit": "advance_session"}[where]
-    original = getattr(postgres_store.PostgresStore, name)
-    def halting(self, *args):
-        result = original(self, *args)
-        open(stop, "w").close()
-        while True:
-            time.sleep(1)
-    setattr(postgres_store.PostgresStore, name, halting)
-sys.exit(main(argv))
-"""
+#: Where a run halts to be killed: after the server call of a charge (inserted, not committed, the
+#: ledger's lock held) or of a batch commit (on the server, before session.json).
+CHARGE = ("pcqr.pipeline.budget.postgres_store.PostgresStore", "insert_charge")
+COMMIT = ("pcqr.pipeline.budget.postgres_store.PostgresStore", "advance_session")
 
 
-def _start(stop: Path, where: str, argv: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(stop), where, *argv], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _kill_at_stops(halting: dict[Path, subprocess.Popen[str]], timeout: float = 120) -> int:
-    """SIGKILL each process once it is halted at its stop file (in whatever order they get there: one
+def _kill_at_stops(halting: dict[Path, PreloadedRun], timeout: float = 120) -> int:
+    """SIGKILL each run once it is halted at its stop file (in whatever order they get there: one
     halted holding the ledger's lock keeps the others waiting); returns how many were killed, the
     others having ended first."""
     deadline, killed, waiting = time.monotonic() + timeout, 0, dict(halting)
     while waiting:
-        for stop, proc in list(waiting.items()):
+        for stop, run in list(waiting.items()):
             if stop.exists():
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=30)
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
                 killed += 1
                 del waiting[stop]
-            elif proc.poll() is not None:
+            elif run.poll() is not None:
                 del waiting[stop]
         if time.monotonic() > deadline:
-            for proc in waiting.values():
-                proc.kill()
-            raise AssertionError(f"{len(waiting)} processes never reached their stop")
+            for run in waiting.values():
+                os.killpg(run.pid, signal.SIGKILL)
+            raise AssertionError(f"{len(waiting)} runs never reached their stop")
         time.sleep(0.01)
     return killed
 
@@ -94,11 +73,16 @@ def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(postgr
     with Ledger(db.admin_url) as owner:  # the budget admits ADMITTED sessions
         identity = fingerprint_dataset(scan_dataset(private, "private").files).identity
         owner.set_budget(identity, private, EPSILON * ADMITTED, DELTA * ADMITTED)
-    started: list[subprocess.Popen[str]] = []
+    started: list[PreloadedRun] = []
+    cli = PreloadedCli(cli_env(), "train", "answer")
 
-    def start(stop: Path, where: str, argv: list[str]) -> subprocess.Popen[str]:
-        started.append(_start(stop, where, argv))
+    def start(name: str, argv: list[str], halt: tuple[str, str] | None = None) -> PreloadedRun:
+        stop = str(tmp_path / f"stop-{name}")
+        started.append(cli.start(argv, stderr=str(tmp_path / f"{name}.err"), halt=halt and (*halt, stop)))
         return started[-1]
+
+    def stderr(name: str) -> str:
+        return (tmp_path / f"{name}.err").read_text()
 
     def train(i: int) -> list[str]:
         return ["train", "--private", private, "--state", str(tmp_path / f"state-{i}"), *SESSION, "--cluster", cluster,
@@ -111,15 +95,15 @@ def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(postgr
     try:
         # Phase 1: one train halted inside its charge's transaction (the ledger's lock held, its charge
         # written, not committed); seven more start and queue on the lock; the halted one is killed.
-        halted = tmp_path / "stop-train"
-        doomed = start(halted, "charge", train(100))
+        halted = tmp_path / "stop-doomed"
+        doomed = start("doomed", train(100), CHARGE)
         while not halted.exists():
-            assert doomed.poll() is None, doomed.communicate()
+            assert doomed.poll() is None, stderr("doomed")
             time.sleep(0.01)
-        trains = [start(tmp_path / "never", "none", train(i)) for i in range(TRAINS - 1)]
+        trains = [start(f"train-{i}", train(i)) for i in range(TRAINS - 1)]
         time.sleep(1)  # they start, fingerprint the data and queue on the lock
         killed = _kill_at_stops({halted: doomed})
-        outcomes = [(proc.wait(timeout=300), proc.stderr.read() if proc.stderr else "") for proc in trains]
+        outcomes = [(run.wait(), stderr(f"train-{i}")) for i, run in enumerate(trains)]
         admitted = [i for i, (code, _) in enumerate(outcomes) if code == 0]
         assert killed == 1 and len(admitted) == ADMITTED, outcomes
         assert all("privacy budget of" in err and "exceeded" in err for code, err in outcomes if code != 0)
@@ -127,23 +111,24 @@ def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(postgr
             charges, spent = ledger.store.charges(identity), ledger.store.spent(identity)
             assert len(charges) == ADMITTED and spent == (pytest.approx(EPSILON * ADMITTED),
                                                            pytest.approx(DELTA * ADMITTED))
-            assert {c["pid"] for c in charges} <= {proc.pid for proc in trains}  # not the killed one's
+            assert {c["pid"] for c in charges} <= {run.pid for run in trains}  # not the killed one's
 
         # Phase 2: one session answers from two copies of its state at once; one copy is killed just
         # after a batch commit reached the server (before its session.json), then resumed.
         session = admitted[0]
         shutil.copytree(tmp_path / f"state-{session}", tmp_path / "copy")
-        stop = tmp_path / "stop-answer"
-        answering = start(stop, "commit", answer(f"state-{session}", "log"))
-        copy = start(tmp_path / "never", "none", answer("copy", "log-copy"))
-        killed += _kill_at_stops({stop: answering})
-        copy.wait(timeout=300)
-        resumed = start(tmp_path / "never", "none", answer(f"state-{session}", "log"))
-        assert resumed.wait(timeout=300) in (0, 2, 3), resumed.communicate()
+        answering = start("answer", answer(f"state-{session}", "log"), COMMIT)
+        copy = start("copy", answer("copy", "log-copy"))
+        killed += _kill_at_stops({tmp_path / "stop-answer": answering})
+        copy.wait()
+        resumed = start("resumed", answer(f"state-{session}", "log"))
+        assert resumed.wait() in (0, 2, 3), stderr("resumed")
     finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
+        for run in started:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
+        cli.__exit__()
     assert killed == 2
     with Ledger(db.analyst_url) as ledger:
         session_id = json.loads((tmp_path / f"state-{session}" / "session.json").read_text())["session_id"]
