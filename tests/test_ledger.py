@@ -8,9 +8,6 @@ import os
 import shlex
 import shutil
 import sqlite3
-import subprocess
-import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,7 +23,6 @@ from pcqr.pipeline.budget.charging import charge_private_use
 from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, ledger_location
 from tests.conftest import threshold_data, write_parquet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def private_dataset(directory: str, rows: int = 1000) -> str:
@@ -318,52 +314,7 @@ def test_budget_show_of_a_missing_dataset_names_it(tmp_path) -> None:
     assert isinstance(result.exception, PcqrError) and "nowhere" in str(result.exception)
 
 
-# --- concurrency: separate processes ---------------------------------------------------------
-
-CHILD = r"""
-import os, sys, time
-from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import Ledger
-path, identity, ready, go = sys.argv[1:5]
-with Ledger(path) as ledger:
-    open(ready, "w").close()
-    while not os.path.exists(go):
-        time.sleep(0.001)
-    try:
-        ledger.charge(identity, "data/private", "job", 1.0, 0.0, {"pid": os.getpid()})
-    except PcqrError as exc:
-        print(exc)
-        sys.exit(3)
-"""
-
-
-def test_ten_processes_started_together_charge_exactly_what_the_budget_admits(tmp_path) -> None:
-    path, identity = str(tmp_path / "l.sqlite"), "sha256:" + "ab" * 32
-    with Ledger(path) as ledger:
-        ledger.set_budget(identity, "data/private", 3.0, 1e-9)
-    go = str(tmp_path / "go")
-    ready = [str(tmp_path / f"ready-{i}") for i in range(10)]
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, path, identity, r, go], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
-    try:
-        deadline = time.monotonic() + 60
-        while not all(os.path.exists(r) for r in ready):  # every child holds an open ledger
-            assert time.monotonic() < deadline and all(c.poll() is None for c in children)
-            time.sleep(0.01)
-        open(go, "w").close()  # ... and all charge at once
-        outcomes = [(c.wait(timeout=120), *c.communicate()) for c in children]
-    finally:
-        for c in children:
-            if c.poll() is None:
-                c.kill()
-    codes = sorted(code for code, _, _ in outcomes)
-    assert codes == [0] * 3 + [3] * 7, [err for _, _, err in outcomes]
-    assert all("privacy budget of data/private exceeded" in out for code, out, _ in outcomes if code == 3)
-    with Ledger(path) as ledger:
-        charges = ledger.store.charges(identity)
-        assert len(charges) == 3 and len({c["pid"] for c in charges}) == 3
-        assert {c["pid"] for c in charges} <= {c.pid for c in children}
-        assert ledger.store.spent(identity) == (3.0, 0.0)
+# Ten processes charging at once: tests/test_ledger_contract.py, against both stores.
 
 
 def test_a_ledger_written_before_sessions_existed_gains_the_table(tmp_path) -> None:

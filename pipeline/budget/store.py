@@ -21,7 +21,7 @@ import abc
 import datetime
 import urllib.parse
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -76,7 +76,7 @@ class Receipt:
     store needs none: a SQLite file's owner can rewrite anything anyway)."""
 
     id: int
-    refund_token: str | None = None
+    refund_token: str | None = field(default=None, repr=False)  # never printed
 
 
 class LedgerStore(abc.ABC):
