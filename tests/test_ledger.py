@@ -24,7 +24,6 @@ from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, led
 from tests.conftest import threshold_data, write_parquet
 
 
-
 def private_dataset(directory: str, rows: int = 1000) -> str:
     """Two Parquet files of private rows; returns the directory (the dataset's URI)."""
     write_parquet(os.path.join(directory, "part-0.parquet"), threshold_data(rows, seed=1))
