@@ -69,7 +69,14 @@ class PostgresServer:
                       "--locale", "C")
             with open(self.data / "pg_hba.conf", "w") as hba:  # trust only the socket; passwords over TCP
                 hba.write(f"local all {SUPERUSER} trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
-            self.start()
+            for attempt in range(3):  # a free port can be taken by another process before the server binds it
+                try:
+                    self.start()
+                    break
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+                    self.port = _free_port()
         except BaseException:
             self.close()
             raise
@@ -80,7 +87,9 @@ class PostgresServer:
             command = ["runuser", "-u", "postgres", "--", *command]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
-            raise RuntimeError(f"{tool} failed: {result.stderr.strip() or result.stdout.strip()}")
+            log = self.folder / "log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{tool} failed: {result.stderr.strip() or result.stdout.strip()}\n{tail}")
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.folder / "log"), "-w", "-o",
