@@ -346,6 +346,7 @@ def test_the_cluster_yaml_names_the_team_ledger_after_the_option_and_the_environ
         capsys, ["budget", "verify", "--cluster", str(cluster)])
 
 
+@pytest.mark.slow  # (a dozen pcqr processes; its file then starts first)
 def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, tmp_path: Path) -> None:
     """README "Team ledger": its block, verbatim, in a folder holding generated data and a SQLite
     ledger to migrate, against this test's server (SUPERUSER_URL, OWNER_URL, ALICE_URL)."""
