@@ -192,6 +192,8 @@ def postgres_server() -> Iterator[object]:
 
 
 _DATABASES = iter(range(10**6))
+#: The roles of every team ledger the tests copy from TEMPLATE (the owner, and one analyst it granted).
+LEDGER_OWNER, LEDGER_ANALYST, LEDGER_TEMPLATE = "ledger_owner", "ledger_analyst", "ledger_template"
 
 
 @pytest.fixture
@@ -199,12 +201,33 @@ def postgres_database(postgres_server) -> object:
     """A fresh database on the server, owned by a fresh non-superuser role, and a fresh analyst role
     (nothing granted yet): ``admin_url`` (the owner's), ``analyst_url``, ``superuser_url`` (this
     database, as the superuser), ``database``, and ``analyst(name)`` for one more analyst role."""
-    from types import SimpleNamespace
-
     n = next(_DATABASES)
     owner, analyst, database = f"owner_{os.getpid()}_{n}", f"analyst_{os.getpid()}_{n}", f"ledger_{os.getpid()}_{n}"
     postgres_server.execute(f"CREATE ROLE {owner} LOGIN PASSWORD 'p'", f"CREATE ROLE {analyst} LOGIN PASSWORD 'p'",
                             f"CREATE DATABASE {database} OWNER {owner}")
+    return _database(postgres_server, owner, analyst, database)
+
+
+@pytest.fixture
+def team_ledger(postgres_server) -> object:
+    """A fresh database holding a team ledger (``pcqr ledger init`` by ``admin_url``'s role, with
+    ``analyst_url``'s role granted): a copy of one template made once per server, which is faster than
+    creating the schema for every test. Attributes as :func:`postgres_database`'s."""
+    if not getattr(postgres_server, "ledger_template", False):
+        from pcqr.pipeline.budget.team_ledger import init_ledger
+
+        postgres_server.execute(f"CREATE ROLE {LEDGER_OWNER} LOGIN PASSWORD 'p'",
+                                f"CREATE ROLE {LEDGER_ANALYST} LOGIN PASSWORD 'p'",
+                                f"CREATE DATABASE {LEDGER_TEMPLATE} OWNER {LEDGER_OWNER}")
+        init_ledger(postgres_server.url(LEDGER_OWNER, "p", LEDGER_TEMPLATE), LEDGER_ANALYST)
+        postgres_server.ledger_template = True
+    database = f"team_{os.getpid()}_{next(_DATABASES)}"
+    postgres_server.execute(f"CREATE DATABASE {database} TEMPLATE {LEDGER_TEMPLATE} OWNER {LEDGER_OWNER}")
+    return _database(postgres_server, LEDGER_OWNER, LEDGER_ANALYST, database)
+
+
+def _database(postgres_server, owner: str, analyst: str, database: str) -> object:
+    from types import SimpleNamespace
 
     def more(name: str) -> str:
         postgres_server.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'p'")
@@ -213,4 +236,5 @@ def postgres_database(postgres_server) -> object:
     return SimpleNamespace(admin_url=postgres_server.url(owner, "p", database),
                            analyst_url=postgres_server.url(analyst, "p", database),
                            superuser_url=postgres_server.superuser_url.replace("/postgres?", f"/{database}?"),
-                           database=database, analyst=more, server=postgres_server)
+                           database=database, analyst=more, server=postgres_server, owner=owner,
+                           analyst_role=analyst)

@@ -15,7 +15,6 @@ import pytest
 
 from pcqr.pipeline.budget.ledger import Ledger, refund_charge
 from pcqr.pipeline.budget.store import Position, Receipt
-from pcqr.pipeline.budget.team_ledger import init_ledger
 from pcqr.pipeline.errors import PcqrError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +35,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":
         path = str(tmp_path / "ledger.sqlite")
         return Backend("sqlite", path, path)
-    database = request.getfixturevalue("postgres_database")
-    init_ledger(database.admin_url, database.analyst_url.split("//")[1].split(":")[0])
+    database = request.getfixturevalue("team_ledger")
     return Backend("postgresql", database.analyst_url, database.admin_url)
 
 

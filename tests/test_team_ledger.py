@@ -20,7 +20,6 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.budget.postgres_store import PostgresStore
 from pcqr.pipeline.budget.store import Position
-from pcqr.pipeline.budget.team_ledger import init_ledger
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import batch_files
 from tests.conftest import write_session_data
@@ -34,12 +33,10 @@ T = 5
 
 
 @pytest.fixture
-def team(postgres_database: Any) -> SimpleNamespace:
+def team(team_ledger: Any) -> SimpleNamespace:
     """A server ledger created by its owner, with one analyst role granted."""
-    analyst = postgres_database.analyst_url.split("//")[1].split(":")[0]
-    init_ledger(postgres_database.admin_url, analyst)
-    return SimpleNamespace(owner=postgres_database.admin_url, analyst=postgres_database.analyst_url,
-                           superuser=postgres_database.superuser_url, role=analyst, db=postgres_database)
+    return SimpleNamespace(owner=team_ledger.admin_url, analyst=team_ledger.analyst_url,
+                           superuser=team_ledger.superuser_url, role=team_ledger.analyst_role, db=team_ledger)
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -> str:
@@ -144,7 +141,7 @@ def test_budget_verify_of_a_sqlite_ledger_says_it_has_no_chain(tmp_path: Path,
 
 def test_ledger_init_refuses_roles_that_could_rewrite_the_ledger(team: SimpleNamespace,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    owner = team.owner.split("//")[1].split(":")[0]
+    owner = team.db.owner
     for analyst, needle in [("nobody_here", "no such role"), (owner, "is the budget owner"),
                             (team.superuser.split("//")[1].split("@")[0].split(":")[0], "is a superuser")]:
         line = _one_line_error(capsys, ["ledger", "init", "--admin-url", team.owner, "--analyst", analyst])

@@ -25,7 +25,6 @@ from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.public_log.replay import verify_log
 from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
-from pcqr.pipeline.budget.team_ledger import init_ledger
 from pcqr.pipeline.data.datasets import scan_dataset
 from tests.conftest import write_session_data, write_thread_cluster
 from tests.fault_injection import PreloadedCli, PreloadedRun, cli_env
@@ -63,10 +62,9 @@ def _kill_at_stops(halting: dict[Path, PreloadedRun], timeout: float = 120) -> i
 
 
 @pytest.mark.slow
-def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(postgres_database: Any,
+def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(team_ledger: Any,
                                                                           tmp_path: Path) -> None:
-    db = postgres_database
-    init_ledger(db.admin_url, db.analyst_url.split("//")[1].split(":")[0])
+    db = team_ledger
     write_session_data(tmp_path)
     cluster = write_thread_cluster(tmp_path)
     private = str(tmp_path / "private")
