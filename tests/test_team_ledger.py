@@ -444,3 +444,36 @@ def test_a_server_down_past_the_wait_is_one_line_and_the_rerun_loses_nothing(
 def test_an_unreachable_server_is_one_line_without_its_password(capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(capsys, ["budget", "verify", "--ledger", "postgresql://someone:secret@127.0.0.1:1/x"])
     assert "ledger postgresql://someone:***@127.0.0.1:1/x: cannot connect" in line and "secret" not in line
+
+
+@pytest.mark.parametrize("argv", [
+    ["budget", "verify", "--ledger", "postgresql://someone@127.0.0.1:1/x"],
+    ["ledger", "init", "--admin-url", "postgresql://someone@127.0.0.1:1/x", "--analyst", "alice"],
+    ["ledger", "migrate", "--from", "FILE", "--to", "postgresql://someone@127.0.0.1:1/x"],
+])
+def test_without_the_driver_a_server_ledger_says_how_to_install_it(argv: list[str], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`pip install pcqr` has no psycopg (the postgresql extra does): one line, never a traceback."""
+    import sys
+
+    with Ledger(str(tmp_path / "l.sqlite")):
+        pass
+    argv = [str(tmp_path / "l.sqlite") if word == "FILE" else word for word in argv]
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now raises ImportError
+    line = _one_line_error(capsys, argv)
+    assert "needs the PostgreSQL driver: pip install 'pcqr[postgresql]'" in line
+
+
+@pytest.mark.parametrize("url, needle", [("postgresql://u:secret@[bad", "Invalid IPv6 URL"),
+                                         ("postgresql://h:notaport/db", "Port could not be cast")])
+def test_a_malformed_server_url_is_refused_while_the_options_are_parsed(
+        url: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    write_session_data(tmp_path, rows=2000, queries=10)
+    line = _one_line_error(capsys, ["train", "--private", str(tmp_path / "private"), "--state",
+                                    str(tmp_path / "state"), "--ledger", url])
+    assert line.startswith("pcqr: error: --ledger postgresql://") and needle in line and "secret" not in line
+    assert not (tmp_path / "state").exists()
+    monkeypatch.setenv("PCQR_LEDGER", url)
+    assert "PCQR_LEDGER postgresql://" in _one_line_error(capsys, ["budget", "verify"])

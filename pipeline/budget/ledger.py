@@ -53,7 +53,7 @@ import shlex
 from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
-from pcqr.pipeline.budget.store import LedgerStore, Receipt, is_server, now, open_store, shown
+from pcqr.pipeline.budget.store import LedgerStore, Receipt, check_server_url, is_server, now, open_store, shown
 from pcqr.pipeline.errors import PcqrError
 
 RELATIVE_TOLERANCE = 1e-9
@@ -68,15 +68,18 @@ def ledger_setting(option: str | None) -> str:
     ~/.local/share/pcqr/ledger.sqlite. A ``postgresql://`` URL names a server ledger, anything else
     a SQLite file. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but empty is refused (it
     would otherwise fall back to the home folder's ledger, unnoticed): every command that takes
-    ``--ledger`` and every Python API entry point calls this first, before anything is read or charged."""
+    ``--ledger`` and every Python API entry point calls this first, before anything is read or charged.
+    A server URL that cannot be parsed is refused the same way, naming where it came from."""
     if option is not None:
         if not option.strip():
             raise PcqrError("--ledger is empty: give the ledger file's path or a postgresql:// URL")
-        return option
+        return check_server_url(option) if is_server(option) else option
     named = os.environ.get(LEDGER_VARIABLE)
     if named is not None and not named.strip():
         raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path or a postgresql:// "
                         f"URL, or unset it to use {DEFAULT_LEDGER}")
+    if named is not None and is_server(named):
+        return check_server_url(named, LEDGER_VARIABLE)
     return named or DEFAULT_LEDGER
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+from pcqr.pipeline.errors import PcqrError
+
 #: How a ledger location names a PostgreSQL server.
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -45,15 +47,31 @@ def is_server(location: str) -> bool:
 
 def shown(location: str) -> str:
     """A ledger location as messages print it: a server URL without its password (which would
-    otherwise reach a terminal, a log or a pasted command)."""
+    otherwise reach a terminal, a log or a pasted command). A URL too malformed to parse shows no
+    credentials at all."""
     if not is_server(location):
         return location
-    parts = urllib.parse.urlsplit(location)
-    if parts.password is None:
+    try:
+        parts = urllib.parse.urlsplit(location)
+        password = parts.password
+    except ValueError:
+        scheme, _, rest = location.partition("://")
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}" if "@" in rest else location
+    if password is None:
         return location
     netloc = parts.netloc.rsplit("@", 1)
     user = urllib.parse.unquote(netloc[0].split(":", 1)[0])
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{urllib.parse.quote(user)}:***@{netloc[1]}"))
+
+
+def check_server_url(location: str, option: str = "--ledger") -> str:
+    """A server ledger's URL, or a one-line error naming ``option`` when it cannot be parsed."""
+    try:
+        parts = urllib.parse.urlsplit(location)
+        parts.port  # noqa: B018 (parsing it is the check)
+    except ValueError as exc:
+        raise PcqrError(f"{option} {shown(location)}: not a valid postgresql:// URL ({exc})") from None
+    return location
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pcqr.pipeline.budget.ledger import RELATIVE_TOLERANCE, Ledger
 from pcqr.pipeline.budget.postgres_schema import SCHEMA, grants, statements
 from pcqr.pipeline.budget.postgres_store import PostgresStore, connect
 from pcqr.pipeline.budget.sqlite_store import SQLiteStore
-from pcqr.pipeline.budget.store import SESSION_COLUMNS, is_server, now, shown
+from pcqr.pipeline.budget.store import SESSION_COLUMNS, check_server_url, is_server, now, shown
 from pcqr.pipeline.errors import PcqrError
 
 MIGRATED_ROLE = "migrated"
@@ -33,9 +33,10 @@ def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
     analyst's rights (again for each analyst role). Returns what was done."""
     if not is_server(admin_url):
         raise PcqrError(f"--admin-url {admin_url}: give the server's postgresql:// URL, as the budget owner")
+    check_server_url(admin_url, "--admin-url")
+    conn = connect(admin_url)  # first: without the driver, one line saying how to install it
     from psycopg import sql
 
-    conn = connect(admin_url)
     try:
         owner = str(conn.info.user)
         row = conn.execute("SELECT rolsuper, pg_has_role(%s, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
@@ -73,6 +74,7 @@ def migrate(source: str, url: str) -> dict[str, Any]:
     checked before it commits; the file is then marked moved. Returns the counts moved."""
     if not is_server(url):
         raise PcqrError(f"--to {url}: give the server ledger's postgresql:// URL (its owner's)")
+    check_server_url(url, "--to")
     if is_server(source) or not os.path.isfile(source):
         raise PcqrError(f"--from {source}: no such SQLite ledger file")
     with SQLiteStore(os.path.abspath(source)) as old, PostgresStore(url) as new:
