@@ -21,6 +21,7 @@ which is the safe side.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -82,7 +83,7 @@ class PostgresStore(LedgerStore):
             raise PcqrError(f"ledger {self.name}: this database holds no pcqr ledger; its budget owner creates one "
                             "with pcqr ledger init --admin-url URL --analyst ROLE") from None
         except self._psycopg.errors.InsufficientPrivilege:
-            raise PcqrError(f"ledger {self.name}: role {self._conn.info.user} may not read the ledger; its budget "
+            raise PcqrError(f"ledger {self.name}: role {self._role} may not read the ledger; its budget "
                             "owner grants it with pcqr ledger init --admin-url URL --analyst ROLE") from None
         if row is None or int(row[0]) != SCHEMA_VERSION:
             raise PcqrError(f"ledger {self.name}: schema version {row and row[0]} is not this pcqr's "
@@ -114,19 +115,9 @@ class PostgresStore(LedgerStore):
 
     # --- talking to the server ----------------------------------------------------------------
     @contextlib.contextmanager
-    def _lost_passes(self) -> Iterator[None]:
-        """Inside :meth:`_errors`: a lost connection goes on as psycopg's OperationalError (to be retried)."""
-        self._passing = True
-        try:
-            yield
-        finally:
-            self._passing = False
-
-    _passing = False
-
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Server errors as one-line PcqrErrors naming ``what`` was refused or lost."""
+    def _errors(self, what: str, retryable: bool = False) -> Iterator[None]:
+        """Server errors as one-line PcqrErrors naming ``what`` was refused or lost; ``retryable``: a
+        lost connection goes on as psycopg's OperationalError, for the caller to reconnect."""
         psycopg = self._psycopg
         try:
             yield
@@ -134,7 +125,7 @@ class PostgresStore(LedgerStore):
             raise PcqrError(f"ledger {self.name}: the server refused {what} to role {self.role} "
                             f"({_first_line(exc)})") from None
         except psycopg.OperationalError as exc:
-            if self._passing and (self._conn.closed or self._conn.broken):
+            if retryable and (self._conn.closed or self._conn.broken):
                 raise
             raise PcqrError(f"ledger {self.name}: the connection was lost during {what} ({_first_line(exc)}); "
                             "its effect is unknown: see pcqr budget show") from None
@@ -149,9 +140,8 @@ class PostgresStore(LedgerStore):
 
     def _retrying(self, ask: Callable[[], T]) -> T:
         try:
-            with self._lost_passes():
-                with self._errors("a read"):
-                    return ask()
+            with self._errors("a read", retryable=True):
+                return ask()
         except self._psycopg.OperationalError:
             if self._in_transaction:  # what the transaction read and wrote is gone with it
                 with self._errors("a transaction"):
@@ -226,8 +216,6 @@ class PostgresStore(LedgerStore):
             raise
 
     def insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
-        import json
-
         rows = self._call("the charge", f"SELECT charge_id, refund_token FROM {SCHEMA}.charge(%s, %s, %s, %s, %s, %s, %s)",
                           (identity, label, record["job"], record["epsilon"], record["delta"],
                            json.dumps(record["parameters"], sort_keys=True, default=str), record["pid"]))
@@ -277,13 +265,12 @@ class PostgresStore(LedgerStore):
         parameters = (session_id, at.bottoms, at.queries_seen, at.batches, at.last_hash,
                       new.bottoms, new.queries_seen, new.batches, new.last_hash, record)
 
-        def swap() -> bool:
-            with self._errors("the batch commit"):
+        def swap(retryable: bool) -> bool:
+            with self._errors("the batch commit", retryable):
                 return bool(self._conn.execute(sql, parameters).fetchone()[0])
 
         try:
-            with self._lost_passes():
-                return swap()
+            return swap(retryable=True)
         except self._psycopg.OperationalError:
             pass
         self._reconnect(RECONNECT_S)  # the connection dropped: did the swap take effect before it did?
@@ -292,7 +279,7 @@ class PostgresStore(LedgerStore):
             return False
         where = Position(int(row["bottoms"]), int(parse_json(row["position"], "the ledger's session position")
                                                   ["queries_seen"]), int(row["batches"]), str(row["last_hash"]))
-        return where == new or (where == at and swap())
+        return where == new or (where == at and swap(retryable=False))
 
     # --- the audit ------------------------------------------------------------------------------
     def entries(self) -> list[dict[str, Any]]:
