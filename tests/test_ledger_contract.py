@@ -101,7 +101,8 @@ def test_sketches_keep_the_first_stored(backend: Backend) -> None:
         assert ledger.store.sketch(OTHER, "rows", "") is None
 
 
-def _session_row(charge_id: int) -> dict[str, object]:
+def session_row(charge_id: int) -> dict[str, object]:
+    """A new session's row (position zero, T = 5) paid by charge ``charge_id`` (tests/test_team_ledger.py too)."""
     return {"session_id": "s1", "identity": IDENTITY, "charge_id": charge_id, "cutoff": 5, "bottoms": 0, "batches": 0,
             "last_hash": "", "prev_hash": "", "state_path": "/state", "fixed": "f" * 64,
             "position": '{"bottoms": 0, "queries_seen": 0, "next_batch": 0, "last_hash": ""}', "seeded": 0,
@@ -117,7 +118,7 @@ def test_a_session_advances_by_compare_and_swap_only(backend: Backend) -> None:
     with Ledger(backend.location) as ledger:
         charged = ledger.charge(IDENTITY, "data/private", "train", 1.0, 0.0, {})
         store = ledger.store
-        store.insert_session(_session_row(charged["id"]))
+        store.insert_session(session_row(charged["id"]))
         start, one, two = Position(0, 0, 0, ""), Position(2, 500, 1, "h1"), Position(3, 1000, 2, "h2")
         assert store.advance_session("s1", start, one, _record(one))
         assert not store.advance_session("s1", start, one, _record(one))  # a second copy at the old position

@@ -23,8 +23,8 @@ from pcqr.pipeline.budget.store import Position
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import batch_files
 from tests.conftest import write_session_data
+from tests.test_ledger_contract import IDENTITY, session_row
 
-IDENTITY = "rows:" + "ab" * 32
 # T = 5 with k = 1100 and the smallest certifiable w: the boundary queries among 2,000 abstain, so
 # one run spends all T (tests/test_budget_authority.py).
 HALTING = ["--epsilon", "4", "--delta", "1e-6", "--cutoff", "5", "--subsamples", "1100", "--gate", "stability",
@@ -86,9 +86,7 @@ def test_the_server_refuses_a_second_session_on_one_charge_and_a_step_that_is_no
         team: SimpleNamespace) -> None:
     with Ledger(team.analyst) as ledger:
         charged = ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
-        row = {"session_id": "s1", "identity": IDENTITY, "charge_id": charged["id"], "cutoff": 5, "bottoms": 0,
-               "batches": 0, "last_hash": "", "prev_hash": "", "state_path": "/s", "fixed": "f", "seeded": 0,
-               "position": '{"bottoms": 0, "queries_seen": 0}', "created_at": "t", "updated_at": "t"}
+        row = session_row(charged["id"])
         ledger.store.insert_session(row)
         with pytest.raises(PcqrError, match="does not pay for a new session"):
             ledger.store.insert_session({**row, "session_id": "s2"})
@@ -170,10 +168,7 @@ def _sqlite_ledger(path: str) -> None:
         refunded = ledger.charge(IDENTITY, "data/private", "learn", 2.0, 0.0, {})
         ledger.refund(refunded["receipts"][0], "learn failed before releasing anything")
         ledger.store.store_sketch(IDENTITY, "rows", "", "data/private", 10, b"\x01\x02")
-        ledger.store.insert_session({
-            "session_id": "s1", "identity": IDENTITY, "charge_id": kept["id"], "cutoff": 5, "bottoms": 0,
-            "batches": 0, "last_hash": "", "prev_hash": "", "state_path": "/s", "fixed": "f", "seeded": 0,
-            "position": '{"bottoms": 0, "queries_seen": 0}', "created_at": "t", "updated_at": "t"})
+        ledger.store.insert_session(session_row(kept["id"]))
 
 
 def test_migrate_moves_everything_checks_it_and_refuses_a_second_time(team: SimpleNamespace, tmp_path: Path,
@@ -308,10 +303,7 @@ def test_a_commit_whose_answer_was_lost_finds_it_took_effect(team: SimpleNamespa
     retry finds the row at the new position and reports success, not a conflict."""
     with Ledger(team.analyst) as ledger:
         charged = ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
-        ledger.store.insert_session({
-            "session_id": "s1", "identity": IDENTITY, "charge_id": charged["id"], "cutoff": 5, "bottoms": 0,
-            "batches": 0, "last_hash": "", "prev_hash": "", "state_path": "/s", "fixed": "f", "seeded": 0,
-            "position": '{"bottoms": 0, "queries_seen": 0}', "created_at": "t", "updated_at": "t"})
+        ledger.store.insert_session(session_row(charged["id"]))
     start, one = Position(0, 0, 0, ""), Position(1, 500, 1, "h1")
     record = json.dumps({"bottoms": 1, "queries_seen": 500, "next_batch": 1, "last_hash": "h1"})
     with closing(PostgresStore(team.analyst)) as store, closing(PostgresStore(team.analyst)) as other:

@@ -25,7 +25,7 @@ import json
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
-from pcqr.pipeline.budget.postgres_schema import LOCK_KEY, SCHEMA, SCHEMA_VERSION, broken_entry
+from pcqr.pipeline.budget.postgres_schema import ENTRY_FIELDS, LOCK_KEY, SCHEMA, SCHEMA_VERSION, broken_entry
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt, shown
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
@@ -62,8 +62,6 @@ def _first_line(exc: BaseException) -> str:
 
 class PostgresStore(LedgerStore):
     """The ledger in database ``url``'s schema ``pcqr`` (created by ``pcqr ledger init``)."""
-
-    chained = True
 
     def __init__(self, url: str) -> None:
         self.location, self.name = url, shown(url)
@@ -284,8 +282,6 @@ class PostgresStore(LedgerStore):
     # --- the audit ------------------------------------------------------------------------------
     def entries(self) -> list[dict[str, Any]]:
         """Every entry of the chain (charges and refunds), in order."""
-        from pcqr.pipeline.budget.postgres_schema import ENTRY_FIELDS
-
         rows = self._read(f"SELECT {', '.join(ENTRY_FIELDS)}, hash FROM {SCHEMA}.charges ORDER BY id")
         return [dict(zip((*ENTRY_FIELDS, "hash"), row)) for row in rows]
 

@@ -106,8 +106,6 @@ class LedgerStore(abc.ABC):
 
     location: str
     name: str
-    #: Whether the charges carry a hash chain (:meth:`verify_chain`).
-    chained: bool = False
 
     def __enter__(self) -> Self:
         return self
