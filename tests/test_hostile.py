@@ -90,8 +90,8 @@ LEARN_THRESHOLDS = "learn --algorithm learn-thresholds --private {private} --fea
 LEARN_RECTANGLE = "learn --algorithm rectangle --private {private} --features x0,x1 --domain 0:100 --out {new}/b.json"
 LEARN_LABEL_PRIVATE = ("learn --algorithm label-private --private {private} --features x0 --hypothesis threshold "
                        "--first-rows 1000 --features-are-public --out {new}/lp.json")
-SANITIZE = "sanitize --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
-SAN_THRESHOLDS = SANITIZE.replace("sanitize ", "sanitize --algorithm san-thresholds ")
+SANITIZE = "sanitize --algorithm san-points --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
+SAN_THRESHOLDS = SANITIZE.replace("san-points", "san-thresholds")
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
 

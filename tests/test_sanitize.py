@@ -58,7 +58,7 @@ def test_sanitize_end_to_end_every_point_query_within_alpha(tmp_path, capsys, th
     private, truth = _private(tmp_path)
     ledger = str(tmp_path / "ledger.sqlite")
     out = str(tmp_path / "points.parquet")
-    assert main(["sanitize", "--private", private, "--features", "v", "--domain", "0:4294967295", "--alpha", "0.2",
+    assert main(["sanitize", "--algorithm", "san-points", "--private", private, "--features", "v", "--domain", "0:4294967295", "--alpha", "0.2",
                  "--ledger", ledger, "--cluster", thread_cluster_yaml, "--out", out, "--json"]) == 0
     summary = _last_json(capsys)
     assert summary["algorithm"] == "san-points" and summary["epsilon"] == 1.0
@@ -82,7 +82,7 @@ def test_refused_before_any_row_is_read_or_budget_spent(tmp_path, capsys, thread
     private, _ = _private(tmp_path, rows=30_000)
     ledger = str(tmp_path / "ledger.sqlite")
     out = tmp_path / "points.parquet"
-    base = ["sanitize", "--private", private, "--domain", "0:4294967295", "--ledger", ledger,
+    base = ["sanitize", "--algorithm", "san-points", "--private", private, "--domain", "0:4294967295", "--ledger", ledger,
             "--cluster", thread_cluster_yaml, "--out", str(out)]
     for extra, needle in ((["--features", "v"], "needs at least 148,161 rows"),
                           ([], "ONE feature"),

@@ -28,7 +28,9 @@ from pcqr.pipeline.privacy.subsamp import check_fraction
 
 #: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
 LEARNERS = ("point", "learn-thresholds", "rectangle", "label-private")
-SANITIZERS = ("san-points", "san-thresholds")
+SANITIZERS = ("san-points", "san-thresholds", "cdf", "histogram")
+#: The sanitizers whose --alpha and --beta set a guarantee (cdf's error is reported, not set).
+_ALPHA_SANITIZERS = ("san-points", "san-thresholds", "histogram")
 
 
 def learn_without_public_data(
@@ -212,13 +214,13 @@ def _learn_label_private(
 
 
 def sanitize(
-    private: str, out: str, *, domain: str, algorithm: str = "san-points",
-    features: str | Sequence[str] | None = None, epsilon: float = 1.0, delta: float = 1e-6, alpha: float = 0.1,
-    beta: float = 0.05, cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
-    insecure_seed: bool = False, note: Callable[[str], None] | None = None,
+    private: str, out: str, *, domain: str, algorithm: str = "histogram",
+    features: str | Sequence[str] | None = None, epsilon: float = 1.0, delta: float = 1e-6,
+    alpha: float | None = None, beta: float | None = None, cluster: str | None = None, ledger: str | None = None,
+    seed: int | None = None, insecure_seed: bool = False, note: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Release a synthetic database that answers every point query (SanPoints) or every threshold
-    query (SanThresholds) within alpha.
+    """Release a synthetic database that answers every point query (SanPoints, the stable histogram)
+    or every threshold query (SanThresholds, the hierarchical CDF) of one integer feature.
 
     Parameters
     ----------
@@ -232,32 +234,46 @@ def sanitize(
         theta = j - 1 for integer rows) the weights of the values up to theta summed.
     domain : str
         The feature's PUBLIC integer domain ``"LO:HI"``, never read from the rows.
-    algorithm : {"san-points", "san-thresholds"}
+    algorithm : {"san-points", "san-thresholds", "cdf", "histogram"}
         SanPoints (Beimel-Nissim-Stemmer Fig. 9, Theorem 4.6) or SanThresholds (Fig. 11, Lemma 4.8:
-        ceil(77/alpha) recursive calls; its rows are taken at ceil(x) clipped to the domain, so
-        'x <= theta' is exact for every integer theta of [lo, hi - 1]).
+        ceil(77/alpha) recursive calls), the paper's; or the practitioner's: ``"cdf"``, noisy counts
+        on a pruned 16-ary tree over the domain (pure eps-DP; :mod:`.hierarchical_cdf`) for threshold
+        queries, and ``"histogram"``, the stability-based histogram of the values seen (OpenDP's
+        ``make_laplace_threshold``; :mod:`.stable_histogram`) for point queries. The threshold
+        sanitizers take rows at ceil(x) clipped to the domain, so 'x <= theta' is exact for every
+        integer theta of [lo, hi - 1].
     features : str or sequence of str, optional
         The ONE feature column (default: the dataset's only column).
-    epsilon, delta, alpha, beta : float
-        Privacy; every query of the class within alpha with probability 1 - beta (SanThresholds:
-        1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before anything is read,
-        with the least number that is; so is an alpha whose mechanisms are beyond the exact
-        composition (with the smallest alpha that fits).
+    epsilon, delta : float
+        Privacy (``"cdf"`` is pure: it proves delta 0 and ignores ``delta``).
+    alpha, beta : float, optional
+        Every query of the class within alpha with probability 1 - beta (default 0.1 and 0.05;
+        SanThresholds: 1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before
+        anything is read, with the least number that is; so is an alpha whose mechanisms are beyond
+        the exact composition (with the smallest alpha that fits). Not for ``"cdf"``, whose error
+        is reported (``threshold_noise_sd``) rather than set.
     cluster, ledger, seed, insecure_seed, note
         As for :func:`learn_without_public_data`.
 
     Returns
     -------
     dict
-        The summary: ``epsilon``, ``proven_delta`` and its terms, ``eps0``, ``released_points``,
-        ``rows_certified``, ``paper_rows``, ``ledger``, and ``rounds`` (SanPoints) or ``calls``,
-        ``mechanisms`` (SanThresholds)...
+        The summary: ``epsilon``, ``proven_delta`` and its terms, ``released_points``, ``ledger``, and
+        each algorithm's own figures (``rows_certified``, ``paper_rows``, ``rounds``, ``calls``,
+        ``levels``, ``threshold``...).
     """
     from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
 
     ledger_setting(ledger)  # an empty ledger setting: refused before anything is read
     if algorithm not in SANITIZERS:
         raise PcqrError(f"--algorithm must be one of {', '.join(SANITIZERS)}, got {algorithm!r}")
+    if algorithm not in _ALPHA_SANITIZERS:
+        for option, value in (("--alpha", alpha), ("--beta", beta)):
+            if value is not None:
+                raise PcqrError(f"{option} is not used by --algorithm {algorithm}: its error is not set in advance "
+                                "(the summary reports threshold_noise_sd, the noise in one answer)")
+    else:
+        alpha, beta = 0.1 if alpha is None else alpha, 0.05 if beta is None else beta
     parsed, dataset, noise = _checked_inputs(private, out, algorithm, domain, features, None, alpha, beta, seed,
                                              insecure_seed)
     feature = dataset.features[0]
@@ -266,15 +282,16 @@ def sanitize(
                         "rename the feature")
     plan = _sanitizer(algorithm, epsilon, delta, alpha, beta, dataset.rows, parsed, noise)
     proven = plan["params"].certificate()
-    parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
+    guarantee = {"alpha": alpha, "beta": beta} if algorithm in _ALPHA_SANITIZERS else {}
+    parameters = {"algorithm": algorithm, "epsilon": epsilon, "delta": delta, **guarantee,
                   "domain": parsed.describe(), "out": out}
     released, charged = _count_and_release(
         dataset, cluster, ledger, note, "sanitize", (epsilon, proven["proven_delta"]), parameters, plan["count"],
-        plan["merge"], parsed, plan["release"], labelled=False, points=algorithm == "san-points")
+        plan["merge"], parsed, plan["release"], labelled=False, points=plan["class"] == "point")
     summary: dict[str, Any] = {
         "out": out, "algorithm": algorithm, "class": plan["class"], "feature": feature, "mechanism": plan["mechanism"],
         "domain": parsed.describe(), "domain_size": parsed.size, "private_rows": dataset.rows,
-        "released_points": len(released), "epsilon": epsilon, "delta": delta, "alpha": alpha, "beta": beta,
+        "released_points": len(released), "epsilon": epsilon, "delta": delta, **guarantee,
         **proven, **plan["params"].to_dict(), **plan["figures"], "answer": plan["answer"],
         "privacy": "private" if noise.private else "NOT PRIVATE (seeded noise)",
     }
@@ -283,12 +300,43 @@ def sanitize(
     return {**summary, "ledger": charge_note(charged)}
 
 
-def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta: float, rows: int,
+_POINT_ANSWER = "a point query's answer is the weight of its value (0 if absent): a share of the private rows"
+_THRESHOLD_ANSWER = ("a threshold query 'x <= theta' (release-answer's threshold=theta,direction=down; for integer "
+                     "rows the paper's c_j(x) = [x < j] at theta = j - 1) is the weights of the values <= theta "
+                     "summed, 'x > theta' (direction=up) those above; rows are taken at ceil(x) clipped to the domain")
+
+
+def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float | None, beta: float | None, rows: int,
                domain: Domain, noise: NoiseSource) -> dict[str, Any]:
     """The sanitizer's certified parameters (refused in one line otherwise: nothing is read yet),
-    the workers' count and merge, the release on the merged counts and the summary's own lines."""
+    the workers' count and merge (merge None: the release works on the cluster, given the client and
+    the parts' counts), the release and the summary's own lines."""
     from pcqr.pipeline.mechanisms.integer_domain import ceiling_counts, merge_counts, value_counts
 
+    if algorithm == "cdf":
+        from pcqr.pipeline.mechanisms import hierarchical_cdf as tree
+
+        cdf = tree.CdfParameters.create(epsilon, rows, domain)
+        return {"params": cdf, "count": tree.offset_counts, "merge": None, "class": "threshold",
+                "release": lambda client, parts: tree.synthetic_cdf(
+                    tree.hierarchical_cdf(tree.cluster_counter(client, parts, cdf), cdf, noise)),
+                "mechanism": "noisy counts on a pruned 16-ary tree over the domain, consistent top-down (Hay et "
+                             "al. 2010), pure eps-DP (OpenDP's Laplace mechanism a level)",
+                "figures": {"threshold_noise_sd_share": cdf.noise_sd() / rows}, "answer": _THRESHOLD_ANSWER}
+    assert alpha is not None and beta is not None  # resolved by sanitize() for every other algorithm
+    if algorithm == "histogram":
+        from functools import partial
+
+        from pcqr.pipeline.mechanisms import stable_histogram as hist
+
+        histogram = hist.HistogramParameters.create(epsilon, delta, alpha, beta, rows)
+        shards = hist.shard_number(rows)
+        return {"params": histogram, "count": partial(hist.shard_counts, shards=shards), "merge": None,
+                "class": "point",
+                "release": lambda client, parts: hist.release_on_cluster(client, parts, histogram, noise, shards),
+                "mechanism": "the stability-based histogram of the values seen (OpenDP's make_count_by and "
+                             "make_laplace_threshold; delta certified by pcqr, not OpenDP's map: issue #2922)",
+                "figures": {"rows_certified": histogram.least_rows()}, "answer": _POINT_ANSWER}
     if algorithm == "san-points":
         from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
         from pcqr.pipeline.mechanisms.san_points import paper_rows as points_paper_rows
@@ -300,7 +348,7 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta:
                 "figures": {"rows_certified": SanPointsParameters.least_rows(epsilon, delta, alpha, beta),
                             "rows_for_utility": points.utility_rows(),
                             "paper_rows": points_paper_rows(epsilon, delta, alpha, beta)},
-                "answer": "a point query's answer is the weight of its value (0 if absent): a share of the private rows"}
+                "answer": _POINT_ANSWER}
     from pcqr.pipeline.mechanisms.san_thresholds import SanThresholdsParameters, san_thresholds
     from pcqr.pipeline.mechanisms.san_thresholds import paper_rows as thresholds_paper_rows
 
@@ -310,17 +358,17 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float, beta:
             "mechanism": "SanThresholds (Beimel-Nissim-Stemmer, Fig. 11, Lemma 4.8) with KOV's composition",
             "figures": {"rows_certified": SanThresholdsParameters.least_rows(epsilon, delta, alpha, beta, domain),
                         "paper_rows": thresholds_paper_rows(epsilon, delta, alpha, beta, domain)},
-            "answer": "a threshold query 'x <= theta' (release-answer's threshold=theta,direction=down; for integer rows "
-                      "the paper's c_j(x) = [x < j] at theta = j - 1) is the weights of the values <= theta summed, "
-                      "'x > theta' (direction=up) those above; rows are taken at ceil(x) clipped to the domain"}
+            "answer": _THRESHOLD_ANSWER}
 
 
 def _dataset_and_noise(private: str, out: str, features: str | Sequence[str] | None, label: str | None,
-                       alpha: float, beta: float, seed: int | None, insecure_seed: bool) -> tuple[Dataset, NoiseSource]:
-    """The checks every job here makes before any private row (--alpha, --beta, --out, the seed, the
-    dataset's metadata and columns): (the dataset, the noise source)."""
-    check_fraction(alpha, "--alpha")
-    check_fraction(beta, "--beta")
+                       alpha: float | None, beta: float | None, seed: int | None,
+                       insecure_seed: bool) -> tuple[Dataset, NoiseSource]:
+    """The checks every job here makes before any private row (--alpha, --beta when used, --out, the
+    seed, the dataset's metadata and columns): (the dataset, the noise source)."""
+    for value, option in ((alpha, "--alpha"), (beta, "--beta")):
+        if value is not None:
+            check_fraction(value, option)
     check_writable_file(out, "--out")
     noise = noise_source(seed, insecure_seed)
     columns = split_features(features) if isinstance(features, str) or features is None else list(features)
@@ -328,7 +376,7 @@ def _dataset_and_noise(private: str, out: str, features: str | Sequence[str] | N
 
 
 def _checked_inputs(private: str, out: str, algorithm: str, domain: str | None,
-                    features: str | Sequence[str] | None, label: str | None, alpha: float, beta: float,
+                    features: str | Sequence[str] | None, label: str | None, alpha: float | None, beta: float | None,
                     seed: int | None, insecure_seed: bool, one_feature: bool = True) -> tuple[Domain, Dataset, NoiseSource]:
     """Every check that needs no private row: (the public domain, the dataset (metadata), the noise)."""
     if domain is None:
@@ -347,8 +395,9 @@ def _count_and_release(dataset: Dataset, cluster: str | None, ledger: str | None
                        parameters: dict[str, Any], count: Any, merge: Any, domain: Domain, release: Any,
                        labelled: bool, points: bool = False) -> tuple[Any, dict[str, Any]]:
     """The charge, then the workers' ``count`` of their parts, the driver's ``merge`` and ``release``
-    (the mechanism on the merged counts), all inside the charge: (what ``release`` returned, the
-    charge). ``points``: ``count`` counts integer points only, so a feature whose type may hold
+    (the mechanism on the merged counts; with ``merge`` None, ``release(client, the parts' count
+    futures)``, for a mechanism that counts in rounds or by shards), all inside the charge: (what
+    ``release`` returned, the charge). ``points``: ``count`` counts integer points only, so a feature whose type may hold
     other values has them checked on the workers first, before the charge."""
     from pcqr.pipeline.data.arrow_types import integer_by_type
     from pcqr.pipeline.mechanisms.integer_domain import check_integer_values
@@ -368,7 +417,9 @@ def _count_and_release(dataset: Dataset, cluster: str | None, ledger: str | None
             else:
                 parts = [client.submit(load_features, p, dataset.features, pure=False)
                          for p in dataset.parts(PART_ROWS)]
-            counts = client.submit(merge, *[client.submit(count, part, domain, pure=False) for part in parts],
-                                   pure=False).result()
-            released = release(counts)
+            counted = [client.submit(count, part, domain, pure=False) for part in parts]
+            if merge is None:  # the mechanism works on the cluster: the client and the parts' counts
+                released = release(client, counted)
+            else:
+                released = release(client.submit(merge, *counted, pure=False).result())
     return released, charged
