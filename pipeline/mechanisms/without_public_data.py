@@ -334,8 +334,8 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float | None
         return {"params": histogram, "count": partial(hist.shard_counts, shards=shards), "merge": None,
                 "class": "point",
                 "release": lambda client, parts: hist.release_on_cluster(client, parts, histogram, noise, shards),
-                "mechanism": "the stability-based histogram of the values seen (OpenDP's make_count_by and "
-                             "make_laplace_threshold; delta certified by pcqr, not OpenDP's map: issue #2922)",
+                "mechanism": "the stability-based histogram of the values seen (the law of OpenDP's make_count_by "
+                             "and make_laplace_threshold; delta certified by pcqr, not OpenDP's map: issue #2922)",
                 "figures": {"rows_certified": histogram.least_rows()}, "answer": _POINT_ANSWER}
     if algorithm == "san-points":
         from pcqr.pipeline.mechanisms.san_points import SanPointsParameters, san_points
