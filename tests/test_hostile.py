@@ -92,6 +92,8 @@ LEARN_LABEL_PRIVATE = ("learn --algorithm label-private --private {private} --fe
                        "--first-rows 1000 --features-are-public --out {new}/lp.json")
 SANITIZE = "sanitize --algorithm san-points --private {private} --features x0 --domain 0:100 --alpha 0.5 --out {new}/s.parquet"
 SAN_THRESHOLDS = SANITIZE.replace("san-points", "san-thresholds")
+HISTOGRAM = "sanitize --algorithm histogram --private {private} --features x0 --domain 0:100 --out {new}/h.parquet"
+CDF = "sanitize --algorithm cdf --private {private} --features x0 --domain 0:100 --out {new}/c.parquet"
 RELEASE = ("release --private {private} --public {public} --features x0 --hypothesis threshold --delta 1e-6 "
            "--alpha 0.3 --out {new}/t.parquet")
 
@@ -442,6 +444,35 @@ CASES = [
          SAN_THRESHOLDS.replace("{private}", "{bad}").replace("--alpha 0.5", "--alpha 0.9 --epsilon 400"),
          "p.parquet", "'x0'", mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
     case("sanitize-thresholds-beta-zero", SAN_THRESHOLDS + " --beta 0", "--beta"),
+    # sanitize --algorithm histogram (the stability-based histogram, issue 31)
+    case("sanitize-histogram-too-few-rows", HISTOGRAM + " --alpha 0.0001", "--algorithm histogram", "needs at least"),
+    case("sanitize-histogram-alpha-two", HISTOGRAM + " --alpha 2", "--alpha"),
+    case("sanitize-histogram-beta-zero", HISTOGRAM + " --beta 0", "--beta"),
+    case("sanitize-histogram-delta-one", HISTOGRAM + " --delta 1", "--delta"),
+    case("sanitize-histogram-epsilon-negative", HISTOGRAM + " --epsilon -1", "--epsilon"),
+    case("sanitize-histogram-domain-missing", HISTOGRAM.replace(" --domain 0:100", ""), "--domain"),
+    case("sanitize-histogram-domain-inverted", HISTOGRAM.replace("0:100", "9:1"), "--domain 9:1"),
+    case("sanitize-histogram-two-features", HISTOGRAM.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("sanitize-histogram-features-unknown", HISTOGRAM.replace("x0", "x9"), "x9"),
+    case("sanitize-histogram-out-under-file", HISTOGRAM.replace("{new}/h.parquet", "{afile}/h.parquet"), "afile"),
+    case("sanitize-histogram-seed-without-insecure", HISTOGRAM + " --seed 3", "--insecure-seed"),
+    case("sanitize-histogram-data-floats", HISTOGRAM, "'x0'", "not integers"),
+    # sanitize --algorithm cdf (noisy counts on a pruned 16-ary tree, issue 31)
+    case("sanitize-cdf-alpha-given", CDF + " --alpha 0.01", "--alpha is not used by --algorithm cdf"),
+    case("sanitize-cdf-beta-given", CDF + " --beta 0.1", "--beta is not used by --algorithm cdf"),
+    case("sanitize-cdf-epsilon-zero", CDF + " --epsilon 0", "--epsilon"),
+    case("sanitize-cdf-epsilon-inf", CDF + " --epsilon inf", "--epsilon"),
+    case("sanitize-cdf-delta-zero", CDF + " --delta 0", "--delta"),
+    case("sanitize-cdf-domain-text", CDF.replace("0:100", "0:x"), "--domain"),
+    case("sanitize-cdf-domain-too-wide", CDF.replace("0:100", "0:9007199254740993"), "--domain", "2^53"),
+    case("sanitize-cdf-two-features", CDF.replace("x0", "x0,x1"), "ONE feature", "--features"),
+    case("sanitize-cdf-features-weight", CDF.replace("x0", "weight"), "weight"),
+    case("sanitize-cdf-out-under-file", CDF.replace("{new}/c.parquet", "{afile}/c.parquet"), "afile"),
+    case("sanitize-cdf-seed-without-insecure", CDF + " --seed 3", "--insecure-seed"),
+    case("sanitize-cdf-data-empty", CDF.replace("{private}", "{bad}"), "no rows",
+         mutate=lambda w: w.paths.__setitem__("bad", w.parquet("bad", threshold_data(0)))),
+    case("sanitize-cdf-data-nan", CDF.replace("{private}", "{bad}"), "p.parquet", "'x0'",
+         mutate=private_with(lambda c: c["x0"].__setitem__(5, np.nan))),
     # distill: the public log only
     case("distill-log-missing", "distill --log {root}/nothing --out {new}/s.json", "nothing"),
     case("distill-log-answers-flipped", "distill --log {log} --out {new}/s.json", "--log", "altered",

@@ -24,7 +24,7 @@ from pcqr.pipeline.data.datasets import Dataset, load_features, open_dataset, sp
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
-from pcqr.pipeline.privacy.subsamp import check_fraction
+from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
 #: The learners :func:`learn_without_public_data` runs, and the sanitizers :func:`sanitize` runs.
 LEARNERS = ("point", "learn-thresholds", "rectangle", "label-private")
@@ -316,6 +316,7 @@ def _sanitizer(algorithm: str, epsilon: float, delta: float, alpha: float | None
     if algorithm == "cdf":
         from pcqr.pipeline.mechanisms import hierarchical_cdf as tree
 
+        check_epsilon_delta(epsilon, delta)  # delta is not spent, but a request outside (0, 1) is a mistake
         cdf = tree.CdfParameters.create(epsilon, rows, domain)
         return {"params": cdf, "count": tree.offset_counts, "merge": None, "class": "threshold",
                 "release": lambda client, parts: tree.synthetic_cdf(
