@@ -80,3 +80,29 @@ def test_refused_in_one_line_before_any_row_is_read_or_budget_spent(tmp_path, ca
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists() and _charges(ledger) == []
+
+
+def test_pcqr_plan_reports_both(capsys) -> None:
+    """pcqr plan --without-public-data: the histogram's least certified m (create accepts it, m - 1 is
+    refused) and far below SanPoints'; the CDF's 8 levels of scale 16 over 2^32 values, 14 over a
+    2^53-wide domain, pure."""
+    import json
+
+    import pytest
+
+    from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.mechanisms.stable_histogram import HistogramParameters
+
+    assert main(["plan", "--without-public-data", "--epsilon", "1", "--alpha", "0.01", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]
+    certified = plan["histogram"]["rows_certified"]["value"]
+    HistogramParameters.create(1.0, 1e-6, 0.01, 0.05, certified)
+    with pytest.raises(PcqrError, match=f"needs at least {certified:,} rows"):
+        HistogramParameters.create(1.0, 1e-6, 0.01, 0.05, certified - 1)
+    assert 100 * certified < plan["san_points"]["rows_certified"]["value"]
+    assert plan["histogram"]["threshold"]["value"] == 28 and plan["histogram"]["proven_delta"]["value"] <= 1e-6
+    assert plan["cdf"]["levels"]["value"] == 8 and plan["cdf"]["noise_scale"]["value"] == 16.0
+    assert main(["plan", "--without-public-data", "--epsilon", "2", "--alpha", "0.01", "--domain",
+                 "-9007199254740991:9007199254740991", "--json"]) == 0
+    wide = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithms"]["cdf"]
+    assert wide["levels"]["value"] == 14 and wide["noise_scale"]["value"] == 14.0

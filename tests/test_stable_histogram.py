@@ -12,7 +12,6 @@ import pytest
 from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.stable_histogram import (
     HistogramParameters, _opendp_threshold, conditional_noise, least_threshold, release_shards, shard_of,
     stable_histogram,
@@ -60,8 +59,8 @@ def test_every_tiny_neighbour_pair_is_within_the_certificate_and_the_worst_reach
     divergence sum_o max(0, P(o | S) - e^eps P(o | S')) over the enumerated outputs, plus the mass
     beyond the window, is at most the certified delta; the worst pair reaches 99% of it (the
     certificate is tight: a value seen once, released only on one side)."""
-    scale = noise_scale(epsilon, 2)  # create()'s calibration, without its refusal of 3 rows for utility
-    params = HistogramParameters(epsilon, delta, 0.9, 0.5, 3, scale, least_threshold(scale, delta))
+    params = HistogramParameters.calibrated(epsilon, delta, 0.9, 0.5, 3)  # create() refuses 3 rows for utility
+    assert params.scale == 2 / epsilon
     certified = params.certificate()
     assert certified["proven_epsilon"] == epsilon and certified["proven_delta"] <= delta
     beyond = 3 * laplace_tail(WINDOW - 3, params.scale)  # values past the window, any key

@@ -66,6 +66,7 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
     except (PcqrError, OverflowError, ValueError) as exc:
         san_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_san)}
     san_thr_figures = san_thresholds_figures(epsilon, delta, alpha, beta, thresholds_domain)
+    histogram_figures, cdf_figures = practical_figures(epsilon, delta, alpha, beta, thresholds_domain)
     src_thr = "002 Thm 3.18, Fig. 5 (pcqr learn --algorithm learn-thresholds)"
     try:
         rec = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1)
@@ -100,11 +101,38 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
                 "paper_rows": fig(show_count(paper_rows(epsilon, delta, alpha, beta)), "exact", src_point + ", as stated"),
             },
             "choosing": choosing_figures,
+            "histogram": histogram_figures,
+            "cdf": cdf_figures,
             "san_points": san_figures,
             "san_thresholds": san_thr_figures,
             "learn_thresholds": thr_figures,
             "rectangle": box_figures,
         },
+    }
+
+
+def practical_figures(epsilon: float, delta: float, alpha: float, beta: float,
+                       domain: Domain) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The practitioner's sanitizers (issue 31): the stable histogram's threshold, delta and the least
+    m whose every point query is within alpha (with probability 1 - beta); the hierarchical CDF's
+    levels, noise and the noise's sd at one threshold (its error is measured, not certified)."""
+    from pcqr.pipeline.mechanisms.hierarchical_cdf import CdfParameters
+    from pcqr.pipeline.mechanisms.stable_histogram import HistogramParameters
+
+    src_h = "pcqr sanitize --algorithm histogram (docs/privacy.md, the stable histogram)"
+    least = HistogramParameters.calibrated(epsilon, delta, alpha, beta, 1).least_rows()
+    histogram = HistogramParameters.create(epsilon, delta, alpha, beta, least)
+    src_c = "pcqr sanitize --algorithm cdf (docs/privacy.md, the hierarchical CDF)"
+    cdf = CdfParameters.create(epsilon, 1, domain)
+    return {
+        "threshold": fig(histogram.threshold, "exact", "the least tau with P(Z >= tau - 1) <= delta, Z ~ DLap(2/eps)"),
+        "proven_delta": fig(histogram.certificate()["proven_delta"], "exact", "P(Z >= tau - 1) + the tail sampler's"),
+        "rows_certified": fig(least, "exact", src_h + ": the least m with (tau + t)/m <= alpha, m P(|Z| >= t) <= beta"),
+    }, {
+        "levels": fig(cdf.levels, "exact", "ceil(bits of the domain / 4): a 16-ary tree"),
+        "noise_scale": fig(cdf.scale, "exact", "2L/eps a node: pure eps-DP, proven_delta 0"),
+        "threshold_noise_sd": fig(round(cdf.noise_sd(), 1), "exact", src_c + ": rows, one threshold's noise; the "
+                                  "largest error over all thresholds measured about 5 of these (benchmarks)"),
     }
 
 
@@ -133,8 +161,8 @@ def without_public_data_plan(vc: int | None, hypothesis: str | None, alpha: floa
                          epsilon: float | None, delta: float, queries_max: int | None, rows_per_model: int | None,
                          private_rows: int | None, growth: int, dimensions: int | None,
                          domain: str | None) -> PlanOutput:
-    """``plan --without-public-data``: the POINT_d learner, the choosing mechanism, SanPoints,
-    SanThresholds and LearnThresholds (pcqr.pipeline.mechanisms.sample_bounds)."""
+    """``plan --without-public-data``: the POINT_d learner, the choosing mechanism, the stable histogram,
+    the hierarchical CDF, SanPoints, SanThresholds and LearnThresholds (pcqr.pipeline.mechanisms.sample_bounds)."""
     if epsilon is None or alpha is None:
         raise PcqrError(f"{'--epsilon' if epsilon is None else '--alpha'} is required with --without-public-data")
     others: tuple[tuple[str, Any], ...] = (("--private-rows", private_rows), ("--rows-per-model", rows_per_model),

@@ -92,17 +92,22 @@ class HistogramParameters:
     def create(cls, epsilon: float, delta: float, alpha: float, beta: float, rows: int) -> HistogramParameters:
         """s = 2/eps (rounded up so that 2/s <= eps exactly) and the least tau whose delta fits; refused
         in one line when m rows cannot answer every point query within alpha (with the least m that can)."""
-        check_epsilon_delta(epsilon, delta)
-        check_fraction(alpha, "--alpha")
-        check_fraction(beta, "--beta")
-        scale = noise_scale(epsilon, SENSITIVITY)
-        params = cls(epsilon, delta, alpha, beta, rows, scale, least_threshold(scale, delta))
+        params = cls.calibrated(epsilon, delta, alpha, beta, rows)
         if rows < 1 or params.error_bound() > alpha:
             least = params.least_rows()
             raise PcqrError(f"--algorithm histogram at eps {epsilon:g}, delta {delta:g}: {rows:,} rows answer every "
                             f"point query within {params.error_bound():.3g}, above --alpha {alpha:g}; it needs at "
                             f"least {least:,} rows (or a larger --alpha)")
         return params
+
+    @classmethod
+    def calibrated(cls, epsilon: float, delta: float, alpha: float, beta: float, rows: int) -> HistogramParameters:
+        """The request checked and calibrated (s, tau), without :meth:`create`'s check of the rows."""
+        check_epsilon_delta(epsilon, delta)
+        check_fraction(alpha, "--alpha")
+        check_fraction(beta, "--beta")
+        scale = noise_scale(epsilon, SENSITIVITY)
+        return cls(epsilon, delta, alpha, beta, rows, scale, least_threshold(scale, delta))
 
     def tail_bound(self) -> int:
         """t: the least integer with m P(|Z| >= t) <= beta (P(|Z| >= t) = 2 P(Z >= t), t >= 1)."""

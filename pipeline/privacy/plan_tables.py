@@ -27,6 +27,8 @@ TITLES = {
     "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class)",
     "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
     "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
+    "histogram": "the stability-based histogram (pcqr sanitize --algorithm histogram): every point query",
+    "cdf": "the hierarchical CDF (pcqr sanitize --algorithm cdf): every threshold query over --domain",
     "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
     "san_thresholds": "SanThresholds (BNS13 Fig. 11): a synthetic database for every threshold query over --domain",
     "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5) over --domain",
