@@ -437,6 +437,37 @@ def san_thresholds_runs(
     return [dict(san_thresholds(seen, counts, params, source)) for _ in range(int(runs))]
 
 
+def histogram_runs(
+    x: np.ndarray, domain: str, epsilon: float, delta: float, runs: int, alpha: float = 0.1, beta: float = 0.05,
+    noise: NoiseSource | None = None,
+) -> list[dict[int, float]]:
+    """``runs`` independent releases of ``pcqr sanitize --algorithm histogram`` on the values ``x`` (one
+    feature), through the workers' counting code and the stable histogram with the parameters the
+    command certifies (refused alike): each run's table as {value: weight}."""
+    from pcqr.pipeline.mechanisms.integer_domain import value_counts
+    from pcqr.pipeline.mechanisms.stable_histogram import HistogramParameters, release_shards
+
+    values, parsed, source = _one_feature_runs(x, domain, runs, noise)
+    params = HistogramParameters.create(epsilon, delta, alpha, beta, int(values.size))
+    seen = value_counts(values[:, None], parsed)
+    return [dict(release_shards([seen], params, source)) for _ in range(int(runs))]
+
+
+def cdf_runs(x: np.ndarray, domain: str, epsilon: float, runs: int,
+             noise: NoiseSource | None = None) -> list[dict[int, float]]:
+    """``runs`` independent releases of ``pcqr sanitize --algorithm cdf`` on the values ``x`` (one
+    feature), through the workers' counting code (ceil(x) clipped to the domain, counted level by
+    level) and the hierarchical CDF with the command's parameters: each run's table as {value: weight};
+    'x <= theta' is the sum of the weights of the values <= theta."""
+    from pcqr.pipeline.mechanisms import hierarchical_cdf as tree
+
+    values, parsed, source = _one_feature_runs(x, domain, runs, noise)
+    params = tree.CdfParameters.create(epsilon, int(values.size), parsed)
+    offsets, counts = tree.offset_counts(values[:, None], parsed)
+    counter = tree.local_counter(offsets, counts, params)
+    return [dict(tree.synthetic_cdf(tree.hierarchical_cdf(counter, params, source))) for _ in range(int(runs))]
+
+
 def _one_feature_runs(x: np.ndarray, domain: str, runs: int,
                       noise: NoiseSource | None) -> tuple[np.ndarray, Domain, NoiseSource]:
     """The checked inputs of a sanitizer's runs: (x as float64, the parsed domain, the noise source)."""

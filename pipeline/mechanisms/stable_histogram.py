@@ -93,6 +93,9 @@ class HistogramParameters:
         """s = 2/eps (rounded up so that 2/s <= eps exactly) and the least tau whose delta fits; refused
         in one line when m rows cannot answer every point query within alpha (with the least m that can)."""
         params = cls.calibrated(epsilon, delta, alpha, beta, rows)
+        proven = params.certificate()["proven_delta"]
+        if proven > delta:  # cannot happen: tau fits delta less the sampler's term; kept as the last word
+            raise PcqrError(f"--algorithm histogram at eps {epsilon:g}, delta {delta:g}: proves only delta {proven:.3g}")
         if rows < 1 or params.error_bound() > alpha:
             least = params.least_rows()
             raise PcqrError(f"--algorithm histogram at eps {epsilon:g}, delta {delta:g}: {rows:,} rows answer every "
@@ -107,7 +110,11 @@ class HistogramParameters:
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
         scale = noise_scale(epsilon, SENSITIVITY)
-        return cls(epsilon, delta, alpha, beta, rows, scale, least_threshold(scale, delta))
+        room = delta - sampler_delta(epsilon, rows)
+        if not room > 0:
+            raise PcqrError(f"--delta {delta:g}: the tail sampler's error over {rows:,} values ((1 + e^eps) m 3e-39) "
+                            "leaves no room for the threshold; use a larger --delta")
+        return cls(epsilon, delta, alpha, beta, rows, scale, least_threshold(scale, room))
 
     def tail_bound(self) -> int:
         """t: the least integer with m P(|Z| >= t) <= beta (P(|Z| >= t) = 2 P(Z >= t), t >= 1)."""
@@ -120,7 +127,7 @@ class HistogramParameters:
     def least_rows(self) -> int:
         """The least m whose :meth:`error_bound` is within alpha (it decreases in m): doubling, then bisection."""
         def fits(m: int) -> bool:
-            return HistogramParameters(**{**self.__dict__, "rows": m}).error_bound() <= self.alpha
+            return self.calibrated(self.epsilon, self.delta, self.alpha, self.beta, m).error_bound() <= self.alpha
 
         high = max(1, math.ceil(self.threshold / self.alpha))
         while not fits(high):
@@ -135,9 +142,8 @@ class HistogramParameters:
         """proven_epsilon (2/s <= eps); delta_threshold = P(Z >= tau - 1) rounded up (module docstring);
         delta_sampler = (1 + e^eps) m TAIL_SAMPLER_ERROR: the release bits of at most m values seen,
         each within TAIL_SAMPLER_ERROR of exact (:class:`DiscreteLaplaceTail`)."""
-        sampler = math.nextafter((1 + math.exp(self.epsilon)) * self.rows * TAIL_SAMPLER_ERROR, math.inf)
         return delta_certificate(self.epsilon, {"threshold": round_up(laplace_tail(self.threshold - 1, self.scale)),
-                                                "sampler": sampler})
+                                                "sampler": sampler_delta(self.epsilon, self.rows)})
 
     def opendp_delta(self) -> float:
         """OpenDP 0.16's own map of ``make_laplace_threshold`` at (L0 2, L1 2, Linf 1): reported, not charged."""
@@ -147,6 +153,11 @@ class HistogramParameters:
     def to_dict(self) -> dict[str, Any]:
         return {"noise_scale": self.scale, "threshold": self.threshold, "error_bound": self.error_bound(),
                 "delta_opendp_map": self.opendp_delta()}
+
+
+def sampler_delta(epsilon: float, rows: int) -> float:
+    """(1 + e^eps) m TAIL_SAMPLER_ERROR, rounded up: the release bits of at most m values seen."""
+    return math.nextafter((1 + math.exp(epsilon)) * rows * TAIL_SAMPLER_ERROR, math.inf)
 
 
 def least_threshold(scale: float, delta: float) -> int:
