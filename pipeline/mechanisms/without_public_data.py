@@ -1,13 +1,15 @@
-"""Beimel-Nissim-Stemmer's jobs on a private dataset, without public data: the POINT_d, THRESH_d, box
+"""The jobs on a private dataset without public data: Beimel-Nissim-Stemmer's POINT_d, THRESH_d, box
 and generic label-private learners (:func:`learn_without_public_data`; ``pcqr learn --algorithm
-point|learn-thresholds|rectangle|label-private``, ``pcqr.learn_without_public_data``) and SanPoints
-and SanThresholds (:func:`sanitize`; ``pcqr sanitize``, ``pcqr.sanitize``).
+point|learn-thresholds|rectangle|label-private``, ``pcqr.learn_without_public_data``), and the
+sanitizers (:func:`sanitize`; ``pcqr sanitize``, ``pcqr.sanitize``): the stable histogram and the
+hierarchical CDF (issue 31), SanPoints and SanThresholds.
 
 Every job runs in the certificate's order: every check that needs no private row (the options, the
 public --domain, the output path, the dataset's metadata: one feature column, its row count) and
 the mechanism's parameters (refused with the nearest certified value) first; then the ledger's
 charge of the proven (eps, delta) before any row is read; then the workers' exact counts of their
-parts (:mod:`pcqr.pipeline.mechanisms.integer_domain`), summed on the driver, and the mechanism,
+parts (:mod:`pcqr.pipeline.mechanisms.integer_domain`), summed on the driver (the histogram: by a
+worker a shard at a time; the CDF: level by level), and the mechanism,
 inside the charge (a failure refunds it); then the released file, written atomically. The driver
 never reads a private row: only the counts (the label-private learner: S1's feature matrix, which the
 user has stated public, and the exponential mechanism's histograms; :mod:`.label_private`).
