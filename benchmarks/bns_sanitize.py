@@ -10,9 +10,9 @@ domain (the released weight against the data's true share; unseen values answer 
 half the rows from floor(2 z), half uniform over [0, 2^32) (heavy hitters and a long tail), eps 1,
 delta 1e-6, for each n the largest error over all point queries, SanPoints (alpha 0.1, or refused
 below its certified size) beside the stability-based histogram, the practical (eps, delta) baseline
-for the same class (noisy counts DLap(2/eps) of the seen values, kept above a threshold tau with 2
-P(Z >= tau - 1) <= delta; replace-one moves two counts; a benchmark-only implementation, not a pcqr
-command). The exponential mechanism over the class of synthetic databases (BLR's SmallDB) chooses
+for the same class (noisy counts DLap(2/eps) of the seen values, kept above a threshold tau with
+P(Z >= tau - 1) <= delta; since issue 31 pcqr's own ``--algorithm histogram``, see
+benchmarks/practical_sanitizers.py). The exponential mechanism over the class of synthetic databases (BLR's SmallDB) chooses
 among |X|^(log|Q| / alpha^2) databases: not computable at a 2^32 domain, so it has no column here.
 
 (3) SanThresholds (``--algorithm san-thresholds``, :func:`bench_thresholds`): the command end to end
@@ -43,17 +43,12 @@ EPSILON, DELTA = 1.0, 1e-6
 
 
 def _stable_histogram(values: np.ndarray, counts: np.ndarray, rows: int, noise: Any) -> dict[int, float]:
-    """The stability-based histogram at (EPSILON, DELTA) under replace-one neighbours: {value: share}."""
-    from pcqr.pipeline.mechanisms.adist import noise_scale
-    from pcqr.pipeline.privacy.stability import laplace_tail
+    """The stability-based histogram at (EPSILON, DELTA): pcqr's own since issue 31 (``pcqr sanitize
+    --algorithm histogram``; the benchmark's copy before it): {value: share}."""
+    from pcqr.pipeline.mechanisms.stable_histogram import HistogramParameters, release_shards
 
-    scale = noise_scale(EPSILON, 2.0)  # two counts move by 1: L1 sensitivity 2
-    tau = 2
-    while 2 * laplace_tail(tau - 1, scale) > DELTA:  # a value seen once in S, never in S', released
-        tau += 1
-    noisy = counts + noise.discrete_laplace_vector(scale, counts.size)
-    kept = noisy >= tau
-    return dict(zip(values[kept].tolist(), (np.minimum(noisy[kept], rows) / rows).tolist()))
+    params = HistogramParameters.calibrated(EPSILON, DELTA, 0.1, 0.05, rows)
+    return dict(release_shards([(values, counts)], params, noise))
 
 
 def _largest_error(estimates: dict[int, float], values: np.ndarray, counts: np.ndarray, rows: int) -> float:

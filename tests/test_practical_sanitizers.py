@@ -11,11 +11,16 @@ from pcqr.pipeline.models.synthetic import read_synthetic
 from tests.test_sanitize import HEAVY, _charges, _last_json, _private, _thresholds_private
 
 
-def test_histogram_answers_every_point_query_within_its_bound(tmp_path, capsys, thread_cluster_yaml) -> None:
-    """The default algorithm on 200,000 rows (four heavy values, a tail of light ones), eps 1, delta
+def test_histogram_answers_every_point_query_within_its_bound(tmp_path, capsys, thread_cluster_yaml,
+                                                             monkeypatch) -> None:
+    """The default algorithm on 200,000 rows (four heavy values, a tail of light ones) in 4 shards
+    (SHARD_VALUES lowered to 60,000: each merged by a worker from the parts' picked pieces), eps 1, delta
     1e-6: charged (1, proven_delta) once, proven_delta (the terms summed, rounded up) <= 1e-6; the
     heavy values released; every point query asked (heavy, light, unseen, the domain's ends) within
     the summary's error_bound (6.5e-4 here) of its true share."""
+    from pcqr.pipeline.mechanisms import stable_histogram
+
+    monkeypatch.setattr(stable_histogram, "SHARD_VALUES", 60_000)
     private, truth = _private(tmp_path)
     ledger = str(tmp_path / "ledger.sqlite")
     out = str(tmp_path / "points.parquet")

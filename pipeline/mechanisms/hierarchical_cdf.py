@@ -118,7 +118,8 @@ class CdfParameters:
         """The standard deviation, in rows, of the noise in the estimate of a threshold at a leaf's
         end along a path expanded to level L, worst over the children taken at each level: top-down
         consistency gives a level's j left children of an estimate with error e the error
-        (j/b) e + sum_{i<j} Z_i - (j/b) sum_i Z_i, of variance (j/b)^2 V + 2 s^2 j (b - j) / b."""
+        (j/b) e + sum_{i<j} Z_i - (j/b) sum_i Z_i, of variance (j/b)^2 V + Var(Z) j (b - j) / b
+        (the root, m, is exact: V starts at 0)."""
         q = math.exp(-1 / self.scale)
         b, var_z = self.branching, 2 * q / (1 - q) ** 2  # Var DLap(s)
         variance = 0.0

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -70,8 +70,8 @@ from pcqr.pipeline.privacy.subsamp import (
 
 #: Replace-one moves two counts by one each: the counts' L1 (and L0) sensitivity.
 SENSITIVITY = 2
-#: Values per shard the driver thresholds at a time (its memory is one shard's counts, not all).
-SHARD_VALUES = 1 << 20
+#: Rows per shard: the driver thresholds one shard's counts at a time (at most this many values).
+SHARD_VALUES = 1 << 22
 #: 2^64 / golden ratio: the multiplier of the public hash that spreads values over shards.
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -199,7 +199,9 @@ def shard_counts(X: np.ndarray, domain: Domain, shards: int) -> list[tuple[np.nd
     split into ``shards`` by :func:`shard_of`, each sorted."""
     values, counts = value_counts(X, domain)
     where = shard_of(values, shards)
-    return [(values[where == s], counts[where == s]) for s in range(shards)]
+    order = np.argsort(where, kind="stable")  # by shard, each shard's values still sorted
+    edges = np.searchsorted(where[order], np.arange(1, shards, dtype=where.dtype))
+    return list(zip(np.split(values[order], edges), np.split(counts[order], edges)))
 
 
 def stable_histogram(values: np.ndarray, counts: np.ndarray, params: HistogramParameters,
@@ -257,18 +259,22 @@ def shard_number(rows: int) -> int:
     return max(1, math.ceil(rows / SHARD_VALUES))
 
 
-def merge_shard(*pieces: Sequence[tuple[np.ndarray, np.ndarray]], shard: int) -> tuple[np.ndarray, np.ndarray]:
+def merge_shard(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Worker task: one shard's counts, summed over the parts (sorted values)."""
     from pcqr.pipeline.mechanisms.integer_domain import merge_counts
 
-    return merge_counts(*[piece[shard] for piece in pieces])
+    return merge_counts(*pieces)
 
 
 def release_on_cluster(client: Any, part_counts: list[Any], params: HistogramParameters,
                        noise: NoiseSource, shards: int) -> list[tuple[int, float]]:
-    """The driver's side: each shard merged by a worker, then thresholded here, one at a time."""
+    """The driver's side: each shard's pieces picked from the parts (so a worker fetches only the
+    shard it merges), merged by a worker, then thresholded here, one shard at a time."""
+    from operator import getitem
+
     def merged() -> Iterable[tuple[np.ndarray, np.ndarray]]:
-        futures = [client.submit(merge_shard, *part_counts, shard=s, pure=False) for s in range(shards)]
+        futures = [client.submit(merge_shard, *[client.submit(getitem, part, s, pure=False) for part in part_counts],
+                                 pure=False) for s in range(shards)]
         for future in futures:
             yield future.result()
             future.release()
