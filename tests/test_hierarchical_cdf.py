@@ -14,9 +14,9 @@ from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.hierarchical_cdf import (
-    CdfParameters, children, expanded, hierarchical_cdf, level_counts, local_counter, merge_level, offset_counts,
-    synthetic_cdf,
+    CdfParameters, children, expanded, hierarchical_cdf, level_counts, local_counter, offset_counts, synthetic_cdf,
 )
+from pcqr.pipeline.mechanisms.integer_domain import merge_counts
 from pcqr.pipeline.mechanisms.integer_domain import Domain
 from pcqr.pipeline.privacy.noise import SeededNoise, discrete_laplace_pmf
 from tests.conftest import P_FAIL
@@ -202,7 +202,7 @@ def test_the_workers_counts_summed_over_parts_are_the_whole_datas() -> None:
     for level in range(1, params.levels + 1):
         for parents in (np.array([0], np.uint64), np.arange(4, dtype=np.uint64)):
             whole = level_counts((offsets, counts), parents, params.shift(level), params.branch_bits)
-            merged = merge_level(*[level_counts(h, parents, params.shift(level), params.branch_bits) for h in halves])
+            merged = merge_counts(*[level_counts(h, parents, params.shift(level), params.branch_bits) for h in halves])
             assert all(np.array_equal(a, b) for a, b in zip(whole, merged))
 
 

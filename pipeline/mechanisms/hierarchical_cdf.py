@@ -50,7 +50,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
-from pcqr.pipeline.mechanisms.integer_domain import Domain, ceiling_counts
+from pcqr.pipeline.mechanisms.integer_domain import Domain, ceiling_counts, merge_counts
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.privacy.subsamp import check_epsilon, delta_certificate
 
@@ -242,16 +242,6 @@ def level_counts(part: tuple[np.ndarray, np.ndarray], parents: np.ndarray, shift
     return ids[starts], np.add.reduceat(counts, starts)
 
 
-def merge_level(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Worker task: the parts' level counts summed per node id (sorted)."""
-    ids = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.uint64)
-    counts = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    merged, inverse = np.unique(ids, return_inverse=True)
-    summed = np.zeros(merged.size, dtype=np.int64)
-    np.add.at(summed, inverse, counts)
-    return merged, summed
-
-
 def local_counter(offsets: np.ndarray, counts: np.ndarray, params: CdfParameters) -> LevelCounter:
     """A :data:`LevelCounter` over counts held in this process (tests, benchmarks)."""
     part = (np.asarray(offsets, dtype=np.uint64), np.asarray(counts, dtype=np.int64))
@@ -264,6 +254,6 @@ def cluster_counter(client: Any, part_counts: list[Any], params: CdfParameters) 
         [shared] = client.scatter([parents], broadcast=True)
         pieces = [client.submit(level_counts, part, shared, params.shift(level), params.branch_bits, pure=False)
                   for part in part_counts]
-        return client.submit(merge_level, *pieces, pure=False).result()
+        return client.submit(merge_counts, *pieces, pure=False).result()
 
     return count_level

@@ -88,10 +88,15 @@ def check_integer_values(part: Part, feature: str) -> None:
 
 
 def merge_counts(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The parts' counts summed per value (sorted values; exact: integer sums)."""
-    values = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    counts = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    merged, inverse = np.unique(values, return_inverse=True)
-    summed = np.zeros(merged.shape[0], dtype=np.int64)
-    np.add.at(summed, inverse, counts)
-    return merged, summed
+    """The parts' counts summed per value (sorted values, of the pieces' dtype; exact: integer sums).
+    One stable sort and a segmented sum (``np.add.at`` was most of a 10^8-row merge)."""
+    if not pieces:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    values = np.concatenate([p[0] for p in pieces])
+    counts = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in pieces])
+    if not values.size:
+        return values, counts
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    starts = np.flatnonzero(np.concatenate([[True], values[1:] != values[:-1]]))
+    return values[starts], np.add.reduceat(counts, starts)
