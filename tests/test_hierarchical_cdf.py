@@ -134,8 +134,8 @@ class _NoNoise:
 
     private = False
 
-    def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
-        return np.zeros(size, dtype=np.int64)
+    def laplace_mechanism(self, values: np.ndarray, scale: float) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64).copy()
 
 
 def _threshold_error(table: list[tuple[int, float]], values: np.ndarray, counts: np.ndarray) -> float:

@@ -13,7 +13,7 @@ from scipy import stats
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.stable_histogram import (
-    HistogramParameters, _opendp_threshold, conditional_noise, least_threshold, release_shards, shard_of,
+    HistogramParameters, _opendp_threshold, conditional_release, least_threshold, release_shards, shard_of,
     stable_histogram,
 )
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf
@@ -123,19 +123,29 @@ def test_each_sampler_draws_the_law_the_certificate_is_about(sampler) -> None:
         assert _chi_square(seen[i], expected, trials) > P_FAIL / 3, (sampler, count, seen[i])
 
 
-def test_conditional_noise_is_the_tail_of_the_discrete_laplace() -> None:
-    """Z given Z >= a for a = 3 (the memoryless geometric side) and a = -2 (rejection): 20,000 draws
-    each against the exact conditional law, Pearson's test, false-failure rate P_FAIL each."""
-    scale, trials = 1.5, 20_000
-    noise = SeededNoise(4)
-    for a in (3, -2):
-        draws = conditional_noise(np.full(trials, a), scale, noise)
-        assert draws.min() >= a
-        support = np.arange(a, a + 40)
-        pmf = discrete_laplace_pmf(support, scale) / laplace_tail_exact(a, scale)
+@pytest.mark.parametrize("noise_factory", [lambda: SeededNoise(4), SecureNoise], ids=["seeded", "secure"])
+def test_conditional_release_is_the_tail_of_the_noisy_count(noise_factory) -> None:
+    """c + Z given c + Z >= tau at tau 5 for c = 2 (below tau: the memoryless geometric side) and
+    c = 7 (rejection): 5,000 draws each, from the seeded and the secure source (OpenDP's mechanism on
+    the bases), against the exact conditional law, Pearson's test, false-failure rate P_FAIL each."""
+    scale, trials, tau = 1.5, 5_000, 5
+    noise = noise_factory()
+    for count in (2, 7):
+        draws = conditional_release(np.full(trials, count), tau, scale, noise)
+        assert draws.min() >= tau
+        support = np.arange(tau, tau + 40)
+        pmf = discrete_laplace_pmf(support - count, scale) / laplace_tail_exact(tau - count, scale)
         values, seen = np.unique(draws, return_counts=True)
         assert _chi_square(dict(zip(values.tolist(), seen.tolist())), dict(zip(support.tolist(), pmf.tolist())),
                            trials) > P_FAIL / 2
+
+
+def test_the_secure_mechanism_adds_the_noise_inside_opendp_at_any_count() -> None:
+    """SecureNoise.laplace_mechanism on counts near 2^40 (beyond OpenDP's default 32-bit integers):
+    each output is its count plus noise of the scale's size, not a saturated value."""
+    counts = np.array([2**40, 2**40 + 7, 3], dtype=np.int64)
+    noisy = SecureNoise().laplace_mechanism(counts, 2.0)
+    assert noisy.dtype == np.int64 and np.abs(noisy - counts).max() < 200
 
 
 def test_rows_certified_is_the_least_m_within_alpha_and_fewer_are_refused_in_one_line() -> None:

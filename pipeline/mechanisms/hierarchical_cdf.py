@@ -60,6 +60,8 @@ BRANCH_BITS = 4
 EXPAND_SCALES = 4
 #: At most this many nodes are expanded at one level (the largest noisy counts): 2^20 measured a level.
 MAX_EXPANDED = 1 << 16
+#: The largest noise scale (2^52): the consistency step computes in float64, exact for integers to 2^53.
+MAX_SCALE = float(2**52)
 #: Replace-one moves one row out of one node and into another, at every level.
 LEVEL_SENSITIVITY = 2
 
@@ -86,6 +88,11 @@ class CdfParameters:
         """L = ceil(bits(N - 1) / branch_bits) levels and s = 2L/eps; ``expand_at`` (default 4 s) and
         ``max_expanded`` shape the tree only (utility and work, not privacy)."""
         check_epsilon(epsilon)
+        levels = max(1, math.ceil((domain.size - 1).bit_length() / branch_bits))
+        if LEVEL_SENSITIVITY * levels / epsilon > MAX_SCALE:
+            least = LEVEL_SENSITIVITY * levels / MAX_SCALE
+            raise PcqrError(f"--epsilon {epsilon:g}: the tree's noise scale 2L/eps would pass 2^52 rows, where a count "
+                            f"and its noise are no longer exact as floats; --epsilon must be at least {least * 1.001:.3g}")
         if rows < 1:
             raise PcqrError("--algorithm cdf needs at least one private row")
         levels = max(1, math.ceil((domain.size - 1).bit_length() / branch_bits))
@@ -120,8 +127,8 @@ class CdfParameters:
         consistency gives a level's j left children of an estimate with error e the error
         (j/b) e + sum_{i<j} Z_i - (j/b) sum_i Z_i, of variance (j/b)^2 V + Var(Z) j (b - j) / b
         (the root, m, is exact: V starts at 0)."""
-        q = math.exp(-1 / self.scale)
-        b, var_z = self.branching, 2 * q / (1 - q) ** 2  # Var DLap(s)
+        q, gap = math.exp(-1 / self.scale), -math.expm1(-1 / self.scale)  # gap = 1 - q, exact for a large s
+        b, var_z = self.branching, 2 * q / gap**2  # Var DLap(s)
         variance = 0.0
         for _ in range(self.levels):
             variance = max((j / b) ** 2 * variance + var_z * j * (b - j) / b for j in range(1, b + 1))
@@ -181,7 +188,7 @@ def hierarchical_cdf(count_level: LevelCounter, params: CdfParameters, noise: No
             if (at >= measured.size).any() or (measured[np.minimum(at, measured.size - 1)] != seen_ids).any():
                 raise ValueError(f"level {level}: counted nodes that are not children of the expanded ones")
             exact[at] = seen_counts
-        noisy = exact + noise.discrete_laplace_vector(params.scale, measured.size)
+        noisy = noise.laplace_mechanism(exact, params.scale)
         release.ids.append(measured)
         release.noisy.append(noisy)
         parents = expanded(params, measured, noisy) if level < params.levels else np.zeros(0, np.uint64)

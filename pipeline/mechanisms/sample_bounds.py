@@ -120,15 +120,22 @@ def practical_figures(epsilon: float, delta: float, alpha: float, beta: float,
     from pcqr.pipeline.mechanisms.stable_histogram import HistogramParameters
 
     src_h = "pcqr sanitize --algorithm histogram (docs/privacy.md, the stable histogram)"
-    least = HistogramParameters.calibrated(epsilon, delta, alpha, beta, 1).least_rows()
-    histogram = HistogramParameters.create(epsilon, delta, alpha, beta, least)
+    try:
+        least = HistogramParameters.calibrated(epsilon, delta, alpha, beta, 1).least_rows()
+        histogram = HistogramParameters.create(epsilon, delta, alpha, beta, least)
+        histogram_figures = {
+            "threshold": fig(histogram.threshold, "exact", "the least tau with P(Z >= tau - 1) <= delta, Z ~ DLap(2/eps)"),
+            "proven_delta": fig(histogram.certificate()["proven_delta"], "exact", "P(Z >= tau - 1) + the tail sampler's"),
+            "rows_certified": fig(least, "exact", src_h + ": the least m with (tau + t)/m <= alpha, m P(|Z| >= t) <= beta"),
+        }
+    except (PcqrError, OverflowError, ValueError) as exc:
+        histogram_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_h)}
     src_c = "pcqr sanitize --algorithm cdf (docs/privacy.md, the hierarchical CDF)"
-    cdf = CdfParameters.create(epsilon, 1, domain)
-    return {
-        "threshold": fig(histogram.threshold, "exact", "the least tau with P(Z >= tau - 1) <= delta, Z ~ DLap(2/eps)"),
-        "proven_delta": fig(histogram.certificate()["proven_delta"], "exact", "P(Z >= tau - 1) + the tail sampler's"),
-        "rows_certified": fig(least, "exact", src_h + ": the least m with (tau + t)/m <= alpha, m P(|Z| >= t) <= beta"),
-    }, {
+    try:
+        cdf = CdfParameters.create(epsilon, 1, domain)
+    except PcqrError as exc:
+        return histogram_figures, {"levels": fig(f"none ({exc})", "exact", src_c)}
+    return histogram_figures, {
         "levels": fig(cdf.levels, "exact", "ceil(bits of the domain / 4): a 16-ary tree"),
         "noise_scale": fig(cdf.scale, "exact", "2L/eps a node: pure eps-DP, proven_delta 0"),
         "threshold_noise_sd": fig(round(cdf.noise_sd(), 1), "exact", src_c + ": rows, one threshold's noise; the "

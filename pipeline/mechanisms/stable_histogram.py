@@ -17,8 +17,8 @@ discrete Laplace for every value seen, about 10 us each on this machine: 17 minu
 values of a 10^8-row table. pcqr draws the same law in two steps: the bit "released", Z_v >= tau -
 c(v), for every value from :class:`pcqr.pipeline.privacy.noise.DiscreteLaplaceTail` (the sparse
 vector's tail sampler: a 128-bit comparison, within TAIL_SAMPLER_ERROR = 3e-39 of the exact
-probability), then, for the released values only, Z_v given Z_v >= tau - c(v), exactly, by
-rejection from OpenDP's exact sampler (:func:`conditional_noise`). The two laws are within total
+probability), then, for the released values only, c(v) + Z_v given c(v) + Z_v >= tau, exactly, by
+rejection from OpenDP's Laplace mechanism (:func:`conditional_release`). The two laws are within total
 variation m x 3e-39, charged as ``delta_sampler``; ``test_stable_histogram`` checks both samplers
 against the exact law on the same tiny input.
 
@@ -62,8 +62,10 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.integer_domain import Domain, value_counts
+from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, NoiseSource
 from pcqr.pipeline.privacy.stability import laplace_tail
+from pcqr.pipeline.privacy.tail_window import SCALE_BITS, tail_span
 from pcqr.pipeline.privacy.subsamp import (
     TAIL_SAMPLER_ERROR, check_epsilon_delta, check_fraction, delta_certificate, round_up,
 )
@@ -72,6 +74,8 @@ from pcqr.pipeline.privacy.subsamp import (
 SENSITIVITY = 2
 #: Rows per shard: the driver thresholds one shard's counts at a time (at most this many values).
 SHARD_VALUES = 1 << 22
+#: The largest database :meth:`HistogramParameters.least_rows` searches.
+MAX_ROWS = 10**18
 #: 2^64 / golden ratio: the multiplier of the public hash that spreads values over shards.
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -110,6 +114,10 @@ class HistogramParameters:
         check_fraction(alpha, "--alpha")
         check_fraction(beta, "--beta")
         scale = noise_scale(epsilon, SENSITIVITY)
+        if tail_span(scale) + 2 > MAX_TAIL_ENTRIES:  # the release bits' table (DiscreteLaplaceTail)
+            least = SENSITIVITY * (SCALE_BITS + 2) * math.log(2) / (MAX_TAIL_ENTRIES - 4)
+            raise PcqrError(f"--epsilon {epsilon:g}: the histogram's noise table at scale {scale:.4g} would exceed "
+                            f"{MAX_TAIL_ENTRIES:,} entries; --epsilon must be at least {least * 1.001:.3g}")
         room = delta - sampler_delta(epsilon, rows)
         if not room > 0:
             raise PcqrError(f"--delta {delta:g}: the tail sampler's error over {rows:,} values ((1 + e^eps) m 3e-39) "
@@ -118,7 +126,10 @@ class HistogramParameters:
 
     def tail_bound(self) -> int:
         """t: the least integer with m P(|Z| >= t) <= beta (P(|Z| >= t) = 2 P(Z >= t), t >= 1)."""
-        return least_tail(self.scale, self.beta / (2 * self.rows))
+        bound = self.beta / (2 * self.rows)
+        if not bound > 0:
+            raise PcqrError(f"--beta {self.beta:g} over {self.rows:,} rows: beta / 2m is below a float's range")
+        return least_tail(self.scale, bound)
 
     def error_bound(self) -> float:
         """(tau + t) / m: with probability 1 - beta every point query's error is below it (module docstring)."""
@@ -129,8 +140,11 @@ class HistogramParameters:
         def fits(m: int) -> bool:
             return self.calibrated(self.epsilon, self.delta, self.alpha, self.beta, m).error_bound() <= self.alpha
 
-        high = max(1, math.ceil(self.threshold / self.alpha))
-        while not fits(high):
+        high = max(1, math.ceil(min(self.threshold / self.alpha, 2.0 * MAX_ROWS)))
+        while high > MAX_ROWS or not fits(high):
+            if high > MAX_ROWS:
+                raise PcqrError(f"--alpha {self.alpha:g}: no number of rows up to {MAX_ROWS:.0e} answers every point "
+                                "query within it")
             high *= 2
         low = high // 2
         while low + 1 < high:
@@ -211,34 +225,34 @@ def stable_histogram(values: np.ndarray, counts: np.ndarray, params: HistogramPa
     ``values`` distinct, ``counts`` their positive copies. Drawn in two steps with the law of
     ``make_laplace_threshold`` (module docstring): whether each value is released, the bit
     Z >= tau - c (:class:`DiscreteLaplaceTail`, within TAIL_SAMPLER_ERROR of exact, in time that
-    does not depend on c); then, for the released ones only, Z given Z >= tau - c, exactly
-    (:func:`conditional_noise`)."""
+    does not depend on c); then, for the released ones only, c + Z given c + Z >= tau, exactly
+    (:func:`conditional_release`)."""
     values = np.asarray(values, dtype=np.int64)
     exact = np.asarray(counts, dtype=np.int64)
     if values.shape != exact.shape or (exact.size and exact.min() < 1):
         raise ValueError("counts must be positive, one per value")
-    floor = params.threshold - exact  # released iff Z >= floor
-    released = DiscreteLaplaceTail(params.scale).draw_at_least(floor, noise)
-    return values[released], exact[released] + conditional_noise(floor[released], params.scale, noise)
+    if not values.size:
+        return values, exact
+    released = DiscreteLaplaceTail(params.scale).draw_at_least(params.threshold - exact, noise)
+    return values[released], conditional_release(exact[released], params.threshold, params.scale, noise)
 
 
-def conditional_noise(floors: np.ndarray, scale: float, noise: NoiseSource) -> np.ndarray:
-    """Independent draws of Z given Z >= a, Z ~ DLap(scale), one for each integer a of ``floors``, exact.
+def conditional_release(counts: np.ndarray, threshold: int, scale: float, noise: NoiseSource) -> np.ndarray:
+    """Independent draws of c + Z given c + Z >= tau, Z ~ DLap(scale), one for each c, exact.
 
-    For a >= 1 the tail of DLap is geometric and memoryless: Z given Z >= a is a + (Z' given Z' >= 0).
-    So every draw is Z' given Z' >= min(a, 0) (plus max(a, 0)), by rejection from exact DLap draws
-    (the noise source's: OpenDP's sampler when private), each accepted with probability
-    P(Z' >= min(a, 0)) >= 1/2."""
-    floors = np.asarray(floors, dtype=np.int64)
-    low = np.minimum(floors, 0)
-    drawn = np.zeros(floors.size, dtype=np.int64)
-    pending = np.arange(floors.size)
+    For c < tau the tail of DLap is geometric and memoryless: c + Z given c + Z >= tau has the law of
+    tau + Z given tau + Z >= tau. So each draw is base + Z given base + Z >= tau, base = max(c, tau),
+    by rejection from the noise source's mechanism on the bases (OpenDP's, adding the noise inside
+    it), each accepted with probability P(Z >= min(tau - c, 0)) >= 1/2."""
+    base = np.maximum(np.asarray(counts, dtype=np.int64), threshold)
+    drawn = np.zeros(base.size, dtype=np.int64)
+    pending = np.arange(base.size)
     while pending.size:
-        z = noise.discrete_laplace_vector(scale, pending.size)
-        accepted = z >= low[pending]
-        drawn[pending[accepted]] = z[accepted]
+        y = noise.laplace_mechanism(base[pending], scale)
+        accepted = y >= threshold
+        drawn[pending[accepted]] = y[accepted]
         pending = pending[~accepted]
-    return drawn + np.maximum(floors, 0)
+    return drawn
 
 
 def release_shards(shards: Iterable[tuple[np.ndarray, np.ndarray]], params: HistogramParameters,

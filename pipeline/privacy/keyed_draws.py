@@ -73,6 +73,9 @@ class KeyedWords:
     def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
         raise NotImplementedError("a keyed source draws uniform words only")
 
+    def laplace_mechanism(self, values: np.ndarray, scale: float) -> np.ndarray:
+        raise NotImplementedError("a keyed source draws uniform words only")
+
     def generator_seed(self) -> int:
         raise NotImplementedError("a keyed source seeds no statistical generator")
 

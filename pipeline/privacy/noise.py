@@ -58,6 +58,10 @@ class NoiseSource(Protocol):
     def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
         """``size`` independent draws of the same (int64)."""
 
+    def laplace_mechanism(self, values: np.ndarray, scale: float) -> np.ndarray:
+        """values + Z each, Z ~ DLap(scale) i.i.d. (int64): the noise added to the private values
+        themselves, so that any saturation at the integer type's bounds is post-processing."""
+
     def generator_seed(self) -> int:
         """A 128-bit seed for a numpy Generator used for non-released randomness
         (the subsample assignment, resampling); see :mod:`pcqr.pipeline.models.subsample`."""
@@ -97,6 +101,22 @@ class SecureNoise:
             pool.extend(int(z) for z in self._sampler(scale)([0] * self.POOL))
         taken, pool[-size:] = pool[-size:], []
         return np.array(taken, dtype=np.int64)
+
+    def laplace_mechanism(self, values: np.ndarray, scale: float) -> np.ndarray:
+        """OpenDP's ``make_laplace`` on 64-bit integers, applied to ``values``: exact discrete Laplace
+        noise added inside OpenDP, whose saturating sum (at +-2^63) is post-processing of the exact
+        one. (The draws of :meth:`discrete_laplace_vector` are noise on zeros in OpenDP's default
+        32-bit integers: saturated at +-2^31, which a mechanism that adds them to private values
+        must keep out of reach.)"""
+        values = np.asarray(values, dtype=np.int64)
+        if not values.size:
+            return values.copy()
+        import opendp.prelude as dp
+
+        dp.enable_features("contrib")
+        measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"),
+                                        scale=float(scale))
+        return np.asarray(measurement(values.tolist()), dtype=np.int64)
 
     def _sampler(self, scale: float) -> Any:
         sampler = self._samplers.get(scale)
@@ -142,6 +162,10 @@ class SeededNoise:
     def discrete_laplace_vector(self, scale: float, size: int) -> np.ndarray:
         p = -math.expm1(-1.0 / scale)
         return (self._rng.geometric(p, size) - self._rng.geometric(p, size)).astype(np.int64)
+
+    def laplace_mechanism(self, values: np.ndarray, scale: float) -> np.ndarray:
+        values = np.asarray(values, dtype=np.int64)
+        return values + self.discrete_laplace_vector(scale, values.size)
 
     def generator_seed(self) -> int:
         return int(self._rng.integers(0, 2**63))
