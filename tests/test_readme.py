@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
+
+from tests.forked_pcqr import ForkedPcqr
 
 from pcqr.jobs.cli import pcqr
 
@@ -86,14 +86,6 @@ def test_each_readme_command_parses(line: str) -> None:
     command.make_context(argv[0], list(args))  # raises click's UsageError on anything unknown or missing
 
 
-def _pcqr_on_path(folder: Path) -> str:
-    """A ``pcqr`` executable that runs this checkout with this interpreter: the README's word, verbatim."""
-    script = folder / "pcqr"
-    script.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(ROOT)} exec {shlex.quote(sys.executable)} -m pcqr.jobs.cli \"$@\"\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
 @pytest.mark.slow
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     """The whole README, in order, at its own sizes (the session: 3,000,000 rows, k = 2,500; about a
@@ -101,8 +93,15 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     work, tools = tmp_path / "work", tmp_path / "bin"
     work.mkdir()
     tools.mkdir()
-    env = {**os.environ, "PATH": _pcqr_on_path(tools), "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
+    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
     env.pop("DASK_PCQR__CLUSTER__BACKEND", None)
+    with ForkedPcqr(tools, env, ROOT) as pcqr_on_path:  # each command forked from one preloaded interpreter
+        _run_readme(work, {**env, "PATH": pcqr_on_path.path})
+    assert (work / "answers").is_dir() and (work / "model.json").is_file() and (work / "table.parquet").is_file()
+
+
+def _run_readme(work: Path, env: dict[str, str]) -> None:
+    """Every README command under bash in ``work``: exit 0, no traceback, no warning it does not ask for."""
     for line in readme_commands():
         result = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
@@ -110,4 +109,3 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         warned = [w for w in result.stderr.splitlines() if "warning" in w
                   and not ("--allow-private-overlap" in line and w.endswith("allowed by --allow-private-overlap"))]
         assert "Traceback" not in result.stderr and not warned, f"{line}\n{result.stderr[-3000:]}"
-    assert (work / "answers").is_dir() and (work / "model.json").is_file() and (work / "table.parquet").is_file()

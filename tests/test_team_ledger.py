@@ -342,12 +342,13 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
     import os
     import subprocess
 
-    from tests.test_readme import _pcqr_on_path, block_run_by
+    from tests.forked_pcqr import ForkedPcqr
+    from tests.test_readme import ROOT, block_run_by
 
     host = f"127.0.0.1:{postgres_database.server.port}"
     tools = tmp_path / "bin"
     tools.mkdir()
-    env = {**os.environ, "PATH": _pcqr_on_path(tools), "SUPERUSER_URL": postgres_database.superuser_url,
+    env = {**os.environ, "SUPERUSER_URL": postgres_database.superuser_url,
            "OWNER_URL": f"postgresql://budget_owner:owner-secret@{host}/pcqr_ledger",
            "ALICE_URL": f"postgresql://alice:alice-secret@{host}/pcqr_ledger",
            "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
@@ -359,7 +360,9 @@ def test_the_readme_team_ledger_section_runs_as_written(postgres_database: Any, 
                  "--ledger", env["PCQR_LEDGER"]]) == 0
     script = "set -e\n" + "\n".join(block_run_by("tests/test_team_ledger.py"))
     try:
-        result = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        with ForkedPcqr(tools, env, ROOT) as forked:  # each pcqr forked from one preloaded interpreter
+            result = subprocess.run(["bash", "-c", script], cwd=work, env={**env, "PATH": forked.path},
+                                    capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "Traceback" not in result.stderr and "owner-secret" not in result.stdout + result.stderr
         assert "chained    True" in result.stdout and "problems   0" in result.stdout
