@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from bns_sanitize import threshold_error
 from harness import pcqr, temp_dir, write_cluster_yaml
 
 EPSILON, DELTA = 1.0, 1e-6
@@ -43,17 +44,6 @@ def point_error(released: list[tuple[int, float]], values: np.ndarray, counts: n
     unreleased = np.ones(values.size, bool)
     unreleased[at[found]] = False
     return float(max(errors.max(initial=0.0), truth[unreleased].max(initial=0.0)))
-
-
-def threshold_error(released: list[tuple[int, float]], values: np.ndarray, counts: np.ndarray) -> float:
-    """The largest |share of rows <= theta - weights of the points <= theta| over every integer theta:
-    both are step functions changing only at the values and the points, so those thetas suffice."""
-    points = np.array(sorted(b for b, _ in released), dtype=np.int64)
-    weights = np.array([w for _, w in sorted(released)])
-    thetas = np.unique(np.concatenate([values, values - 1, points, points - 1]))
-    truth = np.concatenate([[0], np.cumsum(counts)])[np.searchsorted(values, thetas, "right")] / counts.sum()
-    answer = np.concatenate([[0.0], np.cumsum(weights)])[np.searchsorted(points, thetas, "right")]
-    return float(np.abs(truth - answer).max())
 
 
 def _points_data(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
