@@ -183,3 +183,10 @@ def test_shards_partition_the_values_by_a_public_hash() -> None:
     where = shard_of(values, 8)
     assert np.array_equal(where, shard_of(values.copy(), 8)) and set(where.tolist()) == set(range(8))
     assert np.array_equal(shard_of(values[::-1], 8), where[::-1])
+
+
+def test_secure_draws_are_64_bit_not_saturated_at_two_to_the_31() -> None:
+    """SecureNoise's draws at scale 10^10 pass 2^31 in magnitude (each with probability about 0.8; all
+    20 below it has probability about 1e-14): OpenDP's Python ``int`` is 32-bit and saturated there."""
+    draws = SecureNoise().discrete_laplace_vector(1e10, 20)
+    assert draws.dtype == np.int64 and np.abs(draws).max() > 2**31

@@ -117,7 +117,7 @@ class CdfParameters:
         import opendp.prelude as dp
 
         dp.enable_features("contrib")
-        measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int),
+        measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"),
                                         scale=self.scale)
         return float(measurement.map(LEVEL_SENSITIVITY)) * self.levels
 
