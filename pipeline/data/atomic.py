@@ -64,8 +64,17 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def refuse_remote(path: str, option: str) -> None:
+    """Refuse an output at a URI (``s3://...``): pcqr writes its outputs on a local file system only
+    so far, and ``os`` would take ``s3://bucket/x`` for a local folder named ``s3:`` (a silently
+    wrong result)."""
+    if "://" in str(path):
+        raise PcqrError(f"{option} {path}: writing to object storage is not supported yet; give a local path")
+
+
 def _check_folder(folder: str, path: str, option: str) -> None:
     """``folder`` (or its nearest existing ancestor) can hold what ``option path`` will write."""
+    refuse_remote(path, option)
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
@@ -89,6 +98,7 @@ def check_writable_directory(path: str, option: str) -> None:
 def check_writable_file(path: str, option: str) -> None:
     """Refuse, before any work (and before any charge), an output file that cannot be written:
     a directory, under a file, or in a read-only folder (nothing is created here)."""
+    refuse_remote(path, option)
     if os.path.isdir(path):
         raise PcqrError(f"{option} {path}: is a directory; give a file path")
     _check_folder(os.path.dirname(os.path.abspath(path)), path, option)

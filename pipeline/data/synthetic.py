@@ -308,7 +308,11 @@ def write_part(part: Part, spec: DatasetSpec, concept: Concept) -> int:
 
 
 def check_out(out: str, overwrite: bool) -> None:
-    """Refuse an ``out`` whose private/queries/truth directory is non-empty, unless overwrite."""
+    """Refuse an ``out`` at a URI (not supported yet), or whose private/queries/truth directory is
+    non-empty, unless overwrite."""
+    from pcqr.pipeline.data.atomic import refuse_remote
+
+    refuse_remote(out, "--out")
     for path in (out, *(os.path.join(out, d) for d in DATASETS)):
         if os.path.exists(path) and not os.path.isdir(path):
             raise PcqrError(f"--out: {path} exists and is not a directory")

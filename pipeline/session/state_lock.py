@@ -176,6 +176,9 @@ def lock_state(state_dir: str, wait: bool, *, create: bool = False, command: str
     ``pcqr answer`` on the same directory, which then proceeds. It is released when the block
     ends or the process dies, however it dies.
     """
+    if "://" in str(state_dir):  # os would make a local folder named "s3:": refused, and never supported
+        raise PcqrError(f"{option} {state_dir}: the state folder holds the session's secret key and its private "
+                        "models, so it stays on a local disk the owner controls; give a local path")
     path = os.path.realpath(os.path.join(state_dir, LOCK_FILE))
     with _held_guard:
         if path in _held:
