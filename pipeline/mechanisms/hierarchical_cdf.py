@@ -149,9 +149,6 @@ class TreeRelease:
     ids: list[np.ndarray] = field(default_factory=list)
     noisy: list[np.ndarray] = field(default_factory=list)
 
-    def measured(self) -> int:
-        return sum(int(a.size) for a in self.ids)
-
 
 def children(params: CdfParameters, level: int, parents: np.ndarray) -> np.ndarray:
     """The ids (sorted) of the children at ``level`` of the given parents (sorted) that meet the domain:

@@ -273,21 +273,16 @@ def shard_number(rows: int) -> int:
     return max(1, math.ceil(rows / SHARD_VALUES))
 
 
-def merge_shard(*pieces: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Worker task: one shard's counts, summed over the parts (sorted values)."""
-    from pcqr.pipeline.mechanisms.integer_domain import merge_counts
-
-    return merge_counts(*pieces)
-
-
 def release_on_cluster(client: Any, part_counts: list[Any], params: HistogramParameters,
                        noise: NoiseSource, shards: int) -> list[tuple[int, float]]:
     """The driver's side: each shard's pieces picked from the parts (so a worker fetches only the
     shard it merges), merged by a worker, then thresholded here, one shard at a time."""
     from operator import getitem
 
+    from pcqr.pipeline.mechanisms.integer_domain import merge_counts
+
     def merged() -> Iterable[tuple[np.ndarray, np.ndarray]]:
-        futures = [client.submit(merge_shard, *[client.submit(getitem, part, s, pure=False) for part in part_counts],
+        futures = [client.submit(merge_counts, *[client.submit(getitem, part, s, pure=False) for part in part_counts],
                                  pure=False) for s in range(shards)]
         for future in futures:
             yield future.result()
