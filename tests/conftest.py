@@ -238,3 +238,39 @@ def _database(postgres_server, owner: str, analyst: str, database: str) -> objec
                            superuser_url=postgres_server.superuser_url.replace("/postgres?", f"/{database}?"),
                            database=database, analyst=more, server=postgres_server, owner=owner,
                            analyst_role=analyst)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """A real S3-compatible server for this pytest process (tests/s3_server.py: moto's server mode on
+    127.0.0.1), stopped at the end. Missing moto skips the test with the reason, except under CI=true,
+    where it fails."""
+    from tests.s3_server import S3Server, find_moto
+
+    why = find_moto()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs an S3-compatible server for the object-storage tests: {why}")
+        pytest.skip(why)
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_BUCKETS = iter(range(10**6))
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A new bucket on the S3 server for this test (tests/s3_server.py's Bucket), with this process's AWS
+    variables pointing at the server (restored after the test), as a user's shell would."""
+    from pcqr.pipeline.data import object_store
+    from tests.s3_server import Bucket
+
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    object_store.configure(None)
+    yield Bucket(s3_server, s3_server.create_bucket(f"pcqr-{os.getpid()}-{next(_BUCKETS)}"))
+    object_store.configure(None)

@@ -2,7 +2,9 @@
 
 Write to a temporary name in the same directory, fsync it, rename it over the
 target (atomic on POSIX), then fsync the directory so the rename itself is
-durable. Temporary names start with ``.`` so dataset readers skip them.
+durable. Temporary names start with ``.`` so dataset readers skip them. At an
+``s3://`` location the object is written in one request
+(:func:`pcqr.pipeline.data.object_store.put`), which has the same property.
 """
 from __future__ import annotations
 
@@ -11,11 +13,15 @@ import os
 import secrets
 import tempfile
 
+from pcqr.pipeline.data import object_store
 from pcqr.pipeline.errors import PcqrError
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+    """Replace ``path`` (a local path or an ``s3://`` URI) with ``data`` atomically and durably."""
+    if object_store.is_uri(path):
+        object_store.put(path, data)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
@@ -64,17 +70,8 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def refuse_remote(path: str, option: str) -> None:
-    """Refuse an output at a URI (``s3://...``): pcqr writes its outputs on a local file system only
-    so far, and ``os`` would take ``s3://bucket/x`` for a local folder named ``s3:`` (a silently
-    wrong result)."""
-    if "://" in str(path):
-        raise PcqrError(f"{option} {path}: writing to object storage is not supported yet; give a local path")
-
-
 def _check_folder(folder: str, path: str, option: str) -> None:
     """``folder`` (or its nearest existing ancestor) can hold what ``option path`` will write."""
-    refuse_remote(path, option)
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
@@ -92,13 +89,19 @@ def check_writable_directory(path: str, option: str) -> None:
     PcqrError
         One line naming the option and the directory.
     """
+    if object_store.is_uri(path):
+        object_store.check_writable(path, option)
+        return
     _check_folder(os.path.abspath(path), path, option)
 
 
 def check_writable_file(path: str, option: str) -> None:
     """Refuse, before any work (and before any charge), an output file that cannot be written:
-    a directory, under a file, or in a read-only folder (nothing is created here)."""
-    refuse_remote(path, option)
+    a directory, under a file, or in a read-only folder; at a URI, a bucket pcqr cannot reach
+    (nothing is created here)."""
+    if object_store.is_uri(path):
+        object_store.check_writable(path, option)
+        return
     if os.path.isdir(path):
         raise PcqrError(f"{option} {path}: is a directory; give a file path")
     _check_folder(os.path.dirname(os.path.abspath(path)), path, option)

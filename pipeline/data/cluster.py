@@ -39,8 +39,10 @@ import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.deploy.cluster import Cluster
+from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.security import Security
 
+from pcqr.pipeline.data import object_store
 from pcqr.pipeline.data.private_folder import PrivateFolder
 from pcqr.pipeline.data.scheduler_file import scheduler_address
 from pcqr.pipeline.data.user_files import CONFIG_LIMIT, read_yaml
@@ -257,6 +259,7 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
         One line naming the file and the key at fault.
     """
     source, data, env, merged = _sources(cluster_path)
+    _configure_storage(source, data)
     overlay = {key: merged[dask.config.canonical_name(key, merged)] for key in {*data, *env}}
     where = _Where(source, env)
     options = _pcqr_options(merged, where)
@@ -276,6 +279,28 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
         raise where.error("tls", "a tls:// address needs the client's certificates: "
                                  "tls: {ca-file, cert, key} (or dask's distributed.comm.tls keys)")
     return ClusterConfig(source, backend, opts, overlay)
+
+
+def _configure_storage(source: Path | None, data: dict[str, Any]) -> None:
+    """The S3 settings for this command: the AWS variables, else the file's ``pcqr: storage:`` keys
+    (:func:`pcqr.pipeline.data.object_store.settings_from`)."""
+    pcqr = data.get("pcqr")
+    keys = pcqr.get("storage") if isinstance(pcqr, dict) else None
+    object_store.configure(object_store.from_file(os.environ, keys, str(source)))
+
+
+class StorageSettings(WorkerPlugin):
+    """Gives each worker the driver's S3 settings (:mod:`pcqr.pipeline.data.object_store`), so that
+    workers on other hosts read and write the bucket as the driver does. The settings travel over
+    the client's connection to the scheduler, as the tasks' data do: use ``tls:`` across hosts."""
+
+    name = "pcqr-storage-settings"
+
+    def __init__(self, settings: object_store.S3Settings) -> None:
+        self.settings = settings
+
+    def setup(self, worker: Any) -> None:
+        object_store.configure(self.settings)
 
 
 def _connect(config: ClusterConfig, stack: ExitStack, key: str, **kwargs: Any) -> Client:
@@ -419,6 +444,8 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
         # a worker's PcqrError: pcqr's one line, no "Compute Failed" block (nor, on the local cluster it
         # closes, its workers' heartbeat failures at shutdown)
         quiet_expected_errors(client, local=config.backend == "local")
+        if any(vars(object_store.current()).values()):
+            client.register_plugin(StorageSettings(object_store.current()))
         _wait_for_workers(config, client)
         if echo is not None and asked:
             link = None

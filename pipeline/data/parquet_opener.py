@@ -23,7 +23,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pcqr.pipeline.data.user_files import file_kind, read_bytes
+from pcqr.pipeline.data import locations
+from pcqr.pipeline.data.locations import filesystem
+from pcqr.pipeline.data.user_files import file_kind
 from pcqr.pipeline.errors import PcqrError
 
 #: The largest Parquet footer (file metadata) pcqr parses: 64 MiB holds the metadata of thousands
@@ -35,16 +37,6 @@ MAX_FOOTER_ITEMS = 1_000_000
 MAX_FILE_BYTES = 8 * 2**30
 #: The endings of the files a dataset folder is made of.
 PARQUET_ENDINGS = (".parquet", ".parq", ".pq")
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The file system of a local path or a URI pyarrow understands, and the path inside it."""
-    if "://" in uri:
-        try:
-            return pafs.FileSystem.from_uri(uri)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-            raise PcqrError(f"{uri}: cannot open ({exc})") from None
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
 def _stat(path: str, shown: str) -> os.stat_result | None:
@@ -189,10 +181,9 @@ def read_parquet(path: str, columns: list[str] | None = None, data: bytes | None
 
 
 def parquet_bytes(path: str, option: str = "log batch") -> bytes:
-    """A local Parquet file's bytes (to hash them and parse the same bytes), read by the one reader of
-    files (:func:`pcqr.pipeline.data.user_files.read_bytes`: a regular file, at most
-    :data:`MAX_FILE_BYTES`)."""
-    return read_bytes(path, option, MAX_FILE_BYTES)
+    """A Parquet file's bytes (to hash them and parse the same bytes), at most :data:`MAX_FILE_BYTES`
+    (:func:`pcqr.pipeline.data.locations.read_bytes`: a local regular file, or an object in storage)."""
+    return locations.read_file(path, option, MAX_FILE_BYTES)
 
 
 def schema_of(path: str) -> pa.Schema:

@@ -34,6 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, as_completed
 
+from pcqr.pipeline.data import locations
+from pcqr.pipeline.data.atomic import check_writable_directory, write_atomic
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.parquet_opener import schema_of
@@ -251,7 +253,7 @@ def plan_parts(spec: DatasetSpec, out: str) -> list[Part]:
         for i, start in enumerate(starts):
             name = f"part-{i:0{width}d}.parquet"
             stop = min(start + spec.rows_per_file, total)
-            parts.append(Part(stream, start, stop, tuple(os.path.join(out, d, name) for d in dirs)))
+            parts.append(Part(stream, start, stop, tuple(locations.join(locations.join(out, d), name) for d in dirs)))
     return parts
 
 
@@ -277,7 +279,14 @@ def iter_rows(spec: DatasetSpec, concept: Concept, stream: str, start: int,
 
 @contextmanager
 def _atomic_writer(path: str, schema: pa.Schema) -> Iterator[Callable[[dict], None]]:
-    """Yield ``write(columns)``, appending a row group to a hidden temp renamed on success."""
+    """Yield ``write(columns)``, appending a row group to a hidden temp renamed on success; at an
+    ``s3://`` location, to a buffer in memory put as one object on success (no local copy)."""
+    if locations.is_uri(path):
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, schema, write_page_checksum=True) as writer:
+            yield lambda columns: writer.write_table(pa.table(columns, schema=schema), row_group_size=BLOCK_ROWS)
+        write_atomic(path, sink.getvalue().to_pybytes())
+        return
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex}")
     try:
@@ -308,15 +317,14 @@ def write_part(part: Part, spec: DatasetSpec, concept: Concept) -> int:
 
 
 def check_out(out: str, overwrite: bool) -> None:
-    """Refuse an ``out`` at a URI (not supported yet), or whose private/queries/truth directory is
-    non-empty, unless overwrite."""
-    from pcqr.pipeline.data.atomic import refuse_remote
-
-    refuse_remote(out, "--out")
-    for path in (out, *(os.path.join(out, d) for d in DATASETS)):
-        if os.path.exists(path) and not os.path.isdir(path):
+    """Refuse an ``out`` whose private/queries/truth folder is not empty, unless overwrite (at an
+    ``s3://`` location: a bucket pcqr cannot write)."""
+    if locations.is_uri(out):
+        check_writable_directory(out, "--out")
+    for path in (out, *(locations.join(out, d) for d in DATASETS)):
+        if not locations.is_uri(path) and os.path.exists(path) and not os.path.isdir(path):
             raise PcqrError(f"--out: {path} exists and is not a directory")
-        if path != out and os.path.isdir(path) and os.listdir(path) and not overwrite:
+        if path != out and locations.names_in(path) and not overwrite:
             raise PcqrError(f"--out: {path} is not empty; pass --overwrite to replace its files")
 
 
@@ -333,10 +341,17 @@ def _first_missing(path: str) -> str | None:
 
 def _remove_stale(out: str, parts: list[Part]) -> None:
     keep = {path for part in parts for path in part.paths}
-    for directory in (os.path.join(out, d) for d in DATASETS):
-        for name in filter(_OURS.fullmatch, os.listdir(directory)):
-            if os.path.join(directory, name) not in keep:
-                os.remove(os.path.join(directory, name))
+    for directory in (locations.join(out, d) for d in DATASETS):
+        for name in filter(_OURS.fullmatch, locations.names_in(directory)):
+            if locations.join(directory, name) not in keep:
+                locations.remove(locations.join(directory, name))
+
+
+def _remove_written(parts: list[Part]) -> None:
+    """After a failed run into object storage: remove the objects this run may have put."""
+    for part in parts:
+        for path in part.paths:
+            locations.remove(path)
 
 
 def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool = False,
@@ -347,12 +362,13 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
     from an earlier run that this run did not rewrite are removed at the end
     (only ``part-*.parquet`` and our temp files; anything else is left alone).
     """
-    out = os.path.abspath(out)
+    out = locations.absolute(out)
     check_out(out, overwrite)
     parts, futures = plan_parts(spec, out), []
-    made = _first_missing(out)  # every folder from here down is this run's: removed if it fails
+    remote = locations.is_uri(out)
+    made = None if remote else _first_missing(out)  # every folder from here down is this run's: removed if it fails
     try:
-        for dataset in DATASETS:
+        for dataset in DATASETS if not remote else ():
             os.makedirs(os.path.join(out, dataset), exist_ok=True)
         concept = concept_from_seed(spec.concept, spec.features, spec.seed,
                                     spec.positive_rate or DEFAULT_POSITIVE_RATE)
@@ -364,6 +380,8 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
         client.cancel(futures)
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
+        if remote and not overwrite:
+            _remove_written(parts)
         if isinstance(error, OSError):
             raise PcqrError(f"--out: cannot write under {out}: {error}") from None
         raise

@@ -8,13 +8,13 @@ those rows, by id) unless the caller allows the overlap.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import check_writable_directory, write_atomic
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import Part, feature_matrix, id_values, open_matching, read_part
@@ -44,7 +44,7 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
 
     hypothesis, features, _ = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
-    if os.path.isdir(out) and os.listdir(out):
+    if locations.names_in(out):
         raise PcqrError(f"--out {out}: directory is not empty")
     check_writable_directory(out, "--out")
     load_cluster_config(cluster)
@@ -57,7 +57,7 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
             table = future.result()
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, write_page_checksum=True)
-            write_atomic(os.path.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
+            write_atomic(locations.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
             total += table.num_rows
     return {"out": out, "predictions": total, "model": model_path,
             **({"allow_private_overlap": True} if allow_private_overlap else {})}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 from typing import Any, Iterator
 
@@ -35,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.datasets import feature_matrix
 from pcqr.pipeline.errors import PcqrError
@@ -68,7 +68,8 @@ _BATCH_FILE = re.compile(r"^batch-(\d{8})\.parquet$")
 
 
 def batch_path(log_dir: str, batch: int) -> str:
-    return os.path.join(log_dir, f"batch-{batch:08d}.parquet")
+    """Batch ``batch``'s file in the log (a local folder or an ``s3://`` prefix)."""
+    return locations.join(log_dir, f"batch-{batch:08d}.parquet")
 
 
 def sha256(data: bytes) -> str:
@@ -138,14 +139,12 @@ def append_batch(log_dir: str, batch: int, data: bytes) -> None:
 
 
 def batch_files(log_dir: str) -> list[tuple[int, str]]:
-    """The log's batch files as (batch number, path), in order."""
-    if not os.path.isdir(log_dir):
-        return []
+    """The log's batch files as (batch number, path), in order ([] when there is no such folder)."""
     found = []
-    for name in os.listdir(log_dir):
+    for name in locations.names_in(log_dir):
         match = _BATCH_FILE.match(name)
         if match:
-            found.append((int(match.group(1)), os.path.join(log_dir, name)))
+            found.append((int(match.group(1)), locations.join(log_dir, name)))
     return sorted(found)
 
 

@@ -29,7 +29,7 @@ session's private state records the hash of the last batch it wrote
 from __future__ import annotations
 
 import json
-import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -37,7 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
+from pcqr.pipeline.data import locations
+from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, PROVENANCE_KEY, SPENDING_SOURCES, batch_files, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, parquet_file, read_parquet
@@ -109,11 +110,11 @@ def verify_log(log_dir: str, expected_last_hash: str | None = None) -> LogReport
     ``log_dir`` is not a directory; every problem of the log itself is in the
     returned report (``ok`` False).
     """
-    if not os.path.isdir(log_dir):
+    if not locations.is_folder(log_dir):
         raise PcqrError(f"{log_dir}: no such log directory")
     files = batch_files(log_dir)
-    names = {os.path.basename(path) for _, path in files}
-    other = sorted(name for name in os.listdir(log_dir) if name not in names)
+    names = {posixpath.basename(path) for _, path in files}
+    other = sorted(name for name in locations.names_in(log_dir) if name not in names)
     problems: list[tuple[int, str]] = []
 
     # 1. batch numbers contiguous from 0
@@ -406,11 +407,11 @@ def _released_model_problems(log_dir: str, batches: dict[int, _Batch]) -> list[t
         record = (b.provenance or {}).get("released_model")
         if not isinstance(record, dict) or "file" not in record:
             continue
-        name = os.path.basename(str(record["file"]))
-        path = os.path.join(log_dir, name)
-        if not os.path.lexists(path):
+        name = posixpath.basename(str(record["file"]))
+        path = locations.join(log_dir, name)
+        if not locations.exists(path):
             return [(n, f"batch {n} is answered by the released model {name}, which is missing")]
-        if sha256(read_bytes(path, "the released model", MODEL_JSON_LIMIT)) != record.get("sha256"):
+        if sha256(locations.read_file(path, "the released model", MODEL_JSON_LIMIT)) != record.get("sha256"):
             return [(n, f"{name} is altered: its SHA-256 differs from the one batch {n} records")]
         return []
     return []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from typing import Any, Iterator
 
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import LOG_WRITE_OPTIONS, PROVENANCE_KEY, batch_files
@@ -84,7 +84,7 @@ def csv_text(answers: pa.Table, rows: int = 100_000) -> Iterator[str]:
 
 def write_replayed(path: str, answers: pa.Table, report: LogReport) -> None:
     """One Parquet file of the answers, with batch 0's provenance and the replay's record."""
-    record = {"log": os.path.abspath(report.log), "batches": report.batches, "queries": report.queries,
+    record = {"log": locations.absolute(report.log), "batches": report.batches, "queries": report.queries,
               "verified": True, "last_sha256": report.last_sha256, "last_vouched": report.last_vouched}
     metadata = {
         PROVENANCE_KEY: json.dumps(report.provenance, sort_keys=True, default=str).encode(),

@@ -9,9 +9,9 @@ log's hash chain is verified before it answers repeats.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.atomic import check_writable_directory
@@ -55,7 +55,7 @@ def check_log_dir(log_dir: str | None, session: SessionState | None) -> str:
         if stored is None:
             raise PcqrError("--log is required: the public directory for the answered-query log")
         return stored
-    if stored is not None and os.path.abspath(log_dir) != os.path.abspath(stored):
+    if stored is not None and locations.absolute(log_dir) != locations.absolute(stored):
         raise PcqrError(f"--log {log_dir}: this session writes its log to {stored}")
     existing = batch_files(log_dir)
     if len(existing) != written:
@@ -195,7 +195,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
         if plan is not None:
             save_models(state, ensemble)
-        session.log_dir = os.path.abspath(log_dir)  # the state works from any directory
+        session.log_dir = locations.absolute(log_dir)  # the state works from any directory
         if skip == 0:
             begin_input(session, queries, identity)
         save_session(state, session)
@@ -276,7 +276,7 @@ def _summary(session: SessionState, counts: ReleaseCounts, *, skip: int, log_dir
     if session.released is not None:
         from pcqr.pipeline.mechanisms.universal import RELEASED_MODEL_FILE
 
-        summary["released_model"] = os.path.join(log_dir, RELEASED_MODEL_FILE)
+        summary["released_model"] = locations.join(log_dir, RELEASED_MODEL_FILE)
     if answering.truth is not None and answered is not None:
         summary["accuracy"], summary["evaluated"] = None, 0  # nothing answered by this run
     return summary

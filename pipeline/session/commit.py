@@ -52,12 +52,22 @@ Cost per batch: one ledger transaction and a few directory fsyncs beyond the one
 of the batch bytes: step 4 hard-links the pending file into the log (the same fsynced bytes) and
 drops its pending name; only where the two folders cannot share a file (another filesystem) are
 the bytes written a second time.
+
+A log in object storage (``--log s3://bucket/prefix``; the state stays on a local disk) keeps every
+step but the fourth, which is a conditional put (:func:`pcqr.pipeline.data.object_store.put_once`,
+``If-None-Match: *``): batch N's key is written once and never replaced. A put that finds the key
+taken (a run killed after its put, before it dropped the pending copy; or a lost reply) compares
+the bytes there with the committed ones: the same bytes are that batch, published; any other bytes
+are refused as an altered log. The ledger stays the authority for what was committed, and the
+hash chain and ``pcqr replay`` verify the log the same way as on a file system. A put is atomic
+(a reader sees no object or the whole one), so there are no temporaries to clean in the bucket.
 """
 from __future__ import annotations
 
 import os
 import re
 
+from pcqr.pipeline.data import locations, object_store
 from pcqr.pipeline.data.atomic import fsync_directory, link_atomic, write_atomic
 from pcqr.pipeline.data.parquet_opener import parquet_bytes
 from pcqr.pipeline.errors import PcqrError
@@ -81,9 +91,20 @@ def publish(state_dir: str, log_dir: str, batch: int, data: bytes) -> None:
     hard-linked into the log (its bytes were fsynced at step 1: nothing is written twice), or a
     copy where the two folders cannot share a file -- then the pending name dropped."""
     staged = pending_path(state_dir, batch)
-    if not link_atomic(staged, batch_path(log_dir, batch)):
+    if locations.is_uri(log_dir):
+        publish_once(log_dir, batch, data)
+    elif not link_atomic(staged, batch_path(log_dir, batch)):
         append_batch(log_dir, batch, data)
     _remove(staged)
+
+
+def publish_once(log_dir: str, batch: int, data: bytes) -> None:
+    """Batch ``batch`` in a log in object storage, under a key written once: a put that finds the key
+    taken accepts the same bytes (this batch, published before) and refuses any other."""
+    published = batch_path(log_dir, batch)
+    if not object_store.put_once(published, data) and sha256(parquet_bytes(published)) != sha256(data):
+        raise PcqrError(f"{published}: differs from the batch this session committed (altered log?); "
+                        "see pcqr replay")
 
 
 def recover(state_dir: str, log_dir: str | None, pending_batch: int | None, last_hash: str) -> str | None:
@@ -96,7 +117,7 @@ def recover(state_dir: str, log_dir: str | None, pending_batch: int | None, last
     if pending_batch is not None and log_dir is not None:
         published = batch_path(log_dir, pending_batch)
         staged = pending_path(state_dir, pending_batch)
-        if os.path.exists(published):
+        if locations.exists(published):
             if sha256(parquet_bytes(published)) != last_hash:
                 raise PcqrError(
                     f"{published}: differs from the batch this session committed (altered log?); "
@@ -106,14 +127,17 @@ def recover(state_dir: str, log_dir: str | None, pending_batch: int | None, last
             data = parquet_bytes(staged, "staged log batch")
             if sha256(data) != last_hash:
                 raise PcqrError(f"{staged}: does not match the session's committed batch hash")
-            append_batch(log_dir, pending_batch, data)
+            if locations.is_uri(log_dir):
+                publish_once(log_dir, pending_batch, data)
+            else:
+                append_batch(log_dir, pending_batch, data)
             note = f"recovered batch {pending_batch}: committed before the previous run stopped, now in the log"
         else:
             raise PcqrError(
                 f"{log_dir}: batch {pending_batch} was committed but is neither in the log nor pending"
             )
     _clean(os.path.join(state_dir, PENDING_DIR), keep=None)  # uncommitted batches: never public
-    if log_dir is not None:
+    if log_dir is not None and not locations.is_uri(log_dir):
         _clean(log_dir, keep=None, only_temporary=True)
     return note
 

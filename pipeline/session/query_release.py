@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from distributed import Client, Future
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
@@ -164,8 +164,8 @@ class UniversalSwitch:
 
         record = self.session.released
         assert record is not None and self.session.log_dir is not None
-        path = os.path.join(self.session.log_dir, RELEASED_MODEL_FILE)
-        if not os.path.exists(path):
+        path = locations.join(self.session.log_dir, RELEASED_MODEL_FILE)
+        if not locations.exists(path):
             write_model(path, record)
         self.hypothesis = hypothesis_from_dict(record["hypothesis"])
         self.provenance = {"file": RELEASED_MODEL_FILE, "sha256": sha256(encode_model(record))}

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import check_writable_file
 from pcqr.pipeline.data.parquet_opener import metadata_of, read_parquet
 from pcqr.pipeline.errors import PcqrError
@@ -43,7 +44,7 @@ def check_replay_options(log: str, out: str | None, into: str | None, new_log: s
         check_writable_file(out, "--out")
     if into is not None:
         check_private_location(into, [log])
-        if new_log is not None and os.path.abspath(new_log) == os.path.abspath(log):
+        if new_log is not None and locations.absolute(new_log) == locations.absolute(log):
             raise PcqrError(f"--log {new_log}: is the log being replayed; the --into session writes its own log")
 
 

@@ -1,0 +1,280 @@
+"""Object storage (S3 and S3-compatible servers): where datasets, logs and released tables may live.
+
+A location ``s3://bucket/key`` names one object; ``s3://bucket/prefix`` used as a folder names the
+objects under ``prefix/``. Two clients share one set of settings (:class:`S3Settings`):
+
+* pyarrow's ``S3FileSystem`` reads Parquet (:func:`arrow_filesystem`): workers read their own row
+  groups by ranged GETs, the driver reads footers only;
+* boto3 (the ``s3`` extra) writes: every object in one ``PutObject``, so a reader sees the old object
+  or the whole new one, never half (pyarrow's writer always uses multipart uploads). A log batch is
+  written with :func:`put_once`, a conditional put (``If-None-Match: *``) that never replaces an
+  object: the commit protocol's "written once" (:mod:`pcqr.pipeline.session.commit`).
+
+Settings come from the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), or the same keys under
+``pcqr: storage:`` in the cluster.yaml (the environment wins), and reach the workers with the
+cluster's client (:class:`pcqr.pipeline.data.cluster.StorageSettings`). Credentials are never printed, never written into a log's
+provenance or a summary, and refused inside a URI (``s3://KEY:SECRET@bucket``, which pcqr would
+record).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from pcqr.pipeline.errors import PcqrError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+SCHEME = "s3://"
+#: The variables (and cluster.yaml keys under ``pcqr: storage:``) pcqr reads, and the settings they fill.
+VARIABLES = {"AWS_ENDPOINT_URL": "endpoint_url", "AWS_REGION": "region", "AWS_ACCESS_KEY_ID": "access_key_id",
+             "AWS_SECRET_ACCESS_KEY": "secret_access_key", "AWS_SESSION_TOKEN": "session_token"}
+_EXTRA = "pip install 'pcqr[s3]'"
+#: The cluster.yaml every command reads by default (pcqr.pipeline.data.cluster).
+DEFAULT_FILE = "cluster.yaml"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Where the S3 server is and who pcqr is to it (None: the SDKs' own defaults, e.g. an instance
+    role). ``repr`` never shows the secret or the token."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        for secret in ("secret_access_key", "session_token"):
+            shown[secret] = "***" if shown[secret] else None
+        return f"S3Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values no output may contain."""
+        return tuple(v for v in (self.access_key_id, self.secret_access_key, self.session_token) if v)
+
+
+_configured: S3Settings | None = None
+
+
+def settings_from(environment: Mapping[str, str], file_keys: Mapping[str, Any] | None = None,
+                  source: str = "cluster.yaml") -> S3Settings:
+    """The settings: each AWS variable from ``environment``, else from ``file_keys`` (the cluster.yaml's
+    ``pcqr: storage:``). An unknown or non-text key of the file is refused in one line naming it."""
+    file_keys = dict(file_keys or {})
+    for key, value in file_keys.items():
+        if key not in VARIABLES:
+            raise PcqrError(f"{source}: pcqr.storage.{key}: unknown key (known: {', '.join(VARIABLES)})")
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise PcqrError(f"{source}: pcqr.storage.{key}: expected text")  # the value is never shown
+    chosen = {attribute: environment.get(variable) or file_keys.get(variable)
+              for variable, attribute in VARIABLES.items()}
+    return S3Settings(**chosen)
+
+
+def configure(settings: S3Settings | None) -> None:
+    """Use ``settings`` in this process from now on (None: the default, :func:`current`)."""
+    global _configured
+    _configured = settings
+    _client.cache_clear()
+    _filesystem.cache_clear()
+    _default.cache_clear()
+
+
+def current() -> S3Settings:
+    """The settings in effect: those configured (by a command's cluster.yaml, or sent to a worker),
+    else the environment's over those of a ``cluster.yaml`` in the current folder (the file every
+    command uses by default), read once."""
+    return _configured if _configured is not None else _default()
+
+
+@lru_cache(maxsize=1)
+def _default() -> S3Settings:
+    from pcqr.pipeline.data.user_files import CONFIG_LIMIT, read_yaml
+
+    keys = None
+    if os.path.isfile(DEFAULT_FILE):
+        data = read_yaml(DEFAULT_FILE, "cluster.yaml", CONFIG_LIMIT)
+        pcqr = data.get("pcqr") if isinstance(data, dict) else None
+        keys = pcqr.get("storage") if isinstance(pcqr, dict) else None
+    return from_file(os.environ, keys, DEFAULT_FILE)
+
+
+def from_file(environment: Mapping[str, str], keys: Any, source: str) -> S3Settings:
+    """:func:`settings_from` a cluster.yaml's ``pcqr: storage:`` value (None: none given)."""
+    if keys is not None and not isinstance(keys, dict):
+        raise PcqrError(f"{source}: pcqr.storage: expected a mapping of AWS_* keys")
+    return settings_from(environment, keys, source)
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` names a location on a server (``s3://...``) rather than a local path."""
+    return "://" in str(path)
+
+
+def split(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key`` -> (bucket, key). Anything but ``s3://`` (for writing), a URI without a
+    bucket or with credentials in it is refused in one line."""
+    if not uri.startswith(SCHEME):
+        raise PcqrError(f"{uri}: pcqr writes to s3:// locations only (and local paths)")
+    bucket, _, key = uri[len(SCHEME):].partition("/")
+    refuse_credentials(uri)
+    if not bucket:
+        raise PcqrError(f"{uri}: no bucket (s3://BUCKET/PREFIX)")
+    return bucket, key.strip("/")
+
+
+def refuse_credentials(uri: str) -> None:
+    """A URI that carries credentials (``s3://KEY:SECRET@bucket``) is refused: pcqr records URIs in
+    summaries, ledgers and provenance. Credentials belong in the AWS variables."""
+    authority = uri.split("://", 1)[-1].split("/", 1)[0]
+    if "@" in authority:
+        raise PcqrError(f"{uri.split('://', 1)[0]}://...@{authority.split('@', 1)[1]}: credentials in a URI are "
+                        "refused (pcqr records URIs); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead")
+
+
+def arrow_filesystem() -> "pafs.FileSystem":
+    """pyarrow's S3 file system with the current settings (cached while they hold)."""
+    return _filesystem(current())
+
+
+@lru_cache(maxsize=4)
+def _filesystem(settings: S3Settings) -> "pafs.FileSystem":
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(access_key=settings.access_key_id, secret_key=settings.secret_access_key,
+                             session_token=settings.session_token, region=settings.region,
+                             endpoint_override=settings.endpoint_url, connect_timeout=10, request_timeout=60)
+
+
+@lru_cache(maxsize=4)
+def _client(settings: S3Settings) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise PcqrError(f"writing to s3:// needs boto3: {_EXTRA}") from None
+    return boto3.session.Session().client(
+        "s3", endpoint_url=settings.endpoint_url, region_name=settings.region or "us-east-1",
+        aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key,
+        aws_session_token=settings.session_token,
+        config=Config(connect_timeout=10, read_timeout=60, retries={"mode": "standard", "max_attempts": 4}))
+
+
+def _call(uri: str, operation: str, **kwargs: Any) -> Any:
+    """One S3 request; a failure the user can fix is one line naming the location (never a credential)."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    client = _client(current())
+    try:
+        return getattr(client, operation)(**kwargs)
+    except NoCredentialsError:
+        raise PcqrError(f"{uri}: no credentials for the S3 server: set AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY (or pcqr: storage: in the cluster.yaml)") from None
+    except ClientError as exc:
+        raise _client_error(uri, exc) from None
+    except BotoCoreError as exc:  # the endpoint unreachable, a timeout, ...
+        raise PcqrError(f"{uri}: the S3 server cannot be reached ({exc})") from None
+
+
+class _Exists(Exception):
+    """A conditional put found the key taken."""
+
+
+def _client_error(uri: str, exc: Any) -> Exception:
+    error = exc.response.get("Error", {})
+    code, status = error.get("Code", ""), exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+        return _Exists()
+    if code == "NoSuchBucket":
+        return PcqrError(f"{uri}: the bucket {split(uri)[0]!r} does not exist")
+    if code in ("NoSuchKey", "404", "NotFound"):
+        return FileNotFoundError(uri)
+    if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return PcqrError(f"{uri}: access denied by the S3 server ({code})")
+    return PcqrError(f"{uri}: the S3 server refused it ({code or status}: {error.get('Message', '')})")
+
+
+def put(uri: str, data: bytes) -> None:
+    """Write the object at ``uri`` (replacing it) in one request: readers see the old object or the new."""
+    bucket, key = split(uri)
+    _call(uri, "put_object", Bucket=bucket, Key=key, Body=data)
+
+
+def put_once(uri: str, data: bytes) -> bool:
+    """Write the object at ``uri`` only if no object is there (``If-None-Match: *``): True when this
+    call wrote it, False when the key was taken (by an earlier run: the caller compares the bytes)."""
+    bucket, key = split(uri)
+    try:
+        _call(uri, "put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except _Exists:
+        return False
+    return True
+
+
+def size_of(uri: str) -> int | None:
+    """The object's size in bytes, or None when there is no object at ``uri``."""
+    bucket, key = split(uri)
+    try:
+        return int(_call(uri, "head_object", Bucket=bucket, Key=key)["ContentLength"])
+    except FileNotFoundError:
+        return None
+
+
+def names_under(uri: str) -> list[str]:
+    """The names directly under the folder ``uri`` (objects and sub-folders, sorted)."""
+    bucket, prefix = split(uri)
+    prefix = f"{prefix}/" if prefix else ""
+    found: set[str] = set()
+    for page in _pages(uri, Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        found.update(item["Key"][len(prefix):] for item in page.get("Contents", []))
+        found.update(item["Prefix"][len(prefix):].rstrip("/") for item in page.get("CommonPrefixes", []))
+    return sorted(name for name in found if name)
+
+
+def keys_under(uri: str) -> list[str]:
+    """Every object under the folder ``uri``, as ``s3://`` URIs (sorted)."""
+    bucket, prefix = split(uri)
+    prefix = f"{prefix}/" if prefix else ""
+    return sorted(f"{SCHEME}{bucket}/{item['Key']}" for page in _pages(uri, Bucket=bucket, Prefix=prefix)
+                  for item in page.get("Contents", []))
+
+
+def _pages(uri: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    token: str | None = None
+    while True:
+        page = _call(uri, "list_objects_v2", **kwargs, **({"ContinuationToken": token} if token else {}))
+        yield page
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return
+
+
+def delete(uri: str) -> None:
+    """Remove the object at ``uri`` (nothing if there is none)."""
+    bucket, key = split(uri)
+    _call(uri, "delete_object", Bucket=bucket, Key=key)
+
+
+def check_writable(uri: str, option: str) -> None:
+    """Refuse, before any work and any charge, a location pcqr cannot write: not ``s3://``, no such
+    bucket, the server unreachable or the credentials refused (one line naming the option)."""
+    try:
+        bucket, _ = split(uri)
+        _call(uri, "head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        raise PcqrError(f"{option} {uri}: the bucket does not exist") from None
+    except PcqrError as exc:
+        raise PcqrError(f"{option} {exc}") from None
+
+
+__all__ = ["S3Settings", "arrow_filesystem", "check_writable", "configure", "current", "delete",
+           "is_uri", "keys_under", "names_under", "put", "put_once", "refuse_credentials", "settings_from",
+           "size_of", "split"]

@@ -1,0 +1,228 @@
+"""Datasets, logs and released tables in object storage (issue 32), against a real S3-compatible server
+(moto's server mode on 127.0.0.1: tests/s3_server.py, the ``s3`` fixture of tests/conftest.py).
+
+* pipeline/data/object_store.py: a conditional put writes a key once; listing, refusals in one line.
+* The whole path in this process (a cluster of threads): generate into the bucket, train, answer into
+  a bucket log, replay it; sanitize into the bucket and answer from its table. No credential appears
+  in any output, log, state or ledger.
+* The commit protocol on a bucket (pipeline/session/commit.py): a batch already put with the same
+  bytes is accepted, other bytes are refused, a committed batch still pending is published on resume.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pcqr.jobs.cli import main
+from pcqr.pipeline.data import locations, object_store
+from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.session import commit
+from tests.conftest import write_thread_cluster
+from tests.s3_server import ACCESS_KEY, SECRET_KEY
+
+PRIVACY = ["--epsilon", "4", "--cutoff", "20", "--subsamples", "50"]
+
+
+def _pcqr(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- the store -------------------------------------------------------------------------------------
+
+
+def test_a_key_is_put_once_and_never_replaced(s3) -> None:
+    uri = s3.uri("log/batch-00000000.parquet")
+    assert object_store.put_once(uri, b"first")
+    assert not object_store.put_once(uri, b"second")
+    assert s3.read("log/batch-00000000.parquet") == b"first"
+    object_store.put(s3.uri("log/_released-model.json"), b"{}")
+    assert locations.names_in(s3.uri("log")) == ["_released-model.json", "batch-00000000.parquet"]
+    assert locations.is_folder(s3.uri("log")) and not locations.is_folder(s3.uri("nothing"))
+    assert locations.names_in(s3.uri("nothing")) == []
+    assert locations.read_file(uri, "log batch", 100) == b"first"
+    with pytest.raises(PcqrError, match="more than pcqr reads"):
+        locations.read_file(uri, "log batch", 3)
+
+
+def test_refusals_are_one_line_and_name_the_location(s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PcqrError, match=r"^--out s3://no-such-bucket/x: the bucket does not exist$"):
+        object_store.check_writable("s3://no-such-bucket/x", "--out")
+    with pytest.raises(PcqrError, match="credentials in a URI are refused"):
+        object_store.check_writable(f"s3://{ACCESS_KEY}:{SECRET_KEY}@{s3.name}/x", "--out")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    object_store.configure(None)
+    with pytest.raises(PcqrError, match="cannot be reached") as refused:
+        object_store.check_writable(s3.uri("x"), "--log")
+    assert "\n" not in str(refused.value) and SECRET_KEY not in str(refused.value)
+
+
+def test_settings_never_show_the_secret() -> None:
+    settings = object_store.settings_from({"AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_ACCESS_KEY_ID": ACCESS_KEY},
+                                          {"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "from-the-file"})
+    assert settings.access_key_id == ACCESS_KEY and settings.region == "eu-west-1"  # the environment wins
+    assert SECRET_KEY not in repr(settings) and SECRET_KEY not in str(settings)
+    with pytest.raises(PcqrError, match=r"cluster.yaml: pcqr.storage.AWS_SECRET: unknown key"):
+        object_store.settings_from({}, {"AWS_SECRET": "x"})
+
+
+# --- the whole path, in this process ---------------------------------------------------------------
+
+
+def test_generate_train_answer_replay_and_sanitize_in_a_bucket(s3, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+    cluster = write_thread_cluster(tmp_path)
+    data = s3.uri("data")
+    assert _pcqr(capsys, "generate", "--concept", "threshold", "--integer-scale", "100", "--rows", "20000",
+                 "--features", "3", "--queries", "3000", "--seed", "4",
+                 "--out", data, "--cluster", cluster)[0] == 0
+    assert s3.keys("data/") == [f"data/{d}/part-00000.parquet" for d in ("private", "queries", "truth")]
+    assert not list(tmp_path.glob("s3*"))  # nothing written under a local folder named "s3:"
+    code, out, err = _pcqr(capsys, "train", "--private", f"{data}/private", "--state", str(tmp_path / "st"),
+                           *PRIVACY, "--cluster", cluster, "--json")
+    assert code == 0, err
+    answer = ["answer", "--state", str(tmp_path / "st"), "--queries", f"{data}/queries", "--log", f"{data}/log",
+              "--truth", f"{data}/truth", "--batch-size", "1000", "--cluster", cluster, "--json"]
+    code, out, err = _pcqr(capsys, *answer)
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["answered"] + summary["abstained"] == 3000 and summary["accuracy"] > 0.9
+    assert s3.keys("data/log/") == [f"data/log/batch-{n:08d}.parquet" for n in range(3)]
+    code, out, err = _pcqr(capsys, *answer)  # the same queries again: nothing asked, nothing written
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["already_answered"] == 3000, err
+    assert len(s3.keys("data/log/")) == 3
+    replayed = tmp_path / "replayed.parquet"
+    code, out, err = _pcqr(capsys, "replay", f"{data}/log", "--out", str(replayed), "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["queries"] == 3000, err
+    assert pq.read_table(replayed).num_rows == 3000
+
+    table = s3.uri("tables/histogram.parquet")
+    code, out, err = _pcqr(capsys, "sanitize", "--private", f"{data}/private", "--features", "x0", "--domain",
+                           "-1000:1000", "--epsilon", "1", "--delta", "1e-6", "--out", table, "--cluster", cluster)
+    assert code == 0, err
+    code, out, err = _pcqr(capsys, "release-answer", table, "--query", "value=0", "--json")
+    assert code == 0, err
+    _assert_no_secret(tmp_path, s3, capsys)
+
+
+def _assert_no_secret(tmp_path: Path, s3, capsys) -> None:
+    """Neither credential is in any local file (state, ledger, outputs) or object of the bucket."""
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert SECRET_KEY.encode() not in data and ACCESS_KEY.encode() not in data, path
+    for key in s3.keys():
+        data = s3.read(key)
+        assert SECRET_KEY.encode() not in data and ACCESS_KEY.encode() not in data, key
+
+
+def test_a_state_in_the_bucket_is_refused_and_nothing_is_charged(s3, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+    code, _, err = _pcqr(capsys, "train", "--private", s3.uri("data/private"), "--state", s3.uri("st"), *PRIVACY)
+    assert code == 2 and "--state" in err and "local" in err and len(err.strip().splitlines()) == 1, err
+    assert s3.keys() == [] and not (tmp_path / "ledger.sqlite").exists()
+
+
+# --- the commit protocol on a bucket ----------------------------------------------------------------
+
+
+def test_publish_accepts_its_own_batch_and_refuses_another(s3, tmp_path: Path) -> None:
+    state, log = str(tmp_path / "st"), s3.uri("log")
+    batch = _encoded_batch()
+    commit.stage(state, 0, batch)
+    commit.publish(state, log, 0, batch)
+    assert s3.read("log/batch-00000000.parquet") == batch and not os.listdir(tmp_path / "st" / "pending")
+    commit.publish_once(log, 0, batch)  # put again (a lost reply, a resumed run): the same bytes are fine
+    with pytest.raises(PcqrError, match="batch-00000000.parquet: differs from the batch this session committed"):
+        commit.publish_once(log, 0, _encoded_batch(answer=0))
+    assert s3.read("log/batch-00000000.parquet") == batch
+
+
+def test_recovery_publishes_a_committed_batch_still_pending(s3, tmp_path: Path) -> None:
+    from pcqr.pipeline.public_log.batches import sha256
+
+    state, log = str(tmp_path / "st"), s3.uri("log")
+    batch = _encoded_batch()
+    commit.stage(state, 0, batch)  # killed after the commit (steps 1-3), before the put
+    note = commit.recover(state, log, 0, sha256(batch))
+    assert note and "recovered batch 0" in note and s3.read("log/batch-00000000.parquet") == batch
+    assert commit.recover(state, log, 0, sha256(batch)) is None  # again: published, the same bytes
+    with pytest.raises(PcqrError, match="differs from the batch this session committed"):
+        commit.recover(state, log, 0, sha256(b"another"))
+
+
+def _encoded_batch(answer: int = 1) -> bytes:
+    import numpy as np
+    import pyarrow as pa
+
+    from pcqr.pipeline.public_log.batches import batch_table, encode_batch
+
+    queries = pa.table({"query_id": pa.array([0, 1], pa.int64()), "x0": [0.5, -0.5]})
+    table = batch_table(queries, "query_id", ["x0"], np.zeros(2, np.int8), np.full(2, answer, np.int8), 0)
+    return encode_batch(table, {"version": "test"}, "")
+
+
+def test_read_parquet_of_an_object(s3) -> None:
+    from pcqr.pipeline.data.parquet_opener import read_parquet
+
+    sink = io.BytesIO()
+    batch = _encoded_batch()
+    object_store.put(s3.uri("one.parquet"), batch)
+    sink.write(batch)
+    assert read_parquet(s3.uri("one.parquet")).equals(pq.read_table(io.BytesIO(sink.getvalue())))
+
+
+# --- a cluster of separate processes that share nothing but the bucket --------------------------------
+
+
+@pytest.mark.slow
+def test_a_cluster_of_separate_processes_shares_nothing_but_the_bucket(s3, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The scheduler and two workers run in their own empty folder with no AWS variable: they learn the
+    S3 settings only from the driver's client (cluster.yaml's pcqr: storage:, sent to each worker). The
+    driver has no AWS variable either, and keeps only its private state and ledger on its disk."""
+    from tests.external_cluster import ExternalCluster, _dask_cli_missing
+
+    if _dask_cli_missing():
+        pytest.skip(str(_dask_cli_missing()))
+    storage = {name: value for name, value in s3.server.environment().items()}
+    bare = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    for name in storage:
+        monkeypatch.delenv(name)
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "cluster").mkdir()
+    cluster = ExternalCluster(tmp_path / "cluster", env=bare, cwd=tmp_path / "workers").start(workers=2, nanny=False)
+    try:
+        driver = tmp_path / "driver"
+        driver.mkdir()
+        (driver / "cluster.yaml").write_text(  # the folder's cluster.yaml: every command uses it
+            f"pcqr:\n  cluster:\n    backend: address\n    address: {cluster.address}\n  storage:\n"
+            + "".join(f"    {name}: {value}\n" for name, value in storage.items()))
+        monkeypatch.chdir(driver)
+        monkeypatch.setenv("PCQR_LEDGER", str(driver / "ledger.sqlite"))
+        object_store.configure(None)
+        data = s3.uri("shared")
+        steps = [
+            ["generate", "--rows", "20000", "--features", "3", "--queries", "2000", "--seed", "5", "--out", data],
+            ["train", "--private", f"{data}/private", "--state", "st", *PRIVACY],
+            ["answer", "--state", "st", "--queries", f"{data}/queries", "--log", f"{data}/log", "--truth",
+             f"{data}/truth", "--batch-size", "500", "--json"],
+            ["replay", f"{data}/log", "--json"],
+        ]
+        for argv in steps:
+            code, out, err = _pcqr(capsys, *argv)
+            assert code == 0, (argv, err)
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["queries"] == 2000 and summary["batches"] == 4
+        assert len(s3.keys("shared/log/")) == 4
+        assert os.listdir(tmp_path / "workers") == []  # the workers kept nothing on their disk
+        assert sorted(os.listdir(driver)) == ["cluster.yaml", "ledger.sqlite", "st"]
+        _assert_no_secret(tmp_path / "cluster", s3, capsys)
+    finally:
+        cluster.stop()
