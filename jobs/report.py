@@ -7,9 +7,11 @@ self-contained HTML page and the PNG figures beside it. The work is the library'
 from __future__ import annotations
 
 import os
+import posixpath
 
 import click
 
+from pcqr.pipeline.data.object_store import is_uri
 from pcqr.jobs.common import TRUTH_HELP, check_writable_file, emit_summary, json_option
 from pcqr.pipeline.errors import PcqrError
 
@@ -44,4 +46,4 @@ def command(log_dir: str, state: str | None, truth: str | None, out: str, as_jso
     emit_summary({"report": out, "figures": written[1:], "files_read": report.files_read,
                   "queries": report.total_queries, "budget_used": report.budget_used,
                   "cutoff": report.certificate.get("cutoff"), "read_state": state is not None,
-                  "out_dir": os.path.dirname(os.path.abspath(out))}, as_json)
+                  "out_dir": posixpath.dirname(out) if is_uri(out) else os.path.dirname(os.path.abspath(out))}, as_json)

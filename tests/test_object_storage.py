@@ -2,9 +2,10 @@
 (moto's server mode on 127.0.0.1: tests/s3_server.py, the ``s3`` fixture of tests/conftest.py).
 
 * pipeline/data/object_store.py: a conditional put writes a key once; listing, refusals in one line.
-* The whole path in this process (a cluster of threads): generate into the bucket, train, answer into
-  a bucket log, replay it; sanitize into the bucket and answer from its table. No credential appears
-  in any output, log, state or ledger.
+* The README's commands: generate into the bucket, train, answer into a bucket log (again: nothing
+  asked), replay and report it; sanitize into the bucket and answer from its table. No credential
+  appears in any output, log, state, ledger or object.
+* A cluster of separate processes that share nothing but the bucket.
 * The commit protocol on a bucket (pipeline/session/commit.py): a batch already put with the same
   bytes is accepted, other bytes are refused, a committed batch still pending is published on resume.
 """
@@ -22,7 +23,6 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.data import locations, object_store
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session import commit
-from tests.conftest import write_thread_cluster
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 
 PRIVACY = ["--epsilon", "4", "--cutoff", "20", "--subsamples", "50"]
@@ -73,53 +73,15 @@ def test_settings_never_show_the_secret() -> None:
         object_store.settings_from({}, {"AWS_SECRET": "x"})
 
 
-# --- the whole path, in this process ---------------------------------------------------------------
-
-
-def test_generate_train_answer_replay_and_sanitize_in_a_bucket(s3, tmp_path: Path, capsys, monkeypatch) -> None:
-    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
-    cluster = write_thread_cluster(tmp_path)
-    data = s3.uri("data")
-    assert _pcqr(capsys, "generate", "--concept", "threshold", "--integer-scale", "100", "--rows", "20000",
-                 "--features", "3", "--queries", "3000", "--seed", "4",
-                 "--out", data, "--cluster", cluster)[0] == 0
-    assert s3.keys("data/") == [f"data/{d}/part-00000.parquet" for d in ("private", "queries", "truth")]
-    assert not list(tmp_path.glob("s3*"))  # nothing written under a local folder named "s3:"
-    code, out, err = _pcqr(capsys, "train", "--private", f"{data}/private", "--state", str(tmp_path / "st"),
-                           *PRIVACY, "--cluster", cluster, "--json")
-    assert code == 0, err
-    answer = ["answer", "--state", str(tmp_path / "st"), "--queries", f"{data}/queries", "--log", f"{data}/log",
-              "--truth", f"{data}/truth", "--batch-size", "1000", "--cluster", cluster, "--json"]
-    code, out, err = _pcqr(capsys, *answer)
-    assert code == 0, err
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["answered"] + summary["abstained"] == 3000 and summary["accuracy"] > 0.9
-    assert s3.keys("data/log/") == [f"data/log/batch-{n:08d}.parquet" for n in range(3)]
-    code, out, err = _pcqr(capsys, *answer)  # the same queries again: nothing asked, nothing written
-    assert code == 0 and json.loads(out.strip().splitlines()[-1])["already_answered"] == 3000, err
-    assert len(s3.keys("data/log/")) == 3
-    replayed = tmp_path / "replayed.parquet"
-    code, out, err = _pcqr(capsys, "replay", f"{data}/log", "--out", str(replayed), "--json")
-    assert code == 0 and json.loads(out.strip().splitlines()[-1])["queries"] == 3000, err
-    assert pq.read_table(replayed).num_rows == 3000
-
-    table = s3.uri("tables/histogram.parquet")
-    code, out, err = _pcqr(capsys, "sanitize", "--private", f"{data}/private", "--features", "x0", "--domain",
-                           "-1000:1000", "--epsilon", "1", "--delta", "1e-6", "--out", table, "--cluster", cluster)
-    assert code == 0, err
-    code, out, err = _pcqr(capsys, "release-answer", table, "--query", "value=0", "--json")
-    assert code == 0, err
-    _assert_no_secret(tmp_path, s3, capsys)
-
-
-def _assert_no_secret(tmp_path: Path, s3, capsys) -> None:
-    """Neither credential is in any local file (state, ledger, outputs) or object of the bucket."""
+def _assert_no_secret(tmp_path: Path, s3, bucket: str | None = None) -> None:
+    """Neither credential is in any local file (state, ledger, outputs, the cluster's processes' output)
+    but the cluster.yaml that holds them, or in any object of the bucket."""
     for path in tmp_path.rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.name != "cluster.yaml":
             data = path.read_bytes()
             assert SECRET_KEY.encode() not in data and ACCESS_KEY.encode() not in data, path
-    for key in s3.keys():
-        data = s3.read(key)
+    for key in s3.server.keys(bucket or s3.name):
+        data = s3.server.read(bucket or s3.name, key)
         assert SECRET_KEY.encode() not in data and ACCESS_KEY.encode() not in data, key
 
 
@@ -223,6 +185,40 @@ def test_a_cluster_of_separate_processes_shares_nothing_but_the_bucket(s3, tmp_p
         assert len(s3.keys("shared/log/")) == 4
         assert os.listdir(tmp_path / "workers") == []  # the workers kept nothing on their disk
         assert sorted(os.listdir(driver)) == ["cluster.yaml", "ledger.sqlite", "st"]
-        _assert_no_secret(tmp_path / "cluster", s3, capsys)
+        _assert_no_secret(tmp_path, s3)
     finally:
         cluster.stop()
+
+
+# --- the README's commands ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_readme_object_storage_section_runs_as_written(s3, tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.forked_pcqr import ForkedPcqr
+    from tests.test_readme import ROOT, block_run_by
+
+    s3.server.create_bucket("pcqr-data")  # the README's bucket (this test's alone on the server)
+    tools, work = tmp_path / "bin", tmp_path / "work"
+    tools.mkdir()
+    work.mkdir()
+    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
+           "DASK_PCQR__CLUSTER__PROCESSES": "false", "DASK_PCQR__CLUSTER__N_WORKERS": "1"}  # a fast cluster
+    block = block_run_by("tests/test_object_storage.py")
+    script = "set -e\n" + "\n".join(block)
+    with ForkedPcqr(tools, env, ROOT) as forked:  # each pcqr forked from one preloaded interpreter
+        result = subprocess.run(["bash", "-c", script], cwd=work, env={**env, "PATH": forked.path},
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr and SECRET_KEY not in result.stdout + result.stderr
+        keys = s3.server.keys("pcqr-data")
+        assert {"census/answers/batch-00000000.parquet", "census/report.html", "census/x0.parquet"} <= set(keys)
+        assert sorted(os.listdir(work)) == ["replayed.parquet", "st"]  # nothing else on the local disk
+        again = subprocess.run(["bash", "-c", f"{block[2]} --json"], cwd=work, env={**env, "PATH": forked.path},
+                               capture_output=True, text=True, timeout=600)  # the same queries: nothing asked
+    assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["already_answered"] == 3000
+    assert s3.server.keys("pcqr-data", "census/answers/") == [k for k in keys if k.startswith("census/answers/")]
+    assert pq.read_table(work / "replayed.parquet").num_rows == 3000
+    _assert_no_secret(tmp_path, s3, "pcqr-data")
