@@ -48,3 +48,39 @@ def test_absent_keys_skip_the_lookup_with_the_same_result() -> None:
         one.add(keys[~found], labels[~found], absent=True)  # as the answer loop does
         two.add(keys, labels)
     assert [run.tolist() for run in one._runs] == [run.tolist() for run in two._runs]
+
+
+def test_an_index_on_disk_agrees_with_one_in_memory_and_removes_its_files() -> None:
+    """At most ``memory_entries`` entries in memory, the rest in runs on disk (merged geometrically,
+    read back in chunks): the same answers as an index that keeps everything in memory."""
+    import os
+
+    from pcqr.pipeline.public_log import answered
+
+    rng = np.random.default_rng(32)
+    small, memory = AnsweredIndex(memory_entries=300), AnsweredIndex()
+    old_chunk, answered.CHUNK = answered.CHUNK, 64  # many chunks, many fences
+    try:
+        seen = np.zeros(0, dtype=np.uint64)
+        for size in [1, 299, 301, 50, 1000, 7, 4000, 64, 128, 2500]:
+            fresh = rng.integers(0, 2**64 - 1, size, dtype=np.uint64, endpoint=True)
+            repeats = rng.choice(seen, min(size, seen.size), replace=False) if seen.size else seen
+            keys = np.concatenate((fresh, repeats, np.array([0, 2**64 - 1], dtype=np.uint64)))
+            labels = rng.integers(0, 2, keys.size).astype(np.int8)
+            for index in (small, memory):
+                found, got = index.lookup(keys)
+                index.add(keys[~found], labels[~found], absent=True)
+            assert [a.tolist() for a in small.lookup(keys)] == [a.tolist() for a in memory.lookup(keys)]
+            seen = np.concatenate((seen, fresh))
+        assert len(small) == len(memory) and small.nbytes <= 8 * 300 * 2 and small.disk_bytes > 0
+        assert 1 < len(small._disk) < 8  # merged geometrically
+        for run in small._disk:
+            on_disk = np.fromfile(run.path, dtype=np.uint64)
+            assert on_disk.size == run.size and np.all(on_disk[:-1] < on_disk[1:])
+            assert (on_disk[::64] >> np.uint64(1)).tolist() == (run.fences >> np.uint64(1)).tolist()
+        folder = small._folder.path
+        assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+        small.close()
+        assert not os.path.exists(folder)
+    finally:
+        answered.CHUNK = old_chunk

@@ -12,16 +12,25 @@ queries. The index compares a key's upper 63 bits: two distinct rows collide wit
 query the other's answer -- an accuracy error, never a privacy one, since every answer handed
 out is already public.
 
-The index lives in the driver as sorted runs of packed (key, label) entries, merged
-geometrically (amortised O(log) per insert): 8 bytes per answered query, the one part of the
-driver's memory that grows with the stream (80 MB per 10^7 answered queries). A resumed session rebuilds it from the public
-log (:func:`index_from_log`), after verifying the log's hash chain up to the session's last hash.
+The index is sorted runs of packed (key, label) entries, 8 bytes per answered query, merged
+geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (8 MiB) live in
+the driver's memory; beyond that the runs spill to files in a private temporary folder (mode 0700,
+removed with the index: :class:`pcqr.pipeline.data.private_folder.PrivateFolder`), merged there the
+same way by a streaming merge, and read back in chunks of :data:`CHUNK` entries at each lookup
+(only the chunks a needle can be in, found by one fence per chunk held in memory: 8 bytes per 2^16
+entries). So the driver's memory stays flat however long the stream (issue 32: 10^8 queries), and
+a session under 10^6 answered queries never touches the disk. A resumed session rebuilds it from
+the public log (:func:`index_from_log`), after verifying the log's hash chain up to the session's
+last hash.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Iterator, Sequence
 
 import numpy as np
+
+from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, batch_files, batch_path, sha256
@@ -65,28 +74,116 @@ def row_keys(X: np.ndarray, seed: int) -> np.ndarray:
 
 _LABEL_BIT = np.uint64(1)
 _KEY_BITS = ~_LABEL_BIT  # a key's upper 63 bits
+#: The most entries the index keeps in memory (8 MiB); more spill to disk.
+MEMORY_ENTRIES = 2**20
+#: Entries per read of a run on disk (512 KiB), and per fence.
+CHUNK = 2**16
+_ENTRY = np.dtype(np.uint64)
+
+
+def _match(run: np.ndarray, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray) -> None:
+    """Mark the sorted ``needles`` found in the sorted ``run`` (upper 63 bits equal) and take their labels."""
+    entry = run[np.minimum(np.searchsorted(run, needles), run.shape[0] - 1)]
+    hit = ~hits & ((entry & _KEY_BITS) == needles)
+    hits |= hit
+    labels[hit] = (entry[hit] & _LABEL_BIT).astype(np.int8)
+
+
+class DiskRun:
+    """A sorted run in a file: read in chunks of :data:`CHUNK` entries, one fence (its first entry's
+    key) per chunk kept in memory."""
+
+    def __init__(self, path: str, size: int, fences: np.ndarray) -> None:
+        self.path, self.size, self.fences = path, size, fences
+        self._file = open(path, "rb")  # noqa: SIM115 (closed by close(), when the index goes)
+
+    @classmethod
+    def write(cls, path: str, chunks: Iterator[np.ndarray]) -> DiskRun:
+        """The run made of ``chunks`` (sorted, in order), written to a new private file."""
+        private_file(path)
+        size, fences = 0, []
+        with open(path, "wb") as out:
+            for chunk in chunks:
+                out.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
+                fences.append(chunk[(-size) % CHUNK::CHUNK])  # the entries at positions 0, CHUNK, 2 CHUNK, ...
+                size += chunk.shape[0]
+        # a fence is compared with needles (labels cleared): an entry with label 1 is above its needle
+        return cls(path, size, (np.concatenate(fences) if fences else np.zeros(0, _ENTRY)) & _KEY_BITS)
+
+    def chunk(self, number: int, buffer: np.ndarray) -> np.ndarray:
+        """Chunk ``number`` of the run, read into ``buffer``."""
+        count = min(CHUNK, self.size - number * CHUNK)
+        self._file.seek(number * CHUNK * _ENTRY.itemsize)
+        self._file.readinto(memoryview(buffer[:count]).cast("B"))
+        return buffer[:count]
+
+    def chunks(self, buffer: np.ndarray) -> Iterator[np.ndarray]:
+        for number in range(self.fences.shape[0]):
+            yield self.chunk(number, buffer)
+
+    def lookup(self, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray, buffer: np.ndarray) -> None:
+        """:func:`_match` against the chunks that can hold a needle (sorted ``needles``), one at a time."""
+        where = np.searchsorted(self.fences, needles, side="right") - 1  # the chunk each needle can be in
+        starts = np.flatnonzero(np.diff(where, prepend=-2))
+        for first, last in zip(starts.tolist(), [*starts[1:].tolist(), needles.shape[0]]):
+            if where[first] >= 0:  # (slices are views: _match marks hits and labels in place)
+                _match(self.chunk(int(where[first]), buffer), needles[first:last], hits[first:last],
+                       labels[first:last])
+
+    def close(self) -> None:
+        self._file.close()
+        os.unlink(self.path)
+
+
+def _merged(one: DiskRun, two: DiskRun) -> Iterator[np.ndarray]:
+    """The entries of two disk runs in order, a chunk or two at a time (timsort merges two sorted runs)."""
+    left, right = np.empty(CHUNK, _ENTRY), np.empty(CHUNK, _ENTRY)
+    a, b = one.chunks(left), two.chunks(right)
+    x, y = next(a, None), next(b, None)
+    while x is not None and y is not None:
+        limit = min(x[-1], y[-1])
+        i, j = int(np.searchsorted(x, limit, side="right")), int(np.searchsorted(y, limit, side="right"))
+        out = np.concatenate((x[:i], y[:j]))
+        out.sort(kind="stable")
+        yield out
+        x, y = x[i:].copy() if i < x.shape[0] else next(a, None), y[j:].copy() if j < y.shape[0] else next(b, None)
+    for rest, more in ((x, a), (y, b)):
+        while rest is not None:
+            yield rest.copy()
+            rest = next(more, None)
 
 
 class AnsweredIndex:
     """Sorted runs of packed entries, one uint64 per answered query: the row key's upper 63 bits,
-    the released label in the lowest bit. Runs are merged geometrically by an in-place sort, so the
-    index holds 8 bytes per answered query and at most about twice that while merging."""
+    the released label in the lowest bit. Runs are merged geometrically; at most
+    :data:`MEMORY_ENTRIES` entries stay in memory (8 bytes each, about twice that while merging), the
+    rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index)."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_entries: int = MEMORY_ENTRIES) -> None:
         self._runs: list[np.ndarray] = []
+        self._disk: list[DiskRun] = []
+        self._folder: PrivateFolder | None = None
+        self._memory_entries = memory_entries
+        self._spilled = 0
 
     def __len__(self) -> int:
-        return sum(run.shape[0] for run in self._runs)
+        return sum(run.shape[0] for run in self._runs) + sum(run.size for run in self._disk)
 
     @property
     def nbytes(self) -> int:
+        """The bytes of the entries in memory."""
         return sum(run.nbytes for run in self._runs)
+
+    @property
+    def disk_bytes(self) -> int:
+        """The bytes of the entries spilled to disk."""
+        return sum(run.size for run in self._disk) * _ENTRY.itemsize
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found, label) per key; label is 0 where not found."""
         found = np.zeros(keys.shape[0], dtype=bool)
         label = np.zeros(keys.shape[0], dtype=np.int8)
-        if not self._runs or not keys.shape[0]:
+        if not (self._runs or self._disk) or not keys.shape[0]:
             return found, label
         needles = keys & _KEY_BITS
         order = np.argsort(needles)  # sorted needles: the binary searches walk each run in order (2-3x faster)
@@ -94,10 +191,11 @@ class AnsweredIndex:
         hits = np.zeros(keys.shape[0], dtype=bool)
         labels = np.zeros(keys.shape[0], dtype=np.int8)
         for run in self._runs:
-            entry = run[np.minimum(np.searchsorted(run, needles), run.shape[0] - 1)]
-            hit = ~hits & ((entry & _KEY_BITS) == needles)
-            hits |= hit
-            labels[hit] = (entry[hit] & _LABEL_BIT).astype(np.int8)
+            _match(run, needles, hits, labels)
+        if self._disk:
+            buffer = np.empty(CHUNK, _ENTRY)
+            for disk in self._disk:
+                disk.lookup(needles, hits, labels, buffer)
         found[order], label[order] = hits, labels
         return found, label
 
@@ -120,6 +218,35 @@ class AnsweredIndex:
             run.sort(kind="stable")  # timsort: two sorted runs are merged in linear time
         if run.shape[0]:
             self._runs.append(run)
+        if sum(r.shape[0] for r in self._runs) > self._memory_entries:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Move the runs in memory to a new run on disk, then merge disk runs geometrically."""
+        run = np.concatenate(self._runs)
+        run.sort(kind="stable")
+        self._runs = []
+        self._disk.append(DiskRun.write(self._new_file(), iter(np.array_split(run, max(1, run.shape[0] // CHUNK)))))
+        del run
+        while len(self._disk) > 1 and self._disk[-2].size <= 2 * self._disk[-1].size:
+            two, one = self._disk.pop(), self._disk.pop()
+            self._disk.append(DiskRun.write(self._new_file(), _merged(one, two)))
+            one.close()
+            two.close()
+
+    def _new_file(self) -> str:
+        if self._folder is None:
+            self._folder = PrivateFolder(owner=self)
+        self._spilled += 1
+        return self._folder.join(f"run-{self._spilled:06d}.u64")
+
+    def close(self) -> None:
+        """Remove the runs on disk (also done when the index is garbage-collected or at exit)."""
+        for disk in self._disk:
+            disk._file.close()
+        self._disk = []
+        if self._folder is not None:
+            self._folder.close()
 
 
 def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str) -> AnsweredIndex:
