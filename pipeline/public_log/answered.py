@@ -104,7 +104,7 @@ class DiskRun:
         size, fences = 0, []
         with open(path, "wb") as out:
             for chunk in chunks:
-                out.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
+                out.write(np.ascontiguousarray(chunk).data.cast("B"))
                 fences.append(chunk[(-size) % CHUNK::CHUNK])  # the entries at positions 0, CHUNK, 2 CHUNK, ...
                 size += chunk.shape[0]
         # a fence is compared with needles (labels cleared): an entry with label 1 is above its needle
@@ -114,7 +114,7 @@ class DiskRun:
         """Chunk ``number`` of the run, read into ``buffer``."""
         count = min(CHUNK, self.size - number * CHUNK)
         self._file.seek(number * CHUNK * _ENTRY.itemsize)
-        self._file.readinto(memoryview(buffer[:count]).cast("B"))
+        self._file.readinto(buffer[:count].data.cast("B"))
         return buffer[:count]
 
     def chunks(self, buffer: np.ndarray) -> Iterator[np.ndarray]:
