@@ -9,6 +9,7 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``end_to_end``        ``pcqr answer`` Parquet -> Parquet log on a local 2-worker cluster
 * ``training_speedup``  train_models with 1 and with 2 workers
 * ``driver_memory``     peak RSS of the ``pcqr answer`` driver for two query counts
+* ``answered_index``    issue 32: the answered-queries index alone at 10^6, 10^7 and 10^8 answered queries: peak RSS
 * ``agnostic_at_scale`` ``pcqr answer --mode agnostic`` (A_AgPrivCl, Algorithm 3's parameters) on 5x10^7 rows
 * ``relabel_stumps``    A_Relabel's exponential mechanism alone: stumps over 20 features, 10^6 and 10^7 rows
 * ``sharded_em``        the sharded exponential mechanism over ~10^7 interval candidates, 1 and 2 workers
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agnostic_at_scale import bench_agnostic_at_scale
+from answered_index import bench_answered_index
 from answer_logistic import bench_answer_logistic
 from auto_learner import bench_auto_learner
 from bns_label_private import bench_bns_label_private
@@ -79,7 +81,7 @@ from utility import bench_utility
 from harness import ROOT, log, machine_info
 
 BENCHMARKS = (
-    "coordinator", "end_to_end", "training_speedup", "driver_memory",
+    "coordinator", "end_to_end", "training_speedup", "driver_memory", "answered_index",
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
     "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
@@ -94,6 +96,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "end_to_end": bench_end_to_end,
     "training_speedup": bench_training_speedup,
     "driver_memory": bench_driver_memory,
+    "answered_index": bench_answered_index,
     "agnostic_at_scale": bench_agnostic_at_scale,
     "relabel_stumps": bench_relabel_stumps,
     "sharded_em": bench_sharded_em,
@@ -194,6 +197,13 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(("driver_memory", "ratio big / small (driver peak)", _fmt(r["ratio_big_over_small"]), "~ 1"))
         rows.append(("driver_memory", "ratio big / small (answer-loop peak)",
                      _fmt(r.get("loop_ratio_big_over_small")), "~ 1"))
+    r = results.get("answered_index")
+    if r:
+        for n, v in r["runs"].items():
+            rows.append(("answered_index", f"peak RSS MB, {int(n):,} answered", _fmt(v["peak_rss_mb"]), ""))
+            rows.append(("answered_index", f"  seconds a 10^5 batch at the end, {int(n):,}",
+                         _fmt(v["seconds_per_batch_at_end"]), ""))
+        rows.append(("answered_index", "peak RSS ratio largest / 10^6", _fmt(r["peak_rss_ratio"]), "<= 1.05"))
     r = results.get("agnostic_at_scale")
     if r and "error" not in r:
         rows += _agnostic_rows(r)

@@ -79,7 +79,10 @@ READS: dict[str, Read] = {
         "pipeline/models/store.py": "skops archives from models.npz, each bounded first by user_files.check_zip; "
                                     "types outside the allowed learner modules refused",
     }),
-    "open() for reading": Read(_open_for_reading),
+    "open() for reading": Read(_open_for_reading, {
+        "pipeline/public_log/answered.py": "the answered index's own spill files, written by this process "
+                                           "in its private 0700 folder and read back in fixed-size chunks",
+    }),
     "Path.read_text/read_bytes": Read(_method("read_text", "read_bytes")),
     "os.open/os.fdopen": Read(_calls("os.open", "os.fdopen"), {
         READER: "the one open: O_RDONLY | O_NONBLOCK | O_CLOEXEC, then fstat",
