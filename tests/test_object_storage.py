@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -83,6 +84,29 @@ def _assert_no_secret(tmp_path: Path, s3, bucket: str | None = None) -> None:
     for key in s3.server.keys(bucket or s3.name):
         data = s3.server.read(bucket or s3.name, key)
         assert SECRET_KEY.encode() not in data and ACCESS_KEY.encode() not in data, key
+
+
+def test_a_released_model_in_the_bucket_predicts_into_the_bucket(s3, tmp_path: Path, capsys, monkeypatch) -> None:
+    """learn --out, predict MODEL QUERIES --out: the model, the queries and the predictions all in the bucket."""
+    from tests.conftest import threshold_data, write_thread_cluster
+
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+    cluster = write_thread_cluster(tmp_path)
+    sink = io.BytesIO()
+    pq.write_table(pa.table(threshold_data(20000, seed=3)), sink)
+    object_store.put(s3.uri("private/part-0.parquet"), sink.getvalue())
+    sink = io.BytesIO()
+    pq.write_table(pa.table(threshold_data(500, seed=4)).drop(["label"]), sink)
+    object_store.put(s3.uri("queries/part-0.parquet"), sink.getvalue())
+    code, _, err = _pcqr(capsys, "learn", "--algorithm", "label-private", "--private", s3.uri("private"), "--features",
+                         "x0", "--hypothesis", "threshold", "--features-are-public", "--epsilon", "1",
+                         "--out", s3.uri("model.json"), "--cluster", cluster)
+    assert code == 0, err
+    code, _, err = _pcqr(capsys, "predict", s3.uri("model.json"), s3.uri("queries"), "--out", s3.uri("predictions"),
+                         "--allow-private-overlap", "--cluster", cluster)
+    assert code == 0, err
+    assert s3.keys("predictions/") == ["predictions/part-00000.parquet"]
+    assert pq.read_table(io.BytesIO(s3.read("predictions/part-00000.parquet"))).num_rows == 500
 
 
 def test_a_state_in_the_bucket_is_refused_and_nothing_is_charged(s3, tmp_path: Path, capsys, monkeypatch) -> None:

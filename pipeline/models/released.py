@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline import __version__
 from pcqr.pipeline.data.atomic import write_atomic
-from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json, read_bytes
+from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
 
@@ -57,7 +58,7 @@ def load_model(path: str, option: str = "MODEL") -> tuple[Hypothesis, list[str],
     features); anything else is a one-line PcqrError naming the file."""
     from pcqr.pipeline.hypotheses import hypothesis_from_dict
 
-    model = parse_json(read_bytes(path, option, MODEL_JSON_LIMIT), f"{path}: not a pcqr released model")
+    model = parse_json(locations.read_file(path, option, MODEL_JSON_LIMIT), f"{path}: not a pcqr released model")
     try:
         if not isinstance(model, dict) or model.get("format") != MODEL_FORMAT:
             found = model.get("format") if isinstance(model, dict) else type(model).__name__
