@@ -105,7 +105,8 @@ class DiskRun:
         with open(path, "wb") as out:
             for chunk in chunks:
                 out.write(np.ascontiguousarray(chunk).data.cast("B"))
-                fences.append(chunk[(-size) % CHUNK::CHUNK])  # the entries at positions 0, CHUNK, 2 CHUNK, ...
+                # the entries at positions 0, CHUNK, 2 CHUNK, ... (copied: a view would keep the chunk alive)
+                fences.append(chunk[(-size) % CHUNK::CHUNK].copy())
                 size += chunk.shape[0]
         # a fence is compared with needles (labels cleared): an entry with label 1 is above its needle
         return cls(path, size, (np.concatenate(fences) if fences else np.zeros(0, _ENTRY)) & _KEY_BITS)
