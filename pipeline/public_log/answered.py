@@ -13,7 +13,7 @@ query the other's answer -- an accuracy error, never a privacy one, since every 
 out is already public.
 
 The index is sorted runs of packed (key, label) entries, 8 bytes per answered query, merged
-geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (8 MiB) live in
+geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (4 MiB) live in
 the driver's memory; beyond that the runs spill to files in a private temporary folder (mode 0700,
 removed with the index: :class:`pcqr.pipeline.data.private_folder.PrivateFolder`), merged there the
 same way by a streaming merge, and read back in chunks of :data:`CHUNK` entries at each lookup
@@ -74,8 +74,8 @@ def row_keys(X: np.ndarray, seed: int) -> np.ndarray:
 
 _LABEL_BIT = np.uint64(1)
 _KEY_BITS = ~_LABEL_BIT  # a key's upper 63 bits
-#: The most entries the index keeps in memory (8 MiB); more spill to disk.
-MEMORY_ENTRIES = 2**20
+#: The most entries the index keeps in memory (4 MiB); more spill to disk.
+MEMORY_ENTRIES = 2**19
 #: Entries per read of a run on disk (512 KiB), and per fence.
 CHUNK = 2**16
 _ENTRY = np.dtype(np.uint64)

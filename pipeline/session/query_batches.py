@@ -52,12 +52,14 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None,
-                  rows: int) -> tuple[int, int, np.ndarray]:
+                  rows: int) -> tuple[int, int, int | None, int | None]:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
     features, missing, out-of-range or repeated ids raise, naming the file and column); the part's
-    row count, its share of the queries' content identity (:func:`content_sum`) and its ids, sorted
-    (empty without ``id_column``: row positions never repeat), for the driver's check across parts
-    (:func:`repeated_id`)."""
+    row count, its share of the queries' content identity (:func:`content_sum`) and its smallest and
+    largest id (None without ``id_column``: row positions never repeat), for the driver's check
+    across parts (:func:`overlapping_groups`, then :func:`part_ids` of those parts only). The ids
+    themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
+    of the workers' memory (issue 32)."""
     columns = [*features] + ([id_column] if id_column else [])
     count, total = 0, 0
     found: list[np.ndarray] = []
@@ -73,19 +75,13 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None,
     if id_column is not None and (repeated := repeated_id(ids)) is not None:
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
                         "each query needs its own id (the log and --truth join answers by it)")
-    return count, total, ids
-
-
-def id_range(checked: tuple[int, int, np.ndarray]) -> tuple[int, int, int | None, int | None]:
-    """Worker: a checked part's (rows, content share, smallest id, largest id): what the driver
-    needs to find the parts whose ids could repeat another's (their ids stay on the worker)."""
-    count, total, ids = checked
     return count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None)
 
 
-def checked_ids(checked: tuple[int, int, np.ndarray]) -> np.ndarray:
-    """Worker: a checked part's sorted ids (fetched only for parts whose id ranges overlap)."""
-    return checked[2]
+def part_ids(part: Part, id_column: str, rows: int) -> np.ndarray:
+    """Worker: a checked part's ids, sorted (read again, for the parts whose id ranges overlap another's)."""
+    found = [id_values(table, id_column, part.file).to_numpy() for table in read_chunks(part, [id_column], rows)]
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
 def overlapping_groups(ranges: Sequence[tuple[int | None, int | None]]) -> list[list[int]]:

@@ -49,7 +49,7 @@ from pcqr.pipeline.public_log.batches import (
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, checked_ids, id_range, model_batch, overlapping_groups,
+    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, overlapping_groups, part_ids,
     read_ahead, refused_batch, repeated_id, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
@@ -93,13 +93,15 @@ class ReleaseCounts:
 def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> str:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
     released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)."""
-    checked = client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
-                         rows=rows, pure=False)
-    counted = client.gather(client.map(id_range, checked, pure=False))
-    # an id can repeat across parts only where their id ranges overlap: only those parts' ids come to
-    # the driver (none when the ids ascend through the files), so its memory does not grow with the queries
+    counted = client.gather(client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
+                                       rows=rows, pure=False))
+    # an id can repeat across parts only where their id ranges overlap: only those parts' ids are read
+    # again and come to the driver (none when the ids ascend through the files), so neither the
+    # workers' memory nor the driver's grows with the queries
     for group in overlapping_groups([(lo, hi) for _, _, lo, hi in counted]):
-        ids = np.sort(np.concatenate(client.gather([client.submit(checked_ids, checked[i], pure=False) for i in group])))
+        assert queries.id_column is not None  # row positions never overlap
+        ids = np.sort(np.concatenate(client.gather(client.map(part_ids, [parts[i] for i in group],
+                                                              id_column=queries.id_column, rows=rows, pure=False))))
         if (repeated := repeated_id(ids)) is not None:
             raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
                             "across files or parts; each query needs its own id (the log and --truth join answers by it)")
