@@ -53,7 +53,7 @@ def bench_driver_memory(quick: bool) -> dict[str, Any]:
         log(f"driver_memory: generating {big:,} queries ({features} features)")
         gen_s = generate_threshold_data(work, cluster, rows, features, big, "--rows-per-file", str(small))
         result["generate_seconds"] = gen_s
-        result.update(stable_queries(work))
+        result.update(stable_queries(work, row_group_rows=100_000))  # batch-sized row groups (README)
         log(f"driver_memory: training k={k} stumps")
         _, train_summary = pcqr(work, "train", "train", "--private", "data/private", "--state", "state0",
                                 *privacy, "--cluster", cluster)
