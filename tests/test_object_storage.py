@@ -65,6 +65,18 @@ def test_refusals_are_one_line_and_name_the_location(s3, monkeypatch: pytest.Mon
     assert "\n" not in str(refused.value) and SECRET_KEY not in str(refused.value)
 
 
+def test_without_boto3_a_write_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # import boto3 raises ImportError
+    object_store.configure(None)
+    try:
+        with pytest.raises(PcqrError, match=r"^--out s3://b/x: writing to s3:// needs boto3: pip install 'pcqr\[s3\]'$"):
+            object_store.check_writable("s3://b/x", "--out")
+    finally:
+        object_store.configure(None)
+
+
 def test_settings_never_show_the_secret() -> None:
     settings = object_store.settings_from({"AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_ACCESS_KEY_ID": ACCESS_KEY},
                                           {"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "from-the-file"})

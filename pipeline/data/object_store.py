@@ -170,9 +170,12 @@ def _client(settings: S3Settings) -> Any:
 
 def _call(uri: str, operation: str, **kwargs: Any) -> Any:
     """One S3 request; a failure the user can fix is one line naming the location (never a credential)."""
+    try:
+        client = _client(current())  # first: without boto3, one line saying how to install it
+    except PcqrError as exc:
+        raise PcqrError(f"{uri}: {exc}") from None
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    client = _client(current())
     try:
         return getattr(client, operation)(**kwargs)
     except NoCredentialsError:
