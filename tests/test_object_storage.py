@@ -2,10 +2,10 @@
 (moto's server mode on 127.0.0.1: tests/s3_server.py, the ``s3`` fixture of tests/conftest.py).
 
 * pipeline/data/object_store.py: a conditional put writes a key once; listing, refusals in one line.
-* The README's commands: generate into the bucket, train, answer into a bucket log (again: nothing
-  asked), replay and report it; sanitize into the bucket and answer from its table. No credential
-  appears in any output, log, state, ledger or object.
-* A cluster of separate processes that share nothing but the bucket.
+* The README's commands, on a cluster of separate processes that share nothing but the bucket and
+  learn the S3 settings from the driver's cluster.yaml: generate into the bucket, train, answer into
+  a bucket log (again: nothing asked), replay and report it; sanitize into the bucket and answer from
+  its table. No credential appears in any output, log, state, ledger or object.
 * The commit protocol on a bucket (pipeline/session/commit.py): a batch already put with the same
   bytes is accepted, other bytes are refused, a committed batch still pending is published on resume.
 """
@@ -177,84 +177,52 @@ def test_read_parquet_of_an_object(s3) -> None:
     assert read_parquet(s3.uri("one.parquet")).equals(pq.read_table(io.BytesIO(sink.getvalue())))
 
 
-# --- a cluster of separate processes that share nothing but the bucket --------------------------------
+# --- the README's commands, on a cluster of separate processes that share nothing but the bucket --------
 
 
 @pytest.mark.slow
-def test_a_cluster_of_separate_processes_shares_nothing_but_the_bucket(s3, tmp_path: Path, capsys, monkeypatch) -> None:
-    """The scheduler and two workers run in their own empty folder with no AWS variable: they learn the
-    S3 settings only from the driver's client (cluster.yaml's pcqr: storage:, sent to each worker). The
-    driver has no AWS variable either, and keeps only its private state and ledger on its disk."""
-    from tests.external_cluster import ExternalCluster, _dask_cli_missing
-
-    if _dask_cli_missing():
-        pytest.skip(str(_dask_cli_missing()))
-    storage = {name: value for name, value in s3.server.environment().items()}
-    bare = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
-    for name in storage:
-        monkeypatch.delenv(name)
-    (tmp_path / "workers").mkdir()
-    (tmp_path / "cluster").mkdir()
-    cluster = ExternalCluster(tmp_path / "cluster", env=bare, cwd=tmp_path / "workers").start(workers=2, nanny=False)
-    try:
-        driver = tmp_path / "driver"
-        driver.mkdir()
-        (driver / "cluster.yaml").write_text(  # the folder's cluster.yaml: every command uses it
-            f"pcqr:\n  cluster:\n    backend: address\n    address: {cluster.address}\n  storage:\n"
-            + "".join(f"    {name}: {value}\n" for name, value in storage.items()))
-        monkeypatch.chdir(driver)
-        monkeypatch.setenv("PCQR_LEDGER", str(driver / "ledger.sqlite"))
-        object_store.configure(None)
-        data = s3.uri("shared")
-        steps = [
-            ["generate", "--rows", "20000", "--features", "3", "--queries", "2000", "--seed", "5", "--out", data],
-            ["train", "--private", f"{data}/private", "--state", "st", *PRIVACY],
-            ["answer", "--state", "st", "--queries", f"{data}/queries", "--log", f"{data}/log", "--truth",
-             f"{data}/truth", "--batch-size", "500", "--json"],
-            ["replay", f"{data}/log", "--json"],
-        ]
-        for argv in steps:
-            code, out, err = _pcqr(capsys, *argv)
-            assert code == 0, (argv, err)
-        summary = json.loads(out.strip().splitlines()[-1])
-        assert summary["queries"] == 2000 and summary["batches"] == 4
-        assert len(s3.keys("shared/log/")) == 4
-        assert os.listdir(tmp_path / "workers") == []  # the workers kept nothing on their disk
-        assert sorted(os.listdir(driver)) == ["cluster.yaml", "ledger.sqlite", "st"]
-        _assert_no_secret(tmp_path, s3)
-    finally:
-        cluster.stop()
-
-
-# --- the README's commands ----------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_the_readme_object_storage_section_runs_as_written(s3, tmp_path: Path) -> None:
+def test_the_readme_section_runs_on_a_cluster_that_shares_nothing_but_the_bucket(s3, tmp_path: Path) -> None:
+    """The README's "Data in object storage" commands, as written, in a folder whose cluster.yaml names
+    an external cluster (a scheduler and two workers, separate processes) and the S3 settings
+    (``pcqr: storage:``). Neither the cluster's processes, working in their own empty folder, nor the
+    driver has an AWS variable: the workers learn the settings from the driver's client only. After
+    it: the same answer again asks nothing, the workers' folder is empty, the driver's holds only
+    its cluster.yaml, ledger, state and the replay, and no credential is in any file or object."""
     import subprocess
 
+    from tests.external_cluster import ExternalCluster, _dask_cli_missing
     from tests.forked_pcqr import ForkedPcqr
     from tests.test_readme import ROOT, block_run_by
 
+    if _dask_cli_missing():
+        pytest.skip(str(_dask_cli_missing()))
     s3.server.create_bucket("pcqr-data")  # the README's bucket (this test's alone on the server)
-    tools, work = tmp_path / "bin", tmp_path / "work"
-    tools.mkdir()
-    work.mkdir()
-    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"),
-           "DASK_PCQR__CLUSTER__PROCESSES": "false", "DASK_PCQR__CLUSTER__N_WORKERS": "1"}  # a fast cluster
-    block = block_run_by("tests/test_object_storage.py")
-    script = "set -e\n" + "\n".join(block)
-    with ForkedPcqr(tools, env, ROOT) as forked:  # each pcqr forked from one preloaded interpreter
-        result = subprocess.run(["bash", "-c", script], cwd=work, env={**env, "PATH": forked.path},
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "Traceback" not in result.stderr and SECRET_KEY not in result.stdout + result.stderr
-        keys = s3.server.keys("pcqr-data")
+    storage = s3.server.environment()
+    bare = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    for folder in ("workers", "cluster", "bin", "work"):
+        (tmp_path / folder).mkdir()
+    cluster = ExternalCluster(tmp_path / "cluster", env=bare, cwd=tmp_path / "workers").start(workers=2, nanny=False)
+    work = tmp_path / "work"
+    try:
+        (work / "cluster.yaml").write_text(  # the folder's cluster.yaml: every command uses it
+            f"pcqr:\n  cluster:\n    backend: address\n    address: {cluster.address}\n  storage:\n"
+            + "".join(f"    {name}: {value}\n" for name, value in storage.items()))
+        env = {**bare, "PCQR_LEDGER": str(work / "ledger.sqlite")}
+        block = block_run_by("tests/test_object_storage.py")
+        with ForkedPcqr(tmp_path / "bin", env, ROOT) as forked:  # each pcqr forked from one preloaded interpreter
+            result = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(block)], cwd=work,
+                                    env={**env, "PATH": forked.path}, capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert "Traceback" not in result.stderr and SECRET_KEY not in result.stdout + result.stderr
+            keys = s3.server.keys("pcqr-data")
+            again = subprocess.run(["bash", "-c", f"{block[2]} --json"], cwd=work, env={**env, "PATH": forked.path},
+                                   capture_output=True, text=True, timeout=600)  # the same queries: nothing asked
+        assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["already_answered"] == 3000
+        assert s3.server.keys("pcqr-data") == keys  # nothing written
         assert {"census/answers/batch-00000000.parquet", "census/report.html", "census/x0.parquet"} <= set(keys)
-        assert sorted(os.listdir(work)) == ["replayed.parquet", "st"]  # nothing else on the local disk
-        again = subprocess.run(["bash", "-c", f"{block[2]} --json"], cwd=work, env={**env, "PATH": forked.path},
-                               capture_output=True, text=True, timeout=600)  # the same queries: nothing asked
-    assert again.returncode == 0 and json.loads(again.stdout.splitlines()[-1])["already_answered"] == 3000
-    assert s3.server.keys("pcqr-data", "census/answers/") == [k for k in keys if k.startswith("census/answers/")]
-    assert pq.read_table(work / "replayed.parquet").num_rows == 3000
+        assert pq.read_table(work / "replayed.parquet").num_rows == 3000
+        assert os.listdir(tmp_path / "workers") == []  # the workers kept nothing on their disk
+        assert sorted(os.listdir(work)) == ["cluster.yaml", "ledger.sqlite", "replayed.parquet", "st"]
+    finally:
+        cluster.stop()
     _assert_no_secret(tmp_path, s3, "pcqr-data")
