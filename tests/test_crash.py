@@ -19,6 +19,7 @@ import random
 import re
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
@@ -43,12 +44,34 @@ _BATCH_FILE = re.compile(r"^batch-\d{8}\.parquet$")
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("crash")
+    return root, _trained(root, QUERIES, seed=2)
+
+
+def _trained(root: Path, queries: int, seed: int) -> Path:
+    """Data and a trained session (dense bottoms) under ``root``; returns its threads cluster.yaml."""
     cluster = Path(write_thread_cluster(root))
     assert main(["generate", "--kind", "realizable", "--rows", "20000", "--features", "3", "--queries",
-                 str(QUERIES), "--seed", "2", "--out", str(root / "data"), "--cluster", str(cluster)]) == 0
+                 str(queries), "--seed", str(seed), "--out", str(root / "data"), "--cluster", str(cluster)]) == 0
     assert main(["train", "--private", str(root / "data" / "private"), "--state", str(root / "state"),
                  *DENSE_BOTTOMS_PRIVACY, "--cluster", str(cluster)]) == 0
-    return root, cluster
+    return cluster
+
+
+def _kill_and_check(root: Path, argv: list[str], kills_wanted: int, queries: int, rng: random.Random,
+                    published: Callable[[], int], check: Callable[[int], int]) -> tuple[int, int, int]:
+    """SIGKILL runs of ``argv`` at random moments until ``kills_wanted`` kills or the stream's end,
+    ``check(c)`` after each; (kills, how many waited for the answer loop, c)."""
+    c = kills = in_loop = 0
+    with PreloadedCli(cli_env(), "answer") as cli:
+        while kills < kills_wanted:
+            state = _state(root)
+            if state.get("input") and state["input"]["done"] >= queries:
+                break  # the stream is complete
+            waited, _ = sigkill_at_a_random_moment(cli, argv, rng, published)
+            in_loop += waited
+            kills += 1
+            c = check(c)
+    return kills, in_loop, c
 
 
 def _answer_argv(root: Path, cluster: Path, log: str | None = None, queries: str = "queries") -> list[str]:
@@ -114,23 +137,12 @@ def _check(root: Path, seen: dict[int, tuple[tuple[int, int, int], Batch]], last
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(session) -> None:
     root, cluster = session
-    rng = random.Random(20261121)
     seen: dict[int, tuple[tuple[int, int, int], Batch]] = {}
-    c, kills, in_loop = 0, 0, 0
-    env = cli_env()
-    with PreloadedCli(env, "answer") as cli:
-        while kills < KILLS:
-            state = _state(root)
-            if state.get("input") and state["input"]["done"] >= QUERIES:
-                break  # the stream is complete
-            waited, _ = sigkill_at_a_random_moment(cli, _answer_argv(root, cluster), rng,
-                                                   lambda: len(_visible(root / "log")))
-            in_loop += waited
-            kills += 1
-            c = _check(root, seen, c)
+    kills, in_loop, c = _kill_and_check(root, _answer_argv(root, cluster), KILLS, QUERIES, random.Random(20261121),
+                                        lambda: len(_visible(root / "log")), lambda c: _check(root, seen, c))
     assert kills == KILLS and in_loop >= 10, (kills, in_loop)
     # finish without interruption, as a new process
-    done = subprocess.run(pcqr_command(_answer_argv(root, cluster)), capture_output=True, text=True, env=env)
+    done = subprocess.run(pcqr_command(_answer_argv(root, cluster)), capture_output=True, text=True, env=cli_env())
     assert done.returncode == 0, done.stderr
     c = _check(root, seen, c)
     table = pq.read_table(root / "log")
@@ -147,28 +159,14 @@ def test_sigkill_with_the_log_in_a_bucket_then_resume(s3, tmp_path: Path, capsys
     c never decreases and equals the log's abstentions plus a committed batch still pending. At the end
     the stream is complete and ``pcqr replay`` verifies the bucket's log."""
     root = tmp_path
-    cluster = Path(write_thread_cluster(root))
-    assert main(["generate", "--kind", "realizable", "--rows", "20000", "--features", "3", "--queries",
-                 str(BUCKET_QUERIES), "--seed", "3", "--out", str(root / "data"), "--cluster", str(cluster)]) == 0
-    assert main(["train", "--private", str(root / "data" / "private"), "--state", str(root / "state"),
-                 *DENSE_BOTTOMS_PRIVACY, "--cluster", str(cluster)]) == 0
+    cluster = _trained(root, BUCKET_QUERIES, seed=3)
     log = s3.uri("log")
     argv = _answer_argv(root, cluster, log)
-    rng = random.Random(20261128)
     seen: dict[int, str] = {}
-    c, kills, in_loop = 0, 0, 0
-    env = cli_env()
-    with PreloadedCli(env, "answer") as cli:
-        while kills < BUCKET_KILLS:
-            state = _state(root)
-            if state.get("input") and state["input"]["done"] >= BUCKET_QUERIES:
-                break
-            waited, _ = sigkill_at_a_random_moment(cli, argv, rng, lambda: len(s3.keys("log/")))
-            in_loop += waited
-            kills += 1
-            c = _check_bucket(root, s3, seen, c)
+    kills, in_loop, c = _kill_and_check(root, argv, BUCKET_KILLS, BUCKET_QUERIES, random.Random(20261128),
+                                        lambda: len(s3.keys("log/")), lambda c: _check_bucket(root, s3, seen, c))
     assert kills == BUCKET_KILLS and in_loop >= 3, (kills, in_loop)
-    done = subprocess.run(pcqr_command(argv), capture_output=True, text=True, env=env)
+    done = subprocess.run(pcqr_command(argv), capture_output=True, text=True, env=cli_env())
     assert done.returncode == 0, done.stderr
     c = _check_bucket(root, s3, seen, c)
     ids = [i for key in s3.keys("log/") for i in Batch(s3.read(key)).ids]

@@ -89,12 +89,15 @@ def test_each_readme_command_parses(line: str) -> None:
 
 @pytest.mark.slow
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
-    """The whole README, in order, at its own sizes (the session: 3,000,000 rows, k = 2,500; about a
-    minute on two cores), in a new folder with a new ledger and no cluster.yaml (the default local cluster)."""
+    """The whole README, in order, at its own sizes (the session: 3,000,000 rows, k = 2,500; about half a
+    minute on two cores), in a new folder with a new ledger and no cluster.yaml: the default local
+    cluster, its workers threads (DASK_PCQR__CLUSTER__PROCESSES=false: 56 s with worker processes,
+    which `pcqr demo` (tests/test_one_line_errors.py), the README's object-storage block
+    (tests/test_object_storage.py) and tests/test_real_cluster.py run)."""
     work, tools = tmp_path / "work", tmp_path / "bin"
     work.mkdir()
     tools.mkdir()
-    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite")}
+    env = {**os.environ, "PCQR_LEDGER": str(tmp_path / "ledger.sqlite"), "DASK_PCQR__CLUSTER__PROCESSES": "false"}
     env.pop("DASK_PCQR__CLUSTER__BACKEND", None)
     with ForkedPcqr(tools, env, ROOT) as pcqr_on_path:  # each command forked from one preloaded interpreter
         _run_readme(work, {**env, "PATH": pcqr_on_path.path})
