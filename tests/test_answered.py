@@ -84,3 +84,34 @@ def test_an_index_on_disk_agrees_with_one_in_memory_and_removes_its_files() -> N
         assert not os.path.exists(folder)
     finally:
         answered.CHUNK = old_chunk
+
+
+def test_the_spilled_index_lives_in_the_state_and_a_killed_runs_is_removed(tmp_path, thread_cluster_yaml) -> None:
+    """The runs on disk go into the session's state folder (not $TMPDIR, where a SIGKILLed run would leave
+    up to 8 bytes a query behind), and the next ``pcqr answer`` on the session removes what a killed run
+    left there, under the state's lock."""
+    import os
+
+    from pcqr.jobs.cli import main
+    from pcqr.pipeline.data.private_folder import PREFIX
+    from tests.conftest import MECHANICS_PRIVACY, write_session_data
+
+    index = AnsweredIndex(memory_entries=10, spill=str(tmp_path))
+    index.add(np.arange(1, 50, dtype=np.uint64) * np.uint64(2**40), np.zeros(49, dtype=np.int8))
+    (folder,) = [name for name in os.listdir(tmp_path) if name.startswith(PREFIX)]
+    assert os.listdir(tmp_path / folder) and index.disk_bytes
+    index.close()
+    assert not (tmp_path / folder).exists()
+
+    root = write_session_data(tmp_path / "s", rows=5000, queries=300)
+    state = root / "state"
+    answer = ["answer", "--state", str(state), "--queries", str(root / "queries"), "--log", str(root / "log"),
+              "--cluster", thread_cluster_yaml]
+    assert main(["train", "--private", str(root / "private"), "--state", str(state), *MECHANICS_PRIVACY,
+                 "--cluster", thread_cluster_yaml]) == 0
+    assert main(answer) == 0
+    left = state / f"{PREFIX}killed"  # what a SIGKILLed run's index leaves
+    left.mkdir()
+    (left / "run-000001.u64").write_bytes(b"\0" * 64)
+    assert main(answer) == 0  # the same queries again: nothing asked, the leftover removed
+    assert not left.exists()

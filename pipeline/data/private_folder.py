@@ -17,6 +17,7 @@ operator's temporary-file cleaning removes it (its name starts with ``pcqr-priva
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -31,17 +32,20 @@ def _remove(path: str) -> None:
 
 
 class PrivateFolder:
-    """A new 0700 folder under ``$TMPDIR``, removed with everything in it on :meth:`close`, when
-    ``owner`` (default: this object) is garbage-collected, or at interpreter exit.
+    """A new 0700 folder under ``$TMPDIR`` (or ``parent``), removed with everything in it on
+    :meth:`close`, when ``owner`` (default: this object) is garbage-collected, or at interpreter exit.
 
     Parameters
     ----------
     owner : object, optional
         The object whose lifetime bounds the folder's (the folder goes when it is collected).
+    parent : str, optional
+        Where to make it instead of ``$TMPDIR``: a folder whose owner removes what a killed process
+        left (:func:`remove_leftovers`), e.g. a session's state folder, which one process holds at a time.
     """
 
-    def __init__(self, owner: Any = None) -> None:
-        self.path = tempfile.mkdtemp(prefix=PREFIX)  # mode 0700, whatever the umask
+    def __init__(self, owner: Any = None, parent: str | None = None) -> None:
+        self.path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)  # mode 0700, whatever the umask
         self._finalizer = weakref.finalize(self if owner is None else owner, _remove, self.path)
 
     def join(self, *names: str) -> str:
@@ -74,3 +78,10 @@ def private_file(path: str) -> None:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def remove_leftovers(parent: str) -> None:
+    """Remove the private folders that processes killed before their clean-up left in ``parent`` (call
+    it only where no other live process can own one: a state folder, under its lock)."""
+    for path in glob.glob(os.path.join(glob.escape(parent), f"{PREFIX}*")):
+        _remove(path)

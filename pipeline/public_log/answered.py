@@ -14,8 +14,9 @@ out is already public.
 
 The index is sorted runs of packed (key, label) entries, 8 bytes per answered query, merged
 geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (4 MiB) live in
-the driver's memory; beyond that the runs spill to files in a private temporary folder (mode 0700,
-removed with the index: :class:`pcqr.pipeline.data.private_folder.PrivateFolder`), merged there the
+the driver's memory; beyond that the runs spill to files in a private folder (mode 0700, in the
+session's state folder, removed with the index -- :class:`pcqr.pipeline.data.private_folder.PrivateFolder`
+-- or, left by a killed run, when the next run opens the session), merged there the
 same way by a streaming merge, and read back in chunks of :data:`CHUNK` entries at each lookup
 (only the chunks a needle can be in, found by one fence per chunk held in memory: 8 bytes per 2^16
 entries). So the driver's memory stays flat however long the stream (issue 32: 10^8 queries), and
@@ -160,10 +161,11 @@ class AnsweredIndex:
     :data:`MEMORY_ENTRIES` entries stay in memory (8 bytes each, about twice that while merging), the
     rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index)."""
 
-    def __init__(self, memory_entries: int = MEMORY_ENTRIES) -> None:
+    def __init__(self, memory_entries: int = MEMORY_ENTRIES, spill: str | None = None) -> None:
         self._runs: list[np.ndarray] = []
         self._disk: list[DiskRun] = []
         self._folder: PrivateFolder | None = None
+        self._spill_parent = spill  # where the runs on disk go (a session's state folder), None: $TMPDIR
         self._memory_entries = memory_entries
         self._spilled = 0
 
@@ -237,7 +239,7 @@ class AnsweredIndex:
 
     def _new_file(self) -> str:
         if self._folder is None:
-            self._folder = PrivateFolder(owner=self)
+            self._folder = PrivateFolder(owner=self, parent=self._spill_parent)
         self._spilled += 1
         return self._folder.join(f"run-{self._spilled:06d}.u64")
 
@@ -250,7 +252,8 @@ class AnsweredIndex:
             self._folder.close()
 
 
-def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str) -> AnsweredIndex:
+def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str,
+                   spill: str | None = None) -> AnsweredIndex:
     """The index of the first ``batches`` batch files of a session's log (answered rows only),
     served only once their hash chain is verified (issue 11: verified before served).
 
@@ -262,7 +265,7 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
     """
     from pcqr.pipeline.data.datasets import feature_matrix
 
-    index = AnsweredIndex()
+    index = AnsweredIndex(spill=spill)
     files = dict(batch_files(log_dir))
     previous = ""
     for number in range(batches):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from pcqr.pipeline.data.private_folder import remove_leftovers
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.budget.overlap import guard_public_inputs
@@ -148,7 +149,9 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     check_writable_directory(log_dir, "--log")  # before any charge or answer, not at the first batch
     answered = None
     if session is not None:  # verified before served: the log's whole hash chain, before anything else
-        answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
+        remove_leftovers(state)  # a killed run's spilled index (this process holds the state's lock)
+        answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
+                                  spill=state)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     if plan is not None:  # the new session's guess and learner, as session.json will hold them
         guess = plan.guess.to_dict() if plan.guess is not None else None

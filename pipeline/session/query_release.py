@@ -260,7 +260,8 @@ def release_answers(
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
     if index is None:
-        index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash)
+        index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
+                               spill=state_dir)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
     shared = hold(client, ensemble) if switch is None or not switch.done else None
     # Parts in flight: at least one more than the workers' threads (none idles), at most 2 per
