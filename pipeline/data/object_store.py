@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pcqr.pipeline.errors import PcqrError
 
@@ -182,7 +182,7 @@ def _call(uri: str, operation: str, **kwargs: Any) -> Any:
         raise PcqrError(f"{uri}: no credentials for the S3 server: set AWS_ACCESS_KEY_ID and "
                         "AWS_SECRET_ACCESS_KEY (or pcqr: storage: in the cluster.yaml)") from None
     except ClientError as exc:
-        raise _client_error(uri, exc) from None
+        raise _client_error(uri, exc, conditional="IfNoneMatch" in kwargs) from None
     except BotoCoreError as exc:  # the endpoint unreachable, a timeout, ...
         raise PcqrError(f"{uri}: the S3 server cannot be reached ({exc})") from None
 
@@ -191,10 +191,10 @@ class _Exists(Exception):
     """A conditional put found the key taken."""
 
 
-def _client_error(uri: str, exc: Any) -> Exception:
+def _client_error(uri: str, exc: Any, conditional: bool) -> Exception:
     error = exc.response.get("Error", {})
     code, status = error.get("Code", ""), exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+    if conditional and (code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)):
         return _Exists()
     if code == "NoSuchBucket":
         return PcqrError(f"{uri}: the bucket {split(uri)[0]!r} does not exist")
@@ -222,44 +222,6 @@ def put_once(uri: str, data: bytes) -> bool:
     return True
 
 
-def size_of(uri: str) -> int | None:
-    """The object's size in bytes, or None when there is no object at ``uri``."""
-    bucket, key = split(uri)
-    try:
-        return int(_call(uri, "head_object", Bucket=bucket, Key=key)["ContentLength"])
-    except FileNotFoundError:
-        return None
-
-
-def names_under(uri: str) -> list[str]:
-    """The names directly under the folder ``uri`` (objects and sub-folders, sorted)."""
-    bucket, prefix = split(uri)
-    prefix = f"{prefix}/" if prefix else ""
-    found: set[str] = set()
-    for page in _pages(uri, Bucket=bucket, Prefix=prefix, Delimiter="/"):
-        found.update(item["Key"][len(prefix):] for item in page.get("Contents", []))
-        found.update(item["Prefix"][len(prefix):].rstrip("/") for item in page.get("CommonPrefixes", []))
-    return sorted(name for name in found if name)
-
-
-def keys_under(uri: str) -> list[str]:
-    """Every object under the folder ``uri``, as ``s3://`` URIs (sorted)."""
-    bucket, prefix = split(uri)
-    prefix = f"{prefix}/" if prefix else ""
-    return sorted(f"{SCHEME}{bucket}/{item['Key']}" for page in _pages(uri, Bucket=bucket, Prefix=prefix)
-                  for item in page.get("Contents", []))
-
-
-def _pages(uri: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    token: str | None = None
-    while True:
-        page = _call(uri, "list_objects_v2", **kwargs, **({"ContinuationToken": token} if token else {}))
-        yield page
-        token = page.get("NextContinuationToken")
-        if not page.get("IsTruncated") or not token:
-            return
-
-
 def delete(uri: str) -> None:
     """Remove the object at ``uri`` (nothing if there is none)."""
     bucket, key = split(uri)
@@ -279,5 +241,5 @@ def check_writable(uri: str, option: str) -> None:
 
 
 __all__ = ["S3Settings", "arrow_filesystem", "check_writable", "configure", "current", "delete",
-           "is_uri", "keys_under", "names_under", "put", "put_once", "refuse_credentials", "settings_from",
-           "size_of", "split"]
+           "from_file", "is_uri", "put", "put_once", "refuse_credentials", "settings_from",
+           "split"]

@@ -229,7 +229,7 @@ class AnsweredIndex:
         run = np.concatenate(self._runs)
         run.sort(kind="stable")
         self._runs = []
-        self._disk.append(DiskRun.write(self._new_file(), iter(np.array_split(run, max(1, run.shape[0] // CHUNK)))))
+        self._disk.append(DiskRun.write(self._new_file(), (run[i:i + CHUNK] for i in range(0, run.shape[0], CHUNK))))
         del run
         while len(self._disk) > 1 and self._disk[-2].size <= 2 * self._disk[-1].size:
             two, one = self._disk.pop(), self._disk.pop()
@@ -246,7 +246,7 @@ class AnsweredIndex:
     def close(self) -> None:
         """Remove the runs on disk (also done when the index is garbage-collected or at exit)."""
         for disk in self._disk:
-            disk._file.close()
+            disk.close()
         self._disk = []
         if self._folder is not None:
             self._folder.close()
