@@ -108,7 +108,7 @@ if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's b
         yield NoCharge()
     pcqr.pipeline.session.planning.session_charge = no_charge
     pcqr.pipeline.session.answering.session_charge = no_charge
-from pcqr.jobs.cli import main
+from pcqr.jobs.cli import finish, main
 started = time.perf_counter()
 rc = main(argv)
 seconds = time.perf_counter() - started
@@ -127,7 +127,7 @@ report = {
 }
 with open(out, "w") as handle:
     json.dump(report, handle)
-sys.exit(rc)
+finish(rc)  # as the pcqr script exits
 """
 
 

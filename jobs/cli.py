@@ -1,9 +1,12 @@
 """The ``pcqr`` command: one subcommand per job kind (jobs/*.py)."""
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
-from typing import Any
+import threading
+from typing import Any, NoReturn
 
 import click
 
@@ -124,5 +127,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> NoReturn:
+    """The ``pcqr`` script: :func:`main`, then :func:`finish`."""
+    finish(main())
+
+
+def finish(code: int) -> NoReturn:
+    """Exit with ``code`` as a finished command needs, and no more.
+
+    A normal interpreter exit then frees every module one by one: with scikit-learn and Dask loaded
+    that took about 0.5 s of each command's wall time (of ~5 s for a 10^6-query ``pcqr answer``).
+    Everything pcqr writes is closed and fsynced before :func:`main` returns, so this exits at once
+    after what a normal exit runs first: the atexit functions (weakref finalizers, logging's
+    shutdown), then the standard streams flushed. With a non-daemon thread still running, it exits the
+    normal way, which waits for it."""
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):  # a closed pipe: as the normal exit, code 120 if none was set
+        code = code or 120
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -355,3 +355,26 @@ def _help(command: str, option: str) -> str:
 
     found = pcqr.get_command(click.Context(pcqr), command)
     return next(p.help for p in found.params if option in getattr(p, "opts", ()))
+
+
+FINISH = """
+import atexit, sys, threading, time
+from pcqr.jobs.cli import finish
+print("printed", end="")
+atexit.register(lambda: print(" then atexit", end=""))
+if sys.argv[1] == "thread":  # a non-daemon thread still running: the normal exit waits for it
+    threading.Thread(target=lambda: (time.sleep(0.3), print(" then the thread", end=""))).start()
+finish(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("thread, expected", [("none", "printed then atexit"),
+                                              ("thread", "printed then the thread then atexit")])
+def test_the_pcqr_script_exits_with_its_code_after_atexit_and_flushed_streams(thread, expected) -> None:
+    """pcqr.jobs.cli.finish (the script's exit, which skips the interpreter's module teardown) keeps what
+    a normal exit guarantees: the code, the atexit functions, buffered output, a running thread awaited."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FINISH, thread, "3"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, expected, "")
