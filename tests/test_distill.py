@@ -245,6 +245,46 @@ def test_after_halt_options_are_checked_before_anything_is_answered(tmp_path, ca
         assert message in err and not (tmp_path / "log").exists(), (extra, err)
 
 
+def test_a_continuing_sessions_default_student_is_checked_at_its_first_fit(tmp_path, capsys, monkeypatch,
+                                                                          thread_cluster_yaml) -> None:
+    """A continuing session's default after-halt student (no --student-learner; the ledger vouches for the
+    learner record it comes from) is not fitted on a trial sample before the run, which imports
+    scikit-learn (about a second of every run): it is first fitted at the halt. A fit that fails there
+    stops the run in one line, and the batch holding the halt is not committed; --after-halt refuse
+    then answers it and the rest."""
+    import pcqr.pipeline.models.learners as learners
+    import pcqr.pipeline.session.distillation as distillation
+
+    write_session_data(tmp_path, rows=4000, queries=600)
+    state = tmp_path / "st"
+    assert main(["train", "--private", str(tmp_path / "private"), "--state", str(state), "--cutoff", "5",
+                 "--epsilon", "1", "--gate", "guess", "--learner", "stump", "--seed", "3", "--insecure-seed",
+                 "--cluster", thread_cluster_yaml]) == 0
+    capsys.readouterr()
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("checked before the run")
+
+    def failing(*args, **kwargs):
+        raise ValueError("cannot fit\nsecond line")
+
+    monkeypatch.setattr(learners.LearnerSpec, "check", no_trial)
+    monkeypatch.setattr(distillation, "fit_on_teacher", failing)
+    base = ["answer", "--state", str(state), "--queries", str(tmp_path / "queries"), "--log", str(tmp_path / "log"),
+            "--batch-size", "10", "--cluster", thread_cluster_yaml, "--json"]
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("pcqr: error: the after-halt student stump failed to fit on the released answers (ValueError: "
+                   "cannot fit); nothing of this batch was released: run again with --after-halt refuse, or name "
+                   "another --student-learner"), err
+    written = len(list((tmp_path / "log").glob("batch-*.parquet")))
+    assert 0 < written < 60  # the batches before the halt's; not that one, nor any after
+    assert main([*base, "--after-halt", "refuse"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["budget_spent"] and summary["refused"] > 0
+    assert len(list((tmp_path / "log").glob("batch-*.parquet"))) == 60 and verify_log(str(tmp_path / "log")).ok
+
+
 def test_python_api_answers_after_the_halt(thread_cluster_yaml, tmp_path) -> None:
     """PrivateClassifier(after_halt='student'): no NaN after T; Session.status() still shows the
     budget spent; pcqr.distill writes the student's file."""

@@ -84,10 +84,13 @@ def reopen_private(session: SessionState) -> Dataset | None:
 
 
 def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, learner: dict[str, Any],
-                       features: list[str], modules: tuple[str, ...]) -> dict[str, Any] | None:
+                       features: list[str], modules: tuple[str, ...], checked_now: bool = True) -> dict[str, Any] | None:
     """``--after-halt``: None (refuse) or the student's learner, checked now (before any charge or
-    answer) on a small public sample, as ``--learner`` is. scikit-learn is imported only for a
-    student (about a second: an answer run by linear votes needs none of it)."""
+    answer) on a small public sample, as ``--learner`` is, when ``checked_now``. Otherwise (a
+    continuing session's default student, which the user did not name) it is checked where it is
+    first fitted, at the session's halt, which few runs reach: checking it imports scikit-learn,
+    about a second of a run whose linear votes need none of it. A learner that fails there stops the
+    run in one line before that batch is committed, and --after-halt refuse answers on."""
     from pcqr.pipeline.session.distillation import AFTER_HALT, student_learner
 
     if answering.after_halt not in AFTER_HALT:
@@ -96,13 +99,15 @@ def after_halt_learner(answering: AnswerOptions, guess: dict[str, Any] | None, l
         if answering.student_learner is not None or answering.student_learner_param:
             raise PcqrError("--student-learner applies only with --after-halt student")
         return None
+    if answering.student_learner_param and answering.student_learner is None:
+        raise PcqrError("--student-learner-param needs --student-learner")
+    if not checked_now:
+        return student_learner(learner, guess, None, {})
     from pcqr.pipeline.models.learners import parse_learner_params
     from pcqr.pipeline.models.student_selection import student_specs
 
-    params = parse_learner_params(answering.student_learner_param)
-    if params and answering.student_learner is None:
-        raise PcqrError("--student-learner-param needs --student-learner")
-    named = student_learner(learner, guess, answering.student_learner, params)
+    named = student_learner(learner, guess, answering.student_learner,
+                            parse_learner_params(answering.student_learner_param))
     for spec in student_specs(named, modules):
         spec.check(len(features), 64)
     return named
@@ -164,7 +169,8 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         raise PcqrError(f"--after-halt refuse: the session was planned with --labels {labels:,}, whose student "
                         "answers every query after the first M; leave --after-halt out (a session trained with "
                         "--gate plans its teacher for all --queries-max queries)")
-    student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster))
+    student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster),
+                                 checked_now=plan is not None or answering.student_learner is not None)
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]

@@ -204,7 +204,16 @@ class AfterHalt:
         self.taught = int(answers.y.size)
         self.provenance = {"learner": self.learner, "teacher_answers": self.taught}
         if self.taught:
-            chosen, self.model = fit_on_teacher(answers, self.learner, self.modules)
+            try:
+                chosen, self.model = fit_on_teacher(answers, self.learner, self.modules)
+            except PcqrError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- a continuing session's default student is first checked here
+                raise PcqrError(
+                    f"the after-halt student {self.learner['name']} failed to fit on the released answers "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); nothing of this "
+                    "batch was released: run again with --after-halt refuse, or name another --student-learner"
+                ) from None
             if chosen != self.learner:  # cross-validated: the learner the answers chose
                 self.provenance["chosen"] = chosen
 
