@@ -243,6 +243,31 @@ def test_public_or_queries_or_truth_holding_private_rows_are_refused(session_dat
     assert "allow_private_overlap" not in json.loads(out.strip().splitlines()[-1])
 
 
+def test_answer_reads_its_queries_once_for_the_validation_and_the_guard(session_data, capsys, monkeypatch,
+                                                                         thread_cluster_yaml) -> None:
+    """pcqr answer's misuse guard finds private rows in --queries on the validation pass's own read (one
+    read of the file, issue 32): with the guard's separate read disabled it still refuses them, and a
+    file of unrelated queries is answered."""
+    import pcqr.pipeline.budget.overlap as overlap
+
+    d, ledger = session_data, str(session_data / "ledger.sqlite")
+    common = ["--ledger", ledger, "--cluster", thread_cluster_yaml]
+    private = str(d / "private")
+    session = ["--features", "x0,x1,x2", *MECHANICS_PRIVACY, "--queries-max", "10000", *common]
+    assert cli(capsys, "train", "--private", private, "--state", str(d / "state"), *session)[0] == 0
+
+    def second_read(*args, **kwargs):
+        raise AssertionError("the queries were read again for the guard")
+
+    monkeypatch.setattr(overlap, "_in_range", second_read)
+    answer = ["answer", "--state", str(d / "state"), "--log", str(d / "log"), *common]
+    code, _, err = cli(capsys, *answer, "--queries", private)
+    refused(code, err, "--queries", f"private dataset {private}")
+    assert not (d / "log").exists() or not os.listdir(d / "log")
+    code, out, err = cli(capsys, *answer, "--queries", str(d / "queries"), "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["answered"] > 0, err
+
+
 def test_replay_truth_and_predict_queries_holding_private_rows_are_refused(session_data, capsys,
                                                                            thread_cluster_yaml) -> None:
     """The misuse guard covers pcqr replay --truth and pcqr predict's QUERIES too (issue 27): a file of

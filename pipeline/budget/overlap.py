@@ -189,16 +189,87 @@ def _candidates(public: Dataset, ledger: str | None, own: Fingerprint | None,
     return list(found.values())
 
 
-def _in_range(part: Part, groups: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
-              needed: Sequence[str]) -> list[list[np.ndarray]]:
-    """Worker (or driver): per group of columns, per sketch bound, the feature hashes of the part's
-    rows that a sketch with that bound can see (public rows only: this reads a public dataset)."""
-    table = read_part(part, needed)
-    found = []
-    for columns, bounds in groups:
-        hashes = feature_hashes(table, columns)
-        found.append([hashes[hashes <= np.uint64(bound)] for bound in bounds])
-    return found
+Found = list[list[np.ndarray]]  # per group of columns, per sketch bound: the feature hashes in its range
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the guard needs of each public row, and all a worker is given: per group of columns, the
+    bounds of the sketches over those columns. A row's hash is only of use when some sketch's bound
+    admits it, so a worker returns only those (about k / n_d of the rows, n_d the private dataset's
+    distinct feature vectors)."""
+
+    groups: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]
+    needed: tuple[str, ...]  # the columns the groups read
+
+    def in_range(self, table: pa.Table) -> Found:
+        """Worker (or driver): the feature hashes of ``table``'s rows each sketch bound can see (public rows)."""
+        found = []
+        for columns, bounds in self.groups:
+            hashes = feature_hashes(table, columns)
+            found.append([hashes[hashes <= np.uint64(bound)] for bound in bounds])
+        return found
+
+
+def _in_range(part: Part, reach: Reach) -> Found:
+    """Worker (or driver): :meth:`Reach.in_range` of one part of a public dataset."""
+    return reach.in_range(read_part(part, list(reach.needed)))
+
+
+@dataclass(frozen=True)
+class OverlapCheck:
+    """The misuse guard for one public input (``option``): its candidate sketches, what the rows'
+    pass must compute (:attr:`reach`), and the verdict on what it found (:meth:`verdict`). A pass
+    that reads the input anyway (``pcqr answer``'s validation of --queries) computes the reach on
+    the same read."""
+
+    public: Dataset
+    option: str
+    candidates: tuple[_Candidate, ...]
+    reach: Reach
+
+    def verdict(self, per_part: Sequence[Found], allowed: bool, echo: Callable[[str], None] | None) -> None:
+        """Refuse (PcqrError naming the option and the private dataset) when a public row in some
+        sketch's range is a once-occurring private feature vector, unless ``allowed`` (then ``echo``
+        gets one warning line)."""
+        by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
+        for candidate in self.candidates:
+            by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
+        seen: dict[int, list[np.ndarray]] = {id(c): [] for c in self.candidates}
+        for found in per_part:
+            for group, arrays in zip(by_columns.values(), found):
+                for candidate, hashes in zip(group, arrays):
+                    seen[id(candidate)].append(hashes)
+        for candidate in self.candidates:
+            in_range = np.concatenate(seen[id(candidate)]) if seen[id(candidate)] else np.zeros(0, np.uint64)
+            sketch = candidate.sketch
+            hits = int(np.sum(np.isin(in_range, sketch.values[sketch.counts <= RARE])))
+            if not hits:
+                continue
+            share = float(np.mean(np.isin(in_range, sketch.values)))
+            detail = (f"{hits} of the {in_range.size} rows its overlap sketch can see are rows of the private "
+                      f"dataset {candidate.label}, est. {share:.0%} of the file")
+            if not allowed:
+                raise PcqrError(f"{self.option} {self.public.uri}: holds private rows ({detail}); pass "
+                                "--allow-private-overlap if this is intended")
+            if echo is not None:
+                echo(f"warning: {self.option} {self.public.uri} holds private rows ({detail}); allowed by "
+                     "--allow-private-overlap")
+
+
+def overlap_check(public: Dataset, option: str, ledger: str | None, own: Fingerprint | None = None,
+                  own_label: str | None = None) -> OverlapCheck | None:
+    """The guard for ``public`` against the ledger's feature sketches (``ledger``: its path, None when
+    there is none) and ``own``'s; None when no sketch shares its columns (nothing to check)."""
+    candidates = _candidates(public, ledger, own, own_label)
+    if not candidates:
+        return None
+    by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
+    for candidate in candidates:
+        by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
+    groups = tuple((columns, tuple(c.sketch.bound for c in group)) for columns, group in by_columns.items())
+    needed = tuple(sorted({name for c in candidates for name in c.columns}))
+    return OverlapCheck(public, option, tuple(candidates), Reach(groups, needed))
 
 
 def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger: str | None,
@@ -209,38 +280,30 @@ def check_public_overlap(public: Dataset, option: str, allowed: bool, ledger: st
     unless ``allowed`` (then ``echo`` gets one warning line). Reads the public file part by part,
     on ``client``'s workers when one is given (else in this process), and the ledger's sketches;
     charges nothing."""
-    candidates = _candidates(public, ledger, own, own_label)
-    if not candidates:
+    check = overlap_check(public, option, ledger, own, own_label)
+    if check is None:
         return
-    by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
-    for candidate in candidates:
-        by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
-    groups = [(columns, tuple(c.sketch.bound for c in group)) for columns, group in by_columns.items()]
-    needed = sorted({name for c in candidates for name in c.columns})
     parts = public.parts(PART_ROWS)
     if client is None:
-        per_part = [_in_range(part, groups, needed) for part in parts]
+        per_part = [_in_range(part, check.reach) for part in parts]
     else:
-        per_part = client.gather(client.map(_in_range, parts, groups=groups, needed=needed, pure=False))
-    seen: dict[int, list[np.ndarray]] = {id(c): [] for c in candidates}
-    for found in per_part:
-        for group, arrays in zip(by_columns.values(), found):
-            for candidate, hashes in zip(group, arrays):
-                seen[id(candidate)].append(hashes)
-    for candidate in candidates:
-        in_range = np.concatenate(seen[id(candidate)]) if seen[id(candidate)] else np.zeros(0, np.uint64)
-        sketch = candidate.sketch
-        hits = int(np.sum(np.isin(in_range, sketch.values[sketch.counts <= RARE])))
-        if not hits:
-            continue
-        share = float(np.mean(np.isin(in_range, sketch.values)))
-        detail = (f"{hits} of the {in_range.size} rows its overlap sketch can see are rows of the private "
-                  f"dataset {candidate.label}, est. {share:.0%} of the file")
-        if not allowed:
-            raise PcqrError(f"{option} {public.uri}: holds private rows ({detail}); pass --allow-private-overlap "
-                            "if this is intended")
-        if echo is not None:
-            echo(f"warning: {option} {public.uri} holds private rows ({detail}); allowed by --allow-private-overlap")
+        per_part = client.gather(client.map(_in_range, parts, reach=check.reach, pure=False))
+    check.verdict(per_part, allowed, echo)
+
+
+def own_fingerprint(ledger_option: str | None, private: Dataset | None, client: Any = None) -> Fingerprint | None:
+    """The job's own private dataset's fingerprint over its features (on ``client``'s workers; the
+    charge reuses it), for the guard; None without one."""
+    if private is None:
+        return None
+    with Ledger(ledger_location(ledger_option)) as ledger:
+        return fingerprint_dataset(private.files, client, ledger, private.features)
+
+
+def guard_ledger(ledger_option: str | None) -> str | None:
+    """The ledger whose feature sketches the guard reads: its path, None when there is none yet."""
+    path = ledger_location(ledger_option)
+    return path if ledger_exists(path) else None
 
 
 def guard_public_inputs(inputs: Sequence[tuple[str, Dataset | None]], allowed: bool, ledger_option: str | None,
@@ -249,12 +312,8 @@ def guard_public_inputs(inputs: Sequence[tuple[str, Dataset | None]], allowed: b
     """A command's misuse guard, before its charge: every (option, public dataset) of ``inputs``
     against the ledger's feature sketches and, when the command reads one, the private dataset's
     own (fingerprinted now on ``client``'s workers over its features; the charge reuses it)."""
-    path = ledger_location(ledger_option)
-    own = None
-    if private is not None:
-        with Ledger(path) as ledger:
-            own = fingerprint_dataset(private.files, client, ledger, private.features)
+    own = own_fingerprint(ledger_option, private, client)
     for option, public in inputs:
         if public is not None:
-            check_public_overlap(public, option, allowed, path if ledger_exists(path) else None, own,
+            check_public_overlap(public, option, allowed, guard_ledger(ledger_option), own,
                                  private.uri if private is not None else None, echo, client)

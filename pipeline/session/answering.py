@@ -14,7 +14,7 @@ from typing import Any
 from pcqr.pipeline.data.private_folder import remove_leftovers
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.budget.ledger import charge_note
-from pcqr.pipeline.budget.overlap import guard_public_inputs
+from pcqr.pipeline.budget.overlap import check_public_overlap, guard_ledger, overlap_check, own_fingerprint
 from pcqr.pipeline.data.atomic import check_writable_directory
 from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching, scan_dataset
@@ -181,17 +181,23 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     array_work = (trains_by_arrays(plan) if plan is not None else  # the one-shot form trains first
                   ensemble is not None and ensemble.array_counted and session.universal is None)  # type: ignore[union-attr]
     with connect(array_work=array_work) as client:
-        identity = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size)
+        # the misuse guard (no private row into a public log) reads --queries on the validation's own read
+        own = None if answering.private_log else own_fingerprint(training.ledger, plan.private if plan else None, client)
+        own_label = plan.private.uri if plan else None
+        guard = None if answering.private_log else overlap_check(queries, "--queries", guard_ledger(training.ledger),
+                                                                 own, own_label)
+        identity, found = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size,
+                                           guard.reach if guard is not None else None)
         start = start_point(session, queries, identity, reporter)  # before any charge
         if start.answered is not None:  # answered in full before: nothing is asked again
             assert session is not None
             return _nothing_asked(session, start.answered, queries, log_dir, state, answering, student, reporter)
         skip = start.skip
-        if not answering.private_log:  # misuse guard, before any charge: no private row into a public log
-            guard_public_inputs([("--queries", queries), ("--truth", scan_dataset(answering.truth, "truth")
-                                                          if answering.truth else None)],
-                                answering.allow_private_overlap, training.ledger, plan.private if plan else None,
-                                client, note)
+        if guard is not None:  # the guard's verdicts, before any charge
+            guard.verdict(found or [], answering.allow_private_overlap, note)
+        if answering.truth and not answering.private_log:
+            check_public_overlap(scan_dataset(answering.truth, "truth"), "--truth", answering.allow_private_overlap,
+                                 guard_ledger(training.ledger), own, own_label, note, client)
         if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
             check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
         if plan is not None:  # refunded if this command fails before a batch is committed

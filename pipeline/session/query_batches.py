@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from pcqr.pipeline.data.arrow_types import as_float64
 from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
+from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.public_log.answered import column_keys
@@ -51,18 +52,23 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
     return int(np.sum(keys, dtype=np.uint64))
 
 
-def check_queries(part: Part, features: Sequence[str], id_column: str | None,
-                  rows: int) -> tuple[int, int, int | None, int | None]:
+Checked = tuple[int, int, "int | None", "int | None", "Found | None"]
+
+
+def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int,
+                  reach: Reach | None = None) -> Checked:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
     features, missing, out-of-range or repeated ids raise, naming the file and column); the part's
     row count, its share of the queries' content identity (:func:`content_sum`) and its smallest and
     largest id (None without ``id_column``: row positions never repeat), for the driver's check
     across parts (:func:`overlapping_groups`, then :func:`part_ids` of those parts only). The ids
     themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
-    of the workers' memory (issue 32)."""
-    columns = [*features] + ([id_column] if id_column else [])
+    of the workers' memory (issue 32). With ``reach``, on the same read, what the misuse guard
+    needs of the rows (:class:`pcqr.pipeline.budget.overlap.Reach`): the file is read once for both."""
+    columns = list(dict.fromkeys([*features, *([id_column] if id_column else []), *(reach.needed if reach else ())]))
     count, total = 0, 0
     found: list[np.ndarray] = []
+    seen: list[Found] = []
     for table in read_chunks(part, columns, rows):
         values = check_features(table, features, part.file)
         positions = np.arange(part.start + count, part.start + count + table.num_rows, dtype=np.int64)
@@ -71,11 +77,16 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None,
             found.append(ids)
         total = (total + content_sum(values, ids, positions)) % 2**64
         count += table.num_rows
+        if reach is not None:
+            seen.append(reach.in_range(table))
     ids = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
     if id_column is not None and (repeated := repeated_id(ids)) is not None:
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
                         "each query needs its own id (the log and --truth join answers by it)")
-    return count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None)
+    in_range = None if reach is None else [
+        [np.concatenate([chunk[g][b] for chunk in seen]) if seen else np.zeros(0, np.uint64) for b in range(len(bounds))]
+        for g, (_, bounds) in enumerate(reach.groups)]
+    return count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None), in_range
 
 
 def part_ids(part: Part, id_column: str, rows: int) -> np.ndarray:

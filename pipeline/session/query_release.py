@@ -25,6 +25,7 @@ from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.commit import publish, stage
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
+from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.evaluation import score
 from pcqr.pipeline.session.inputs import content_identity
@@ -90,22 +91,26 @@ class ReleaseCounts:
         self.batches += 1
 
 
-def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int) -> str:
+def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int,
+                     reach: Reach | None = None) -> tuple[str, list[Found] | None]:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
-    released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)."""
+    released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)
+    and, with ``reach``, the misuse guard's findings per part, from the same read
+    (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them)."""
     counted = client.gather(client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
-                                       rows=rows, pure=False))
+                                       rows=rows, reach=reach, pure=False))
     # an id can repeat across parts only where their id ranges overlap: only those parts' ids are read
     # again and come to the driver (none when the ids ascend through the files), so neither the
     # workers' memory nor the driver's grows with the queries
-    for group in overlapping_groups([(lo, hi) for _, _, lo, hi in counted]):
+    for group in overlapping_groups([(lo, hi) for _, _, lo, hi, _ in counted]):
         assert queries.id_column is not None  # row positions never overlap
         ids = np.sort(np.concatenate(client.gather(client.map(part_ids, [parts[i] for i in group],
                                                               id_column=queries.id_column, rows=rows, pure=False))))
         if (repeated := repeated_id(ids)) is not None:
             raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
                             "across files or parts; each query needs its own id (the log and --truth join answers by it)")
-    return content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
+    identity = content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
+    return identity, (None if reach is None else [c[4] for c in counted])
 
 
 class UniversalSwitch:
