@@ -32,6 +32,7 @@ import pytest
 
 import pcqr.pipeline.session.answering
 import pcqr.pipeline.session.query_release
+import pcqr.pipeline.session.committer
 from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, PROVENANCE_KEY, append_batch, batch_files, encode_batch, sha256
@@ -303,7 +304,7 @@ class _Killed(BaseException):
 
 def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(world, capsys, monkeypatch) -> None:
     _train(world, "state")
-    save = pcqr.pipeline.session.query_release.save_session
+    save = pcqr.pipeline.session.committer.save_session
     calls = []
 
     def save_then_die(state_dir: str, session: Any) -> None:
@@ -312,7 +313,7 @@ def test_a_crash_between_the_ledger_and_the_state_is_recovered_from_the_ledger(w
             raise _Killed()
         save(state_dir, session)
 
-    monkeypatch.setattr(pcqr.pipeline.session.query_release, "save_session", save_then_die)
+    monkeypatch.setattr(pcqr.pipeline.session.committer, "save_session", save_then_die)
     with pytest.raises(_Killed):
         main(_answer(world, "state", "log"))
     monkeypatch.undo()

@@ -61,7 +61,9 @@ class SQLiteStore(LedgerStore):
     def __init__(self, path: str) -> None:
         self.location = self.name = self.path = path
         try:
-            self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            # used by one thread at a time, not always the one that opened it: pcqr answer's commits run in
+            # a thread of their own (pcqr.pipeline.session.committer)
+            self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as exc:
             raise PcqrError(f"ledger {path}: cannot open it ({exc}); pass another --ledger") from None
         try:

@@ -12,6 +12,7 @@ re-answered differently, c never goes backwards and a threshold is never reused.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -23,7 +24,7 @@ from distributed import Client, Future
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
-from pcqr.pipeline.session.commit import publish, stage
+from pcqr.pipeline.session.committer import Committer, Handover
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
 from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
@@ -42,9 +43,7 @@ from pcqr.pipeline.public_log.batches import (
     SOURCE_NAMES,
     STUDENT,
     STUDENT_CODE,
-    append_batch,
     batch_table,
-    encode_batch,
     sha256,
 )
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
@@ -310,25 +309,18 @@ def release_answers(
             pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
 
     def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
-        """One log batch, committed in the order of pcqr.pipeline.session.commit."""
+        """One log batch, handed to the committer (pcqr.pipeline.session.committer: the steps of
+        pcqr.pipeline.session.commit, in order, while the coordinator tests the next batches)."""
         batch_provenance = provenance
         if switch is not None and switch.done and np.any(source == RELEASED_MODEL_CODE):
             batch_provenance = {**provenance, "released_model": switch.provenance}
         if late is not None and np.any(source == STUDENT_CODE):
             batch_provenance = {**batch_provenance, "student": late.provenance}
-        batch = session.next_batch
-        log = batch_table(table, id_column, features, status, label, batch, fallback_label, source)
-        data = encode_batch(log, batch_provenance, session.last_hash)
+        log = batch_table(table, id_column, features, status, label, session.next_batch, fallback_label, source)
         counts.add(status, source)
-        if DURABLE:
-            stage(state_dir, batch, data)
-        _advance(session, status, label, source, sha256(data), noise)
-        book.commit(session)  # the ledger first: it is never behind what session.json or the log hold
-        save_session(state_dir, session)  # the commit: c, threshold, rows done, this batch's hash
-        if DURABLE:
-            publish(state_dir, log_dir, batch, data)
-        else:
-            append_batch(log_dir, batch, data)
+        _advance(session, status, label, source, noise)
+        # committed in the committer's thread, from a copy of the session as this batch leaves it
+        committer.put(Handover(log, batch_provenance, copy.deepcopy(session)))
         if keys.shape[0]:
             fresh = (status == ANSWERED) & (source != DUPLICATE_CODE)  # test() found none of them in the index
             index.add(keys[fresh], label[fresh], absent=True)
@@ -362,6 +354,7 @@ def release_answers(
         assert late is not None
         refused = np.flatnonzero(status == REFUSED)
         if not late.provenance:  # not fitted yet (fitted once; on no teacher answers it stays None)
+            settle()  # it reads the committed log's batches
             before = np.arange(refused[0])
             taught = before[(status[before] == ANSWERED) & np.isin(source[before], _GATED)]
             late.fit(session.next_batch, X[taught], label[taught])
@@ -387,12 +380,20 @@ def release_answers(
             emit(table.slice(start, take), status, label, source, keys[start : start + take])
             start += take
             if switch is not None and switch.due():
+                settle()  # the switch reads T_pub from the log and saves the session
                 switch.run()
+
+    def settle() -> None:
+        """Every batch handed over committed; the session's hash chain as the log holds it."""
+        committer.drain()
+        session.last_hash = committer.last_hash
 
     fill()
     at, start = -1, 0  # the part whose task results are in hand; its next row
+    committer = Committer(state_dir, log_dir, book, session.last_hash, DURABLE)
     # a task reads whole row groups; log batches are --batch-size queries, read here again (ahead)
-    with contextlib.closing(read_ahead(parts, features, queries.id_column, batch_rows, skip, seed)) as batches:
+    with contextlib.closing(committer), \
+            contextlib.closing(read_ahead(parts, features, queries.id_column, batch_rows, skip, seed)) as batches:
         for i, table, own in batches:
             while at < i:  # the first batch of part i: its task's results, in submission order
                 future, kind, _ = pending.pop(0)
@@ -404,6 +405,7 @@ def release_answers(
             check_same_rows(own, keys[start:end], parts[i].file)
             release(table, values[start:end], kind, keys[start:end])
             start = end
+        settle()
     counts.halted = gate.halted and (switch is None or not switch.done)
     counts.student_taught = late.taught if late is not None and late.provenance else None
     return counts
@@ -417,11 +419,11 @@ def session_gate(session: SessionState, modules: tuple[str, ...] = ()) -> Gate:
     return open_gate(session.params, session.sparse_vector, record)
 
 
-def _advance(session: SessionState, status: np.ndarray, label: np.ndarray, source: np.ndarray, batch_hash: str,
+def _advance(session: SessionState, status: np.ndarray, label: np.ndarray, source: np.ndarray,
              noise: NoiseSource) -> None:
+    """The session as one more batch leaves it, but for the batch's hash (set at its commit)."""
     session.pending_batch = session.next_batch
     session.next_batch += 1
-    session.last_hash = batch_hash
     session.noise_state = getattr(noise, "state", lambda: None)()
     for code, name in ((ANSWERED, "answered"), (ABSTAINED, "abstained"), (REFUSED, "refused")):
         session.totals[name] += int(np.count_nonzero(status == code))
