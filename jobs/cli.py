@@ -128,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The ``pcqr`` script: :func:`main`, then :func:`finish`."""
+    """The ``pcqr`` script: Arrow's system allocator (pcqr.pipeline.data.arrow_memory), :func:`main`,
+    then :func:`finish`."""
+    from pcqr.pipeline.data.arrow_memory import prefer_system_pool
+
+    prefer_system_pool()
     finish(main())
 
 
