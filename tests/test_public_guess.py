@@ -15,7 +15,9 @@ from pcqr.jobs.cli import main
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.noise import SecureNoise, SeededNoise, discrete_laplace_pmf, session_key
 from pcqr.pipeline.privacy.subsamp import GUESS_DISAGREEMENT, SubSampParameters
-from pcqr.pipeline.gates.public_guess import YOUNG, GuessSpec, Student, refit_points
+from pcqr.pipeline.gates.public_guess import (
+    DOUBLING_FROM, STUDENT_ROWS, YOUNG, GuessSpec, Student, lagged_points, refit_points,
+)
 from pcqr.pipeline.public_log.replay import verify_log
 from pcqr.pipeline.gates.sparse_vector import ANSWERED, REFUSED, SparseVector, SparseVectorState
 from tests.conftest import P_FAIL, answer_two_ways, threshold_data, write_session_data
@@ -184,6 +186,75 @@ def test_student_schedule_depends_on_released_labels_only() -> None:
     assert (students[0].guess(X) == students[1].guess(X)).all()
     assert (students[0].guess(X) == y).mean() > 0.99  # a stump learns x0 > 0.1
     assert YOUNG < 3000
+
+
+def _taught(spec: GuessSpec, X: np.ndarray, y: np.ndarray, flips: np.ndarray, cut: int, stop: int) -> Student:
+    """A student taught the first ``stop`` labels in chunks of at most ``cut`` that respect room()
+    and young flips (as GuessGate.release and Student.from_log chunk them)."""
+    student, start = Student(spec), 0
+    while start < stop:
+        room = student.room()
+        end = min(stop, start + cut, start + (room or stop))
+        if student.young:
+            hit = np.flatnonzero(flips[start:end])
+            end = start + int(hit[0]) + 1 if hit.size else end
+        student.learn(X[start:end], y[start:end], bool(flips[end - 1]))
+        start = end
+    return student
+
+
+def test_a_lagged_refit_takes_over_at_the_next_point_whatever_the_chunks() -> None:
+    """GuessSpec.refits 'lagged' (new sessions: the fits leave the coordinator's critical path): from
+    the first point past YOUNG, the student fitted at a point is fitted in a thread and takes over at
+    the next point, so between two points the guess is the in-place student's of the point before;
+    below YOUNG nothing changes. Chunkings (batch boundaries) give the same guesses."""
+    n = 6000
+    data = threshold_data(n, seed=4)
+    X = np.column_stack([data[f"x{i}"] for i in range(3)])
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0.1).astype(np.int8)  # a stump keeps learning the cut as labels come
+    flips = np.zeros(n, dtype=bool)
+    flips[[0, 5, 40, 900]] = True
+    lagged = GuessSpec("student", {"name": "stump", "params": {}}, refits="lagged")
+    in_place = GuessSpec("student", {"name": "stump", "params": {}})
+    assert GuessSpec.from_dict(lagged.to_dict()) == lagged and "refits" not in in_place.to_dict()
+    points = [p for p in lagged_points() if p <= n]
+    late = [p for p in points if p > YOUNG]
+    assert len(late) >= 6 and points == [p for p in refit_points() if p <= n]  # below DOUBLING_FROM: the same
+    for stop in (YOUNG, late[0], late[0] + 7, late[1], late[2] - 1, late[2], late[3] + 100, late[5]):
+        got = [_taught(lagged, X, y, flips, cut, stop) for cut in (7, 300)]
+        assert (got[0].guess(X) == got[1].guess(X)).all(), stop
+        fitted_at = max([p for p in points if p <= stop and p <= YOUNG] +
+                        [earlier for earlier, later in zip(late, late[1:]) if later <= stop])
+        expected = _taught(in_place, X, y, flips, n, fitted_at)  # in place at the point the model was fitted at
+        assert (got[0].guess(X) == expected.guess(X)).all(), (stop, fitted_at)
+
+
+def test_lagged_points_double_from_doubling_from_and_end_at_student_rows() -> None:
+    points = list(lagged_points())
+    early = [p for p in refit_points() if p < DOUBLING_FROM]
+    assert points[:len(early)] == early and points[-1] == STUDENT_ROWS
+    late = points[len(early):-1]
+    assert late[0] >= DOUBLING_FROM and all(b == 2 * a for a, b in zip(late, late[1:])) and late[-1] < STUDENT_ROWS
+    assert sum(p for p in points if p > YOUNG) < 2.8 * STUDENT_ROWS < 0.6 * sum(p for p in refit_points() if p > YOUNG)
+
+
+def test_the_last_lagged_refit_takes_over_a_quarter_after_the_last_point(monkeypatch) -> None:
+    """After the schedule's last point its student takes over at LAST_TAKEOVER, and nothing changes
+    after that (a short schedule stands in for the real one, which ends near 200,000 labels)."""
+    import pcqr.pipeline.gates.public_guess as public_guess
+
+    for name in ("LAGGED_POINTS", "_POINTS"):  # the last takeover: 1750; the in-place reference alike
+        monkeypatch.setattr(public_guess, name, (1, 2, 3, 1100, 1400))
+    data = threshold_data(2500, seed=4)
+    X = np.column_stack([data[f"x{i}"] for i in range(3)])
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0.1).astype(np.int8)
+    flips = np.zeros(2500, dtype=bool)
+    lagged = GuessSpec("student", {"name": "stump", "params": {}}, refits="lagged")
+    in_place = GuessSpec("student", {"name": "stump", "params": {}})
+    for stop, fitted_at in ((1399, 3), (1400, 1100), (1749, 1100), (1750, 1400), (2500, 1400)):
+        student = _taught(lagged, X, y, flips, 300, stop)
+        assert (student.guess(X) == _taught(in_place, X, y, flips, 2500, fitted_at).guess(X)).all(), stop
+    assert _taught(lagged, X, y, flips, 300, 1700).room() == 50 and student.room() is None
 
 
 def test_prior_guesses_the_more_frequent_released_label() -> None:

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from pcqr.pipeline.background import Background
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, source_codes
 from pcqr.pipeline.gates.sparse_vector import SparseVector
@@ -46,6 +47,14 @@ GUESS_KINDS = ("prior", "student")
 YOUNG = 1000
 #: The student learns from at most this many released answers (the first ones): memory and fit time.
 STUDENT_ROWS = 200_000
+#: How a refit's student takes over (GuessSpec.refits). IN_PLACE: at the point it is fitted at, the
+#: coordinator waiting for the fit; points :func:`refit_points` (sessions created before issue 32).
+#: LAGGED: points :func:`lagged_points`; a refit at a point p > YOUNG is fitted in a thread while the
+#: coordinator goes on with the student before it, and takes over at the next point (after the last
+#: one, a quarter later): the fits leave the coordinator's critical path.
+IN_PLACE, LAGGED = "in-place", "lagged"
+#: LAGGED: from here the points double (a refit of p rows is then used for the next p to 3p labels).
+DOUBLING_FROM = 16_384
 
 
 def refit_points() -> Iterator[int]:
@@ -58,7 +67,24 @@ def refit_points() -> Iterator[int]:
     return
 
 
+def lagged_points() -> Iterator[int]:
+    """LAGGED's refit points: :func:`refit_points` below DOUBLING_FROM, then doubling, and
+    STUDENT_ROWS (all the labels the student keeps). A fit's cost grows with its rows, so the large
+    ones are spaced: the fits of a session add up to about 2.7 x STUDENT_ROWS rows instead of 5 x,
+    on a machine whose cores the answer loop already keeps busy."""
+    point = 0
+    for point in refit_points():
+        if point >= DOUBLING_FROM:
+            break
+        yield point
+    while point < STUDENT_ROWS:
+        yield point
+        point *= 2
+    yield STUDENT_ROWS
+
+
 _POINTS = tuple(refit_points())
+LAGGED_POINTS = tuple(lagged_points())
 
 
 @dataclass(frozen=True)
@@ -68,9 +94,11 @@ class GuessSpec:
     kind: str  # "prior", "student" or "model"
     learner: dict[str, Any] | None = None  # student: {"name": ..., "params": {...}}
     model: dict[str, Any] | None = None  # model: the released classifier's record
+    refits: str = IN_PLACE  # when a refit's student takes over: IN_PLACE or LAGGED (see Student)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "learner": self.learner, "model": self.model}
+        found = {"kind": self.kind, "learner": self.learner, "model": self.model}
+        return found if self.refits == IN_PLACE else {**found, "refits": self.refits}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GuessSpec:
@@ -82,7 +110,10 @@ class GuessSpec:
             raise PcqrError("the session's student guess names no learner (edited state?)")
         if kind == "model" and not (isinstance(model, dict) and isinstance(model.get("hypothesis"), dict)):
             raise PcqrError("the session's model guess holds no released model (edited state?)")
-        return cls(kind, learner, model)
+        refits = data.get("refits", IN_PLACE)
+        if refits not in (IN_PLACE, LAGGED):
+            raise PcqrError(f"the session's guess refits {refits!r}, expected {IN_PLACE} or {LAGGED} (edited state?)")
+        return cls(kind, learner, model, refits)
 
     @classmethod
     def parse(cls, guess: str, learner: str, learner_params: dict[str, Any], features: Sequence[str]) -> GuessSpec:
@@ -90,7 +121,7 @@ class GuessSpec:
         if guess == "prior":
             return cls("prior")
         if guess == "student":
-            return cls("student", {"name": learner, "params": dict(learner_params)})
+            return cls("student", {"name": learner, "params": dict(learner_params)}, refits=LAGGED)
         if not os.path.lexists(guess):  # a FIFO or a folder: refused by name when read
             raise PcqrError(f"--guess {guess}: expected prior, student or a released model file (not found)")
         from pcqr.pipeline.models.released import load_model
@@ -113,7 +144,8 @@ class Student:
     _rows: list[np.ndarray] = field(default_factory=list)
     _labels: list[np.ndarray] = field(default_factory=list)
     _model: Any = None
-    _next: int = 0  # index into _POINTS of the next scheduled refit
+    _next: int = 0  # index into the schedule (:attr:`points`) of the next refit
+    _coming: Background[Any] | None = None  # LAGGED: the fit that takes over at the next point
 
     def __post_init__(self) -> None:
         if self.spec.kind == "model":
@@ -127,11 +159,28 @@ class Student:
         """Refitted after every charged answer (and chunks never cross YOUNG: see :meth:`room`)."""
         return self.spec.kind != "model" and self.size < YOUNG
 
+    @property
+    def lagged(self) -> bool:
+        return self.spec.refits == LAGGED
+
+    @property
+    def points(self) -> tuple[int, ...]:
+        """The counts of released labels at which this student is refitted."""
+        return LAGGED_POINTS if self.lagged else _POINTS
+
+    @property
+    def last_takeover(self) -> int:
+        """LAGGED: where the last point's student takes over (a quarter after it)."""
+        return -(-self.points[-1] * 5 // 4)
+
     def room(self) -> int | None:
         """How many more labels may be released under the current g (None: no limit)."""
-        if self.spec.kind == "model" or self._next >= len(_POINTS):
+        if self.spec.kind == "model":
             return None
-        room = _POINTS[self._next] - self.size
+        points = self.points
+        if self._next >= len(points):  # LAGGED: the last point's student is still to take over
+            return self.last_takeover - self.size if self._coming is not None else None
+        room = points[self._next] - self.size
         return min(room, YOUNG - self.size) if self.young else room
 
     def guess(self, X: np.ndarray) -> np.ndarray:
@@ -151,13 +200,23 @@ class Student:
         before = self.size
         self.size += int(labels.size)
         passed = False
-        while self._next < len(_POINTS) and _POINTS[self._next] <= self.size:
+        points = self.points
+        while self._next < len(points) and points[self._next] <= self.size:
             passed, self._next = True, self._next + 1
-        if passed or (charged_last and before < YOUNG and self.size <= YOUNG):
+        if self.lagged and self._coming is not None and (passed or self.size >= self.last_takeover):
+            self._model, self._coming = self._coming.result(), None  # fitted at the point before
+        if passed and self.lagged and self.size > YOUNG:
+            self._coming = self._fit_later()
+        elif passed or (charged_last and before < YOUNG and self.size <= YOUNG):
             self._refit()
 
-    def _refit(self) -> None:
+    def _kept(self) -> tuple[np.ndarray, np.ndarray]:
+        """The released answers the student learns from (copies: later labels do not change them)."""
         y = np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int8)
+        return (np.concatenate(self._rows) if self._rows else np.zeros((0, 0))), y
+
+    def _refit(self) -> None:
+        X, y = self._kept()
         if self.spec.kind == "prior":
             from pcqr.pipeline.models.learners import ConstantModel
 
@@ -165,8 +224,17 @@ class Student:
             self._model = ConstantModel(1 if 2 * ones > y.size else 0)
         else:
             assert self.spec.learner is not None
-            self._model = fit_student(self.spec.learner, np.concatenate(self._rows), y, self.modules)
+            self._model = fit_student(self.spec.learner, X, y, self.modules)
         self.fits += 1
+
+    def _fit_later(self) -> Background[Any]:
+        """LAGGED: the student of the answers released so far, fitted in a thread (the same fit,
+        deterministic, on the same rows: a resumed run that waits for it gets the same model)."""
+        assert self.spec.learner is not None
+        X, y = self._kept()
+        learner, modules = self.spec.learner, self.modules
+        self.fits += 1
+        return Background(lambda: fit_student(learner, X, y, modules), "pcqr-student-fit")
 
     @classmethod
     def from_log(cls, spec: GuessSpec, log_dir: str, features: Sequence[str], batches: int,
@@ -189,6 +257,17 @@ class Student:
                 student.learn(X[start:end], labels[start:end], bool(flips[end - 1]))
                 start = end
         return student
+
+
+def _import_learner(named: dict[str, Any], modules: tuple[str, ...]) -> None:
+    """Import the module of a student's learner (scikit-learn's take about a second), so that its
+    first fit does not wait for it; a learner that cannot be imported is refused at that fit."""
+    from pcqr.pipeline.models.learners import named_learner
+
+    try:
+        named_learner(named, STUDENT_ROWS, modules).estimator_class()
+    except Exception:  # noqa: BLE001 -- the fit says why, in one line, where it is needed
+        pass
 
 
 def fit_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray, modules: tuple[str, ...] = ()) -> Any:
@@ -222,6 +301,9 @@ class GuessGate:
         self.params = sparse_vector.params
         self._record = record
         self._student: Student | None = None
+        learner = (record.guess or {}).get("learner") if record is not None else None
+        if isinstance(learner, dict) and isinstance(learner.get("name"), str):  # its module, imported meanwhile
+            Background(lambda: _import_learner(learner, record.modules), "pcqr-import-student")  # type: ignore[union-attr]
 
     @classmethod
     def create(cls, params: SubSampParameters, noise: NoiseSource) -> GuessGate:
