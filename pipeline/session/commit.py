@@ -48,6 +48,10 @@ Why each property holds whatever instant the process dies (SIGKILL):
   temporary file whose name starts with ``.`` (skipped by Parquet dataset readers and by
   :func:`pcqr.pipeline.public_log.batches.batch_files`); recovery deletes leftover temporaries.
 
+The answer loop runs these steps in a thread of its own (:mod:`pcqr.pipeline.session.committer`),
+on a copy of the session as each batch leaves it, in the same order: every property below holds as
+it is stated.
+
 Cost per batch: one ledger transaction and a few directory fsyncs beyond the one durable write
 of the batch bytes: step 4 hard-links the pending file into the log (the same fsynced bytes) and
 drops its pending name; only where the two folders cannot share a file (another filesystem) are
