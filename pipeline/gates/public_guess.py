@@ -141,8 +141,9 @@ class Student:
     modules: tuple[str, ...] = ()
     size: int = 0  # released labels seen (the student keeps the first STUDENT_ROWS)
     fits: int = 0  # refits done (reports; tests)
-    _rows: list[np.ndarray] = field(default_factory=list)
-    _labels: list[np.ndarray] = field(default_factory=list)
+    _rows: np.ndarray | None = None  # the kept answers' features; rows below size never change again
+    _labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    _held: int = 0  # rows of _rows and _labels in use
     _model: Any = None
     _next: int = 0  # index into the schedule (:attr:`points`) of the next refit
     _coming: Background[Any] | None = None  # LAGGED: the fit that takes over at the next point
@@ -195,8 +196,7 @@ class Student:
             return
         keep = max(0, min(labels.size, STUDENT_ROWS - self.size))
         if keep:
-            self._rows.append(np.ascontiguousarray(X[:keep], dtype=np.float64))
-            self._labels.append(np.asarray(labels[:keep], dtype=np.int8))
+            self._hold(np.asarray(X[:keep], dtype=np.float64), np.asarray(labels[:keep], dtype=np.int8))
         before = self.size
         self.size += int(labels.size)
         passed = False
@@ -210,10 +210,24 @@ class Student:
         elif passed or (charged_last and before < YOUNG and self.size <= YOUNG):
             self._refit()
 
+    def _hold(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Append kept answers: in place, in arrays that double when full (up to STUDENT_ROWS rows)."""
+        end = self._held + y.size
+        if self._rows is None or end > self._rows.shape[0]:
+            size = min(STUDENT_ROWS, max(end, 2 * (0 if self._rows is None else self._rows.shape[0]), 1024))
+            rows, labels = np.empty((size, X.shape[1])), np.empty(size, dtype=np.int8)
+            if self._rows is not None:  # a new array: views a fit in flight holds keep the old one
+                rows[:self._held], labels[:self._held] = self._rows[:self._held], self._labels[:self._held]
+            self._rows, self._labels = rows, labels
+        self._rows[self._held:end], self._labels[self._held:end] = X, y
+        self._held = end
+
     def _kept(self) -> tuple[np.ndarray, np.ndarray]:
-        """The released answers the student learns from (copies: later labels do not change them)."""
-        y = np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int8)
-        return (np.concatenate(self._rows) if self._rows else np.zeros((0, 0))), y
+        """The released answers the student learns from: views of rows that are never written again,
+        so a fit in a thread sees the same rows whatever is learnt meanwhile."""
+        if self._rows is None:
+            return np.zeros((0, 0)), np.zeros(0, dtype=np.int8)
+        return self._rows[:self._held], self._labels[:self._held]
 
     def _refit(self) -> None:
         X, y = self._kept()
