@@ -57,8 +57,14 @@ def bench_answer_logistic(quick: bool) -> dict[str, Any]:
         big = None if quick else _answer(work, cluster, "all", "data/stable-queries")
         _, guess_summary = pcqr(work, "train-guess", "train", "--private", "data/private", "--state", "state-default",
                                 *GUESS_RUN, "--queries-max", str(2 * stable["queries_kept"]), "--cluster", cluster)
-        guess = _answer(work, cluster, "default-gate", str(first), source="state-default")
+        guesses = [_answer(work, cluster, f"default-gate-{i}", str(first), source="state-default")
+                   for i in range(1 if quick else REPEATS)]
+        # the default path's fixed costs (the student's learner imported, its fits up to STUDENT_ROWS
+        # labels) spread over ten times the queries
+        big_guess = None if quick else _answer(work, cluster, "all-default-gate", "data/stable-queries",
+                                               source="state-default")
     best = max(runs, key=lambda r: r["queries_per_second_wall"] or 0)
+    guess = max(guesses, key=lambda r: r["queries_per_second_wall"] or 0)
     result: dict[str, Any] = {
         "private_rows": rows,
         "features": features,
@@ -80,10 +86,18 @@ def bench_answer_logistic(quick: bool) -> dict[str, Any]:
                                "the answer loop's peak, with the in-process workers' memory when the local "
                                "cluster's workers are threads",
         "aim_queries_per_second_wall": 3e5,
-        "aim_ratio_to_ceiling": 0.9,
+        "aim_ratio_to_ceiling": 0.8,  # issue 32: the whole command at least 0.8 of the loop's ceiling
+        "aim_ratio_default_gate_to_stability": 0.8,  # issue 32: the default path at least 0.8 of --gate stability's
     }
     result["default_gate"] = {"gate": guess_summary.get("gate"), "why": guess_summary.get("gate_chosen"),
-                              "options": " ".join(GUESS_RUN), **guess}
+                              "options": " ".join(GUESS_RUN), **guess, "best_of": len(guesses),
+                              "queries_per_second_wall_all_runs": [r["queries_per_second_wall"] for r in guesses]}
+    result["ratio_default_gate_to_stability_wall"] = (guess["queries_per_second_wall"] or 0) / (
+        best["queries_per_second_wall"] or 1)
+    if big is not None and big_guess is not None:
+        result["default_gate"]["ten_million"] = big_guess
+        result["ratio_default_gate_to_stability_wall_ten_million"] = (big_guess["queries_per_second_wall"] or 0) / (
+            big["queries_per_second_wall"] or 1)
     if big is not None:
         result["ten_million"] = big
         small_peak, big_peak = best["driver_answer_loop_peak_mb"], big["driver_answer_loop_peak_mb"]
