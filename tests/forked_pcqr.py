@@ -5,7 +5,8 @@ dask, scikit-learn and pyarrow again (about 1.5 s a command on two cores).
 The executable is a small stdlib-only Python script. It sends its argv, working directory and
 environment, with its stdin, stdout and stderr (as file descriptors, SCM_RIGHTS), to the server over a
 UNIX socket; the server forks, the child takes them over and runs ``pcqr.jobs.cli.main``, exits as
-the real command does (atexit and finalizers run), and the server sends the exit code back.
+the real command does (``pcqr.jobs.cli.finish``: the atexit functions run, the streams are flushed, the
+interpreter's module teardown is skipped), and the server sends the exit code back.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from types import TracebackType
 
 SERVER = r"""
 import json, os, socket, sys, threading
-from pcqr.jobs.cli import COMMANDS, main
+from pcqr.jobs.cli import COMMANDS, finish, main
 for module, *_ in COMMANDS.values():
     __import__("pcqr.jobs." + module)
 path = sys.argv[1]
@@ -55,10 +56,7 @@ while True:
             code = main(request["argv"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        sys.exit(code)
+        finish(code)  # as the pcqr script exits
     for fd in fds:
         os.close(fd)
     threading.Thread(target=reap, args=(connection, pid), daemon=True).start()
