@@ -111,7 +111,7 @@ if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's b
     pcqr.pipeline.session.planning.session_charge = no_charge
     pcqr.pipeline.session.answering.session_charge = no_charge
 from pcqr.jobs.cli import finish, main
-from pcqr.pipeline.data.arrow_memory import prefer_system_pool
+from pcqr.pipeline.data.allocators import prefer_system_pool
 prefer_system_pool()  # as the pcqr script does
 started = time.perf_counter()
 rc = main(argv)

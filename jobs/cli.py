@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The ``pcqr`` script: Arrow's system allocator (pcqr.pipeline.data.arrow_memory), :func:`main`,
+    """The ``pcqr`` script: Arrow's system allocator (pcqr.pipeline.data.allocators), :func:`main`,
     then :func:`finish`."""
-    from pcqr.pipeline.data.arrow_memory import prefer_system_pool
+    from pcqr.pipeline.data.allocators import prefer_system_pool
 
     prefer_system_pool()
     finish(main())

@@ -166,6 +166,21 @@ def test_worker_threads_run_one_blas_thread(tmp_path: Path) -> None:
     assert blas() == before
 
 
+def test_a_local_cluster_keeps_a_short_history(tmp_path: Path) -> None:
+    """A local cluster's scheduler and workers keep 100 transitions and events and 10 computations,
+    not Dask's 1,000 and 100 (each holding a task's arguments: a driver whose workers are threads
+    grew with every log batch up to the caps; issue 32). The user's configuration is back afterwards."""
+    import dask
+
+    keys = ("distributed.admin.low-level-log-length", "distributed.diagnostics.computations.max-history")
+    before = [dask.config.get(key) for key in keys]
+    path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1}}})
+    with open_client(str(path), array_work=True) as client:
+        assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.computations.maxlen) == 10
+        assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_log.maxlen) == 100
+    assert [dask.config.get(key) for key in keys] == before
+
+
 def test_threads_only_local_listens_on_loopback_only(tmp_path: Path) -> None:
     path = _write(tmp_path, {"pcqr": {"cluster": {"n-workers": 1, "processes": False}}})
     with open_client(str(path)) as client:

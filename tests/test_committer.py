@@ -85,7 +85,7 @@ def test_closing_commits_what_was_handed_over(tmp_path, saved) -> None:
 
 PROBE = """
 import os, pyarrow as pa
-from pcqr.pipeline.data.arrow_memory import prefer_system_pool
+from pcqr.pipeline.data.allocators import prefer_system_pool
 prefer_system_pool()
 print(pa.default_memory_pool().backend_name, os.environ["ARROW_DEFAULT_MEMORY_POOL"])
 """
@@ -93,7 +93,7 @@ print(pa.default_memory_pool().backend_name, os.environ["ARROW_DEFAULT_MEMORY_PO
 
 @pytest.mark.parametrize("chosen, expected", [(None, "system system"), ("jemalloc", "jemalloc jemalloc")])
 def test_pcqrs_processes_use_the_system_allocator_unless_the_user_chose_one(chosen, expected) -> None:
-    """pcqr.pipeline.data.arrow_memory: the pcqr script's Arrow pool, inherited by its local worker
+    """pcqr.pipeline.data.allocators: the pcqr script's Arrow pool, inherited by its local worker
     processes through the environment; a pool the user named is kept."""
     import os
     import subprocess

@@ -358,6 +358,13 @@ def local_dashboard(setting: str | None) -> str | None:
     return None if setting in (None, "auto") else setting
 
 
+#: How much of its past a local cluster keeps (the scheduler's transitions and computations, each
+#: worker's events): Dask's defaults (1,000 and 100) hold every task's arguments and events until the
+#: logs fill, so a driver whose workers are threads grew by about 93 objects a log batch to 10^8
+#: queries (1,000 batches; issue 32's flat-memory aim). A local cluster lives for one command.
+LOCAL_HISTORY = {"distributed.admin.low-level-log-length": 100, "distributed.diagnostics.computations.max-history": 10}
+
+
 def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) -> tuple[Client, bool]:
     """(the client, whether the cluster.yaml asked for a dashboard: a local cluster's started there)."""
     o = config.options
@@ -369,7 +376,7 @@ def _start(config: ClusterConfig, stack: ExitStack, array_work: bool = False) ->
         # the scheduler's and workers' scratch (spilled data: private rows) in a 0700 folder, removed
         # after the cluster
         scratch = stack.enter_context(PrivateFolder())
-        stack.enter_context(dask.config.set({"temporary-directory": scratch.path}))
+        stack.enter_context(dask.config.set({"temporary-directory": scratch.path, **LOCAL_HISTORY}))
         cluster = stack.enter_context(LocalCluster(
             host="127.0.0.1", protocol="tcp://", n_workers=o["n-workers"], processes=processes,
             local_directory=scratch.path,

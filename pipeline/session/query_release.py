@@ -22,6 +22,7 @@ import pyarrow as pa
 from distributed import Client, Future
 
 from pcqr.pipeline.data import locations
+from pcqr.pipeline.data.allocators import TRIM_EVERY, trim_free_memory
 from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.committer import Committer, Handover
@@ -316,6 +317,8 @@ def release_answers(
             batch_provenance = {**provenance, "released_model": switch.provenance}
         if late is not None and np.any(source == STUDENT_CODE):
             batch_provenance = {**batch_provenance, "student": late.provenance}
+        if session.next_batch % TRIM_EVERY == 0:  # the free heap handed back (flat memory over long streams)
+            trim_free_memory()
         log = batch_table(table, id_column, features, status, label, session.next_batch, fallback_label, source)
         counts.add(status, source)
         _advance(session, status, label, source, noise)
@@ -388,6 +391,7 @@ def release_answers(
         committer.drain()
         session.last_hash = committer.last_hash
 
+    trim_free_memory()  # what the validation pass freed
     fill()
     at, start = -1, 0  # the part whose task results are in hand; its next row
     committer = Committer(state_dir, log_dir, book, session.last_hash, DURABLE)

@@ -1,5 +1,6 @@
-"""The allocator behind Arrow's buffers in pcqr's own processes (the ``pcqr`` command and the local
-cluster's worker processes it starts).
+"""The allocators behind pcqr's memory: Arrow's pool in pcqr's own processes (the ``pcqr`` command and
+the local cluster's worker processes it starts), and the C heap's free pages handed back while a long
+stream is answered (:func:`trim_free_memory`).
 
 pyarrow's default pool on Linux, mimalloc, hands freed memory back to the operating system within
 milliseconds, and with transparent huge pages (``madvise``, the usual setting) takes it back as fresh
@@ -16,7 +17,10 @@ effect).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+from functools import cache
 
 import pyarrow as pa
 
@@ -30,3 +34,28 @@ def prefer_system_pool() -> None:
         return
     os.environ[POOL_VARIABLE] = "system"
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+@cache
+def _malloc_trim() -> object | None:
+    """glibc's ``malloc_trim``, or None (another C library: nothing to do)."""
+    try:
+        library = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return getattr(library, "malloc_trim", None)
+    except OSError:
+        return None
+
+
+def trim_free_memory() -> None:
+    """Hand the free pages of the C heap back to the operating system (glibc's ``malloc_trim(0)``;
+    elsewhere nothing). With the system allocator every thread's arena keeps what it freed: after the
+    validation pass over 10^8 queries the driver held about 95 MB of free heap, and what it held crept
+    up over the stream's 1,000 batches. A few milliseconds; the answer loop calls it every
+    TRIM_EVERY batches."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)  # type: ignore[operator]
+
+
+#: Log batches between two :func:`trim_free_memory` calls of the answer loop.
+TRIM_EVERY = 8
