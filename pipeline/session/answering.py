@@ -33,7 +33,9 @@ from pcqr.pipeline.session.planning import (
     gate_chosen, odometer, one_label_warning, plan_training, say_gate_chosen, session_charge, session_summary,
     train_session, trains_by_arrays,
 )
-from pcqr.pipeline.session.query_release import ReleaseCounts, release_answers, session_gate, validate_queries
+from pcqr.pipeline.session.query_release import (
+    EarlyVotes, ReleaseCounts, release_answers, session_gate, validate_queries,
+)
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
     SessionState,
@@ -186,8 +188,11 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         own_label = plan.private.uri if plan else None
         guard = None if answering.private_log else overlap_check(queries, "--queries", guard_ledger(training.ledger),
                                                                  own, own_label)
+        # a continuing session's first parts are voted on the same read (one read of a ~10^6-query stream)
+        early = (EarlyVotes(client, ensemble, session.dedupe_seed)
+                 if session is not None and ensemble is not None and session.universal is None else None)
         identity, found = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size,
-                                           guard.reach if guard is not None else None)
+                                           guard.reach if guard is not None else None, early)
         start = start_point(session, queries, identity, reporter)  # before any charge
         if start.answered is not None:  # answered in full before: nothing is asked again
             assert session is not None
@@ -221,7 +226,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
                 skip=skip, book=book, index=answered, modules=learner_modules(training.cluster),
-                after_halt=student,
+                after_halt=student, early=early,
             )
     spent = (f"m = {session.params.cutoff} noisy-majority answers" if session.params.gate == "gnmax" else
              f"{session.params.cutoff} abstentions reached the cutoff T")

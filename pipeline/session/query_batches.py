@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,31 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None, ro
     themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
     of the workers' memory (issue 32). With ``reach``, on the same read, what the misuse guard
     needs of the rows (:class:`pcqr.pipeline.budget.overlap.Reach`): the file is read once for both."""
+    return _checked(part, features, id_column, rows, reach)
+
+
+def check_and_vote(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None,
+                   ensemble: Ensemble, seed: int) -> tuple[Checked, Values]:
+    """Worker: :func:`check_queries` and :func:`vote_batch` on one read of the part (the first parts of a
+    continuing session's stream: pcqr.pipeline.session.query_release.EarlyVotes). The votes are
+    private and go to the coordinator only, which releases nothing before the whole pass is done."""
+    found: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+
+    def vote(table: pa.Table) -> None:
+        X = feature_matrix(table, features, part.file)
+        found.append(ensemble.count_ones(X))
+        keys.append(column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed))
+
+    checked = _checked(part, features, id_column, rows, reach, vote)
+    if not found:
+        return checked, (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64))
+    return checked, (np.concatenate(found), np.concatenate(keys))
+
+
+def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None,
+             each: Callable[[pa.Table], None] | None = None) -> Checked:
+    """:func:`check_queries`'s pass, calling ``each`` on every chunk once it is checked."""
     columns = list(dict.fromkeys([*features, *([id_column] if id_column else []), *(reach.needed if reach else ())]))
     count, total = 0, 0
     found: list[np.ndarray] = []
@@ -79,6 +104,8 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None, ro
         count += table.num_rows
         if reach is not None:
             seen.append(reach.in_range(table))
+        if each is not None:
+            each(table)
     ids = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
     if id_column is not None and (repeated := repeated_id(ids)) is not None:
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "

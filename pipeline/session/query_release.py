@@ -50,8 +50,8 @@ from pcqr.pipeline.public_log.batches import (
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, check_queries, check_same_rows, model_batch, overlapping_groups, part_ids,
-    read_ahead, refused_batch, repeated_id, vote_batch,
+    LABELS, REFUSED_ALL, VOTES, Values, check_and_vote, check_queries, check_same_rows, model_batch,
+    overlapping_groups, part_ids, read_ahead, refused_batch, repeated_id, vote_batch,
 )
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.gates.gate import Gate, PublicRecord
@@ -91,14 +91,72 @@ class ReleaseCounts:
         self.batches += 1
 
 
+#: Queries of a stream's first parts whose votes are counted on the validation pass's read (12 bytes a
+#: query held until the loop takes them: at most 24 MiB; the rest are read again by the loop's tasks).
+EARLY_ROWS = 2**21
+
+
+class EarlyVotes:
+    """The votes and row keys of a continuing session's first query parts (up to EARLY_ROWS queries),
+    counted on the validation pass's own read (:func:`pcqr.pipeline.session.query_batches.check_and_vote`),
+    so that a stream of about 10^6 queries is read once on the workers (issue 32). They are private and
+    reach the coordinator only, in the answer loop, after the whole pass, the misuse guard and every
+    other check: nothing is released earlier than before. ``shared`` is the ensemble held on the
+    cluster, which the loop's own vote tasks use too."""
+
+    def __init__(self, client: Client, ensemble: Ensemble, seed: int) -> None:
+        self.shared, self.seed = hold(client, ensemble), seed
+        self._by_start: dict[int, Values] = {}
+
+    def parts(self, parts: list[Part]) -> set[int]:
+        """The indices of ``parts`` voted on the validation pass: the first ones, up to EARLY_ROWS queries."""
+        chosen, rows = set(), 0
+        for i, part in enumerate(parts):
+            rows += part.rows
+            if rows > EARLY_ROWS:
+                break
+            chosen.add(i)
+        return chosen
+
+    def keep(self, part: Part, values: Values) -> None:
+        self._by_start[part.start] = values
+
+    def take(self, part: Part) -> Values | None:
+        """The part's votes and keys if the validation pass counted them (once: then forgotten)."""
+        return self._by_start.pop(part.start, None)
+
+
+class _Ready:
+    """A task result already in hand, in place of its future."""
+
+    def __init__(self, values: Values) -> None:
+        self.values = values
+
+    def result(self) -> Values:
+        return self.values
+
+
 def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int,
-                     reach: Reach | None = None) -> tuple[str, list[Found] | None]:
+                     reach: Reach | None = None, early: EarlyVotes | None = None) -> tuple[str, list[Found] | None]:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
     released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)
     and, with ``reach``, the misuse guard's findings per part, from the same read
-    (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them)."""
-    counted = client.gather(client.map(check_queries, parts, features=queries.features, id_column=queries.id_column,
-                                       rows=rows, reach=reach, pure=False))
+    (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). With ``early``, the first
+    parts' votes are counted on that read too and kept there for the answer loop."""
+    voted = early.parts(parts) if early is not None else set()
+    futures = [client.submit(check_and_vote, part, queries.features, queries.id_column, rows, reach, early.shared,
+                             early.seed, pure=False) if i in voted and early is not None else
+               client.submit(check_queries, part, queries.features, queries.id_column, rows, reach, pure=False)
+               for i, part in enumerate(parts)]
+    counted = []
+    for i, result in enumerate(client.gather(futures)):
+        if i in voted:
+            assert early is not None
+            checked, values = result
+            early.keep(parts[i], values)
+            counted.append(checked)
+        else:
+            counted.append(result)
     # an id can repeat across parts only where their id ranges overlap: only those parts' ids are read
     # again and come to the driver (none when the ids ascend through the files), so neither the
     # workers' memory nor the driver's grows with the queries
@@ -253,13 +311,15 @@ def release_answers(
     index: AnsweredIndex | None = None,
     modules: tuple[str, ...] = (),
     after_halt: dict[str, Any] | None = None,
+    early: EarlyVotes | None = None,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
     keep the session's state. ``index``: the answered queries of the session's verified log
     (:func:`pcqr.pipeline.public_log.answered.index_from_log`; built here if not given).
     ``after_halt``: the learner ({"name", "params"}) of the student that answers what the halted
-    session would refuse (:class:`AfterHalt`); None: refused.
+    session would refuse (:class:`AfterHalt`); None: refused. ``early``: the first parts' votes,
+    counted on the validation pass's read (:class:`EarlyVotes`).
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes). ``modules``: the operator's allowed learner modules
@@ -277,13 +337,15 @@ def release_answers(
         index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
                                spill=state_dir)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
-    shared = hold(client, ensemble) if switch is None or not switch.done else None
+    if early is not None and (switch is not None or early.seed != session.dedupe_seed):
+        early = None  # counted for a stream of the coordinator's votes (universal mode: h_priv's labels later)
+    shared = (early.shared if early is not None else hold(client, ensemble)) if switch is None or not switch.done else None
     # Parts in flight: at least one more than the workers' threads (none idles), at most 2 per
     # thread + 2, and beyond the first ones no more rows than that many log batches: the vote
     # counts waiting in the driver stay bounded however large the files' row groups are.
     threads = max(1, sum(client.nthreads().values()))
     most_parts, most_rows = 2 * threads + 2, (2 * threads + 2) * batch_rows
-    pending: list[tuple[Future, str, int]] = []
+    pending: list[tuple[Future | _Ready, str, int]] = []
     ahead = 0  # parts submitted so far
     counts = ReleaseCounts()
     provenance = session.provenance()
@@ -306,6 +368,8 @@ def release_answers(
             pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS, part.rows))
         elif refuses_every_query(gate):  # refused whatever the votes: do not compute them
             pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL, part.rows))
+        elif early is not None and (counted := early.take(part)) is not None:  # on the validation pass's read
+            pending.append((_Ready(counted), VOTES, part.rows))
         else:
             pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
 
