@@ -211,6 +211,15 @@ class Reach:
         return found
 
 
+def _by_columns(candidates: Sequence[_Candidate]) -> dict[tuple[str, ...], list[_Candidate]]:
+    """The candidates grouped by their (sorted) columns, in order of first appearance: the order of
+    :attr:`Reach.groups` and of what a worker returns."""
+    groups: dict[tuple[str, ...], list[_Candidate]] = {}
+    for candidate in candidates:
+        groups.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
+    return groups
+
+
 def _in_range(part: Part, reach: Reach) -> Found:
     """Worker (or driver): :meth:`Reach.in_range` of one part of a public dataset."""
     return reach.in_range(read_part(part, list(reach.needed)))
@@ -232,12 +241,9 @@ class OverlapCheck:
         """Refuse (PcqrError naming the option and the private dataset) when a public row in some
         sketch's range is a once-occurring private feature vector, unless ``allowed`` (then ``echo``
         gets one warning line)."""
-        by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
-        for candidate in self.candidates:
-            by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
         seen: dict[int, list[np.ndarray]] = {id(c): [] for c in self.candidates}
         for found in per_part:
-            for group, arrays in zip(by_columns.values(), found):
+            for group, arrays in zip(_by_columns(self.candidates).values(), found):
                 for candidate, hashes in zip(group, arrays):
                     seen[id(candidate)].append(hashes)
         for candidate in self.candidates:
@@ -264,10 +270,7 @@ def overlap_check(public: Dataset, option: str, ledger: str | None, own: Fingerp
     candidates = _candidates(public, ledger, own, own_label)
     if not candidates:
         return None
-    by_columns: dict[tuple[str, ...], list[_Candidate]] = {}
-    for candidate in candidates:
-        by_columns.setdefault(tuple(sorted(candidate.columns)), []).append(candidate)
-    groups = tuple((columns, tuple(c.sketch.bound for c in group)) for columns, group in by_columns.items())
+    groups = tuple((columns, tuple(c.sketch.bound for c in group)) for columns, group in _by_columns(candidates).items())
     needed = tuple(sorted({name for c in candidates for name in c.columns}))
     return OverlapCheck(public, option, tuple(candidates), Reach(groups, needed))
 

@@ -184,10 +184,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                   ensemble is not None and ensemble.array_counted and session.universal is None)  # type: ignore[union-attr]
     with connect(array_work=array_work) as client:
         # the misuse guard (no private row into a public log) reads --queries on the validation's own read
-        own = None if answering.private_log else own_fingerprint(training.ledger, plan.private if plan else None, client)
-        own_label = plan.private.uri if plan else None
-        guard = None if answering.private_log else overlap_check(queries, "--queries", guard_ledger(training.ledger),
-                                                                 own, own_label)
+        own, own_label, guard = None, plan.private.uri if plan else None, None
+        if not answering.private_log:
+            own = own_fingerprint(training.ledger, plan.private if plan else None, client)
+            guard = overlap_check(queries, "--queries", guard_ledger(training.ledger), own, own_label)
         # a continuing session's first parts are voted on the same read (one read of a ~10^6-query stream)
         early = (EarlyVotes(client, ensemble, session.dedupe_seed)
                  if session is not None and ensemble is not None and session.universal is None else None)

@@ -73,18 +73,10 @@ def check_and_vote(part: Part, features: Sequence[str], id_column: str | None, r
     """Worker: :func:`check_queries` and :func:`vote_batch` on one read of the part (the first parts of a
     continuing session's stream: pcqr.pipeline.session.query_release.EarlyVotes). The votes are
     private and go to the coordinator only, which releases nothing before the whole pass is done."""
-    found: list[np.ndarray] = []
-    keys: list[np.ndarray] = []
-
-    def vote(table: pa.Table) -> None:
-        X = feature_matrix(table, features, part.file)
-        found.append(ensemble.count_ones(X))
-        keys.append(column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed))
-
-    checked = _checked(part, features, id_column, rows, reach, vote)
-    if not found:
-        return checked, (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64))
-    return checked, (np.concatenate(found), np.concatenate(keys))
+    pieces: list[Values] = []
+    checked = _checked(part, features, id_column, rows, reach,
+                       lambda table: pieces.append(_chunk_values(table, features, part.file, seed, ensemble.count_ones)))
+    return checked, _joined(pieces)
 
 
 def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None,
@@ -144,17 +136,23 @@ def repeated_id(ids: np.ndarray) -> int | None:
     return int(ids[twice[0]]) if twice.size else None
 
 
+def _chunk_values(table: pa.Table, features: Sequence[str], file: str, seed: int, values: Any) -> Values:
+    """``values(X)`` of one chunk's feature matrix X, and its rows' keys."""
+    X = feature_matrix(table, features, file)
+    return values(X), column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed)
+
+
+def _joined(pieces: Sequence[Values]) -> Values:
+    """The chunks' values and keys, concatenated."""
+    if not pieces:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
+    return np.concatenate([v for v, _ in pieces]), np.concatenate([k for _, k in pieces])
+
+
 def _per_chunk(part: Part, features: Sequence[str], rows: int, seed: int, values: Any) -> Values:
     """``values(X)`` and the row keys of each chunk of the part, concatenated."""
-    found: list[np.ndarray] = []
-    keys: list[np.ndarray] = []
-    for table in read_chunks(part, features, rows):
-        X = feature_matrix(table, features, part.file)
-        found.append(values(X))
-        keys.append(column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed))
-    if not found:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
-    return np.concatenate(found), np.concatenate(keys)
+    return _joined([_chunk_values(table, features, part.file, seed, values)
+                    for table in read_chunks(part, features, rows)])
 
 
 def vote_batch(part: Part, features: Sequence[str], ensemble: Ensemble, seed: int, rows: int) -> Values:

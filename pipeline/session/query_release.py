@@ -143,20 +143,16 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: 
     and, with ``reach``, the misuse guard's findings per part, from the same read
     (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). With ``early``, the first
     parts' votes are counted on that read too and kept there for the answer loop."""
+    args = (queries.features, queries.id_column, rows, reach)
     voted = early.parts(parts) if early is not None else set()
-    futures = [client.submit(check_and_vote, part, queries.features, queries.id_column, rows, reach, early.shared,
-                             early.seed, pure=False) if i in voted and early is not None else
-               client.submit(check_queries, part, queries.features, queries.id_column, rows, reach, pure=False)
-               for i, part in enumerate(parts)]
+    futures = [client.submit(check_and_vote, part, *args, early.shared, early.seed, pure=False)  # type: ignore[union-attr]
+               if i in voted else client.submit(check_queries, part, *args, pure=False) for i, part in enumerate(parts)]
     counted = []
     for i, result in enumerate(client.gather(futures)):
-        if i in voted:
-            assert early is not None
-            checked, values = result
-            early.keep(parts[i], values)
-            counted.append(checked)
-        else:
-            counted.append(result)
+        if i in voted:  # (checked, the part's votes and keys)
+            early.keep(parts[i], result[1])  # type: ignore[union-attr]
+            result = result[0]
+        counted.append(result)
     # an id can repeat across parts only where their id ranges overlap: only those parts' ids are read
     # again and come to the driver (none when the ids ascend through the files), so neither the
     # workers' memory nor the driver's grows with the queries
@@ -337,8 +333,7 @@ def release_answers(
         index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
                                spill=state_dir)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
-    if early is not None and (switch is not None or early.seed != session.dedupe_seed):
-        early = None  # counted for a stream of the coordinator's votes (universal mode: h_priv's labels later)
+    assert early is None or switch is None  # early votes are for the coordinator's own stream (not universal mode)
     shared = (early.shared if early is not None else hold(client, ensemble)) if switch is None or not switch.done else None
     # Parts in flight: at least one more than the workers' threads (none idles), at most 2 per
     # thread + 2, and beyond the first ones no more rows than that many log batches: the vote
