@@ -131,7 +131,7 @@ def built_world(root: Path) -> Iterator[World]:
             ("truth", "data/truth"),
             ("public", "data/public"), ("state", "out/state"), ("log", "out/log"), ("model", "out/model.json"),
             ("table", "out/table.parquet"), ("cluster", "conf/cluster.yaml"), ("ledger", "ledger.sqlite"),
-            ("afile", "data/afile"), ("new", "new")]}
+            ("afile", "data/afile"), ("new", "new"), ("guess_state", "out/guess-state")]}
         (root / "data" / "afile").write_text("a file, not a folder\n")
         p = w.paths
         _ok(f"train --private {p['private']} --state {p['state']} --cluster {p['cluster']} {PRIVACY}")
@@ -139,6 +139,8 @@ def built_world(root: Path) -> Iterator[World]:
             "--batch-size 200")  # three batches: an altered first one is seen from the log alone
         _ok(f"train --private {p['private']} --state {root}/other --features x0,x1 --cluster {p['cluster']} "
             + PRIVACY.replace("--subsamples 50", "--subsamples 60"))  # another session: other k, other features
+        _ok(f"train --private {p['private']} --state {p['guess_state']} --cluster {p['cluster']} {PRIVACY} "
+            "--gate guess")  # a guess-gate session (its public guess spec: refits lagged)
         _ok(f"learn --private {p['private']} --public {p['public']} --features x0 --hypothesis threshold "
             f"--epsilon 1 --out {p['model']} --cluster {p['cluster']}")
         _ok(f"release --private {p['private']} --public {p['public']} --features x0 --hypothesis threshold "
