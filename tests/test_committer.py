@@ -104,3 +104,27 @@ def test_pcqrs_processes_use_the_system_allocator_unless_the_user_chose_one(chos
         env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=60)
     assert done.stdout.strip() == expected, done.stderr
+
+
+def test_the_heap_trim_is_found_without_starting_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """trim_free_memory's malloc_trim comes from the symbols already loaded: looking it up must not
+    fork the driver (ctypes.util.find_library runs ``ldconfig -p`` in a child process)."""
+    import os
+    import platform
+    import subprocess
+
+    from pcqr.pipeline.data import allocators
+
+    def no_child(*args, **kwargs):
+        raise AssertionError(f"a child process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    monkeypatch.setattr(os, "fork", no_child)
+    allocators._malloc_trim.cache_clear()
+    try:
+        trim = allocators._malloc_trim()
+        allocators.trim_free_memory()
+    finally:
+        allocators._malloc_trim.cache_clear()
+    if platform.libc_ver()[0] == "glibc":
+        assert callable(trim)
