@@ -16,8 +16,6 @@ from typing import Any
 
 from harness import ROOT, log
 
-from pcqr.pipeline.session.query_release import PROBE_ROWS
-
 _CHILD = r"""
 import json, sys, time
 import numpy as np
@@ -26,48 +24,35 @@ def peak_mb():  # VmHWM: this process's own peak (ru_maxrss carries the parent's
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
 from pcqr.pipeline.public_log.answered import AnsweredIndex
-total, window, batch = int(sys.argv[1]), int(sys.argv[2]), 100_000
+total, batch = int(sys.argv[1]), 100_000
 rng = np.random.default_rng(7)
 index = AnsweredIndex()
 start = time.perf_counter()
 last = []
-for done in range(0, total, batch * window):
-    group = [rng.integers(0, 2**64 - 1, batch, dtype=np.uint64, endpoint=True) for _ in range(window)]
+for done in range(0, total, batch):
+    keys = rng.integers(0, 2**64 - 1, batch, dtype=np.uint64, endpoint=True)
+    labels = (keys & np.uint64(2)).astype(np.int8)
     t = time.perf_counter()
-    if window > 1 and index.spilled:  # as the answer loop does for the parts whose votes it holds
-        index.probe(group)
-    for keys in group:
-        labels = (keys & np.uint64(2)).astype(np.int8)
-        found, _ = index.lookup(keys)
-        index.add(keys[~found], labels[~found], absent=True)
-    last = (last + [(time.perf_counter() - t) / window])[-10:]
+    found, _ = index.lookup(keys)
+    index.add(keys[~found], labels[~found], absent=True)
+    last = (last + [time.perf_counter() - t])[-10:]
 print(json.dumps({"entries": len(index), "memory_bytes": index.nbytes, "disk_bytes": index.disk_bytes,
                   "seconds": time.perf_counter() - start, "seconds_per_batch_at_end": sum(last) / len(last),
-                  "disk_passes": index.disk_passes, "peak_rss_mb": peak_mb()}))
+                  "peak_rss_mb": peak_mb()}))
 index.close()
 """
-
-
-#: The batches whose keys one probe covers: as many as the answer loop's probe takes (PROBE_ROWS).
-PROBE_WINDOW = max(1, PROBE_ROWS // 100_000)
 
 
 def bench_answered_index(quick: bool) -> dict[str, Any]:
     sizes = (10**6, 10**7) if quick else (10**6, 10**7, 10**8)
     result: dict[str, Any] = {"batch": 100_000, "how": "one lookup then one insert of 10^5 fresh keys per batch, "
                               "in a fresh process per size; peak RSS is its VmHWM (/proc/self/status)", "runs": {}}
-    result["probed"] = {}  # the same with the runs on disk probed once per PROBE_WINDOW batches
     for size in sizes:
-        for window, into in ((1, result["runs"]), (PROBE_WINDOW, result["probed"])):
-            log(f"answered_index: {size:,} answered queries, {window} batch(es) a lookup of the runs on disk")
-            ran = subprocess.run([sys.executable, "-c", _CHILD, str(size), str(window)], cwd=ROOT, capture_output=True,
-                                 text=True, check=True)
-            into[str(size)] = json.loads(ran.stdout.strip().splitlines()[-1])
+        log(f"answered_index: {size:,} answered queries")
+        ran = subprocess.run([sys.executable, "-c", _CHILD, str(size)], cwd=ROOT, capture_output=True, text=True,
+                             check=True)
+        result["runs"][str(size)] = json.loads(ran.stdout.strip().splitlines()[-1])
     first, last = result["runs"][str(sizes[0])], result["runs"][str(sizes[-1])]
     result["peak_rss_ratio"] = round(last["peak_rss_mb"] / first["peak_rss_mb"], 3)
-    result["probed_peak_rss_ratio"] = round(result["probed"][str(sizes[-1])]["peak_rss_mb"] /
-                                            result["probed"][str(sizes[0])]["peak_rss_mb"], 3)
-    result["probed_seconds_ratio"] = {size: round(result["probed"][size]["seconds"] / result["runs"][size]["seconds"], 3)
-                                      for size in result["runs"]}
     result["aim"] = "peak RSS ratio <= 1.05 from 10^6 to 10^8 answered queries"
     return result

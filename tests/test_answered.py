@@ -118,55 +118,13 @@ def test_the_spilled_index_lives_in_the_state_and_a_killed_runs_is_removed(tmp_p
     assert not left.exists()
 
 
-def test_a_probe_reads_the_runs_on_disk_once_for_several_batches_with_the_same_answers(monkeypatch) -> None:
-    """AnsweredIndex.probe (the answer loop's, for the batches whose votes it holds): the runs on disk
-    are read once for the keys of several batches; a lookup of those keys then reads only the runs
-    spilled since (not merged while the probe stands). The answers are an in-memory index's, with
-    repeats of a key answered between the probe and its lookup, spills in between, and keys no probe
-    covered (read in full)."""
-    from pcqr.pipeline.public_log import answered
-
-    monkeypatch.setattr(answered, "CHUNK", 64)
-    read: list[str] = []
-    plain_lookup = answered.DiskRun.lookup
-    monkeypatch.setattr(answered.DiskRun, "lookup", lambda run, *args: (read.append(run.path), plain_lookup(run, *args)))
-    rng = np.random.default_rng(7)
-    small, memory = AnsweredIndex(memory_entries=300), AnsweredIndex()
-    seen = np.zeros(0, dtype=np.uint64)
-    groups = merged_since = 0
-    for group in range(12):
-        batches = []
-        for _ in range(4):
-            fresh = rng.integers(0, 2**64 - 1, int(rng.integers(50, 250)), dtype=np.uint64, endpoint=True)
-            repeats = rng.choice(seen, min(40, seen.size), replace=False) if seen.size else seen
-            batches.append(np.concatenate((fresh, repeats)))
-            seen = np.concatenate((seen, fresh))  # a later batch of the group repeats it: added since the probe
-        covered = group % 3 != 2  # every third group unprobed: its lookups read every run
-        if covered:
-            small.probe(batches)
-            probed = {run.path for run in small._disk}
-            groups += bool(probed)
-        for keys in batches:
-            labels = rng.integers(0, 2, keys.size).astype(np.int8)
-            before = len(read)
-            results = [index.lookup(keys) for index in (small, memory)]
-            assert [a.tolist() for a in results[0]] == [a.tolist() for a in results[1]]
-            if covered:
-                assert not probed & set(read[before:]), "a probed run was read again"
-                merged_since += len(small._disk) > len(probed)
-            for index, (found, _) in zip((small, memory), results):
-                index.add(keys[~found], labels[~found], absent=True)
-    assert groups >= 5 and merged_since  # probes over runs on disk, and runs spilled under a probe
-    assert len(small) == len(memory) and 1 < len(small._disk) < 10
-
-
 @pytest.mark.parametrize("early_votes", [True, False])
-def test_the_answer_loop_probes_a_spilled_index_and_answers_as_one_in_memory(
+def test_the_answer_loop_with_a_spilled_index_answers_as_one_in_memory(
         tmp_path, monkeypatch, capsys, thread_cluster_yaml, early_votes) -> None:
-    """pcqr answer with an index that spills after 32 entries (chunks of 16): the loop probes the runs on
-    disk for the parts whose votes it holds (on the validation pass's read, or arrived from the
-    workers' tasks) and logs what a session whose index stays in memory logs -- the same answers,
-    the same repeats answered from the log -- both sessions trained alike with one seed."""
+    """pcqr answer with an index that spills after 32 entries (chunks of 16) logs what a session whose
+    index stays in memory logs -- the same answers, the same repeats answered from the log -- both
+    sessions trained alike with one seed; the votes on the validation pass's read or from the
+    workers' tasks."""
     import json
 
     import pyarrow.parquet as pq
@@ -190,12 +148,11 @@ def test_the_answer_loop_probes_a_spilled_index_and_answers_as_one_in_memory(
         assert main(["train", "--private", str(root / "private"), "--state", str(root / name), "--seed", "5",
                      "--insecure-seed", *MECHANICS_PRIVACY, "--cluster", thread_cluster_yaml]) == 0
         if name == "disk":
-            probes = []
+            spills = []
             monkeypatch.setattr(answered.AnsweredIndex.__init__, "__defaults__", (32, None))
             monkeypatch.setattr(answered, "CHUNK", 16)
-            plain_probe = answered.AnsweredIndex.probe
-            monkeypatch.setattr(answered.AnsweredIndex, "probe",
-                                lambda index, keys: (probes.append(sum(k.size for k in keys)), plain_probe(index, keys)))
+            plain_spill = answered.AnsweredIndex._spill
+            monkeypatch.setattr(answered.AnsweredIndex, "_spill", lambda index: (spills.append(1), plain_spill(index)))
         capsys.readouterr()
         assert main(["answer", "--state", str(root / name), "--queries", str(root / "stream"), "--log",
                      str(root / f"log-{name}"), "--batch-size", "100", "--cluster", thread_cluster_yaml, "--json"]) == 0
@@ -204,4 +161,4 @@ def test_the_answer_loop_probes_a_spilled_index_and_answers_as_one_in_memory(
     assert summaries[0]["duplicates"] == summaries[1]["duplicates"] >= 900  # the second thousand, from the log
     for column in ("query_id", "answer", "status", "source"):
         assert logs[0].column(column).to_pylist() == logs[1].column(column).to_pylist(), column
-    assert len(probes) >= 3 and max(probes) > 100  # several parts' keys in one probe
+    assert len(spills) >= 10  # the loop looked repeats up in runs on disk

@@ -19,9 +19,7 @@ session's state folder, removed with the index -- :class:`pcqr.pipeline.data.pri
 -- or, left by a killed run, when the next run opens the session), merged there the
 same way by a streaming merge, and read back in chunks of :data:`CHUNK` entries at each lookup
 (only the chunks a needle can be in, found by one fence per chunk held in memory: 8 bytes per 2^16
-entries; random keys reach them all, so the answer loop reads the runs once for the keys of the
-next batches whose votes it holds, up to 2^18 queries: :meth:`AnsweredIndex.probe`). So the driver's memory stays flat
-however long the stream (issue 32: 10^8 queries), and
+entries). So the driver's memory stays flat however long the stream (issue 32: 10^8 queries), and
 a session under 2^19 (524,288) answered queries never touches the disk. A resumed session rebuilds it from
 the public log (:func:`index_from_log`), after verifying the log's hash chain up to the session's
 last hash.
@@ -29,7 +27,6 @@ last hash.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -129,7 +126,7 @@ class DiskRun:
     def lookup(self, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray, buffer: np.ndarray) -> None:
         """:func:`_match` against the chunks that can hold a needle (sorted ``needles``), one at a time.
         Chunk c holds the needles from its fence to the next: found by searching the fences among the
-        needles (memory per chunk, not per needle: a probe's needles are many)."""
+        needles (memory per chunk, not two int64s per needle)."""
         first = np.searchsorted(needles, self.fences, side="left")  # each chunk's first needle
         last = np.append(first[1:], needles.shape[0])
         for number in np.flatnonzero(last > first).tolist():  # (slices are views: marked in place)
@@ -159,28 +156,11 @@ def _merged(one: DiskRun, two: DiskRun) -> Iterator[np.ndarray]:
             rest = next(more, None)
 
 
-@dataclass
-class Probe:
-    """The runs on disk looked up once for the keys of several coming batches
-    (:meth:`AnsweredIndex.probe`): the sorted needles (repeats kept), which of them the first
-    ``disks`` runs hold, and their labels. Those runs are not merged while the probe stands."""
-
-    needles: np.ndarray
-    hits: np.ndarray
-    labels: np.ndarray
-    disks: int
-
-
 class AnsweredIndex:
     """Sorted runs of packed entries, one uint64 per answered query: the row key's upper 63 bits,
     the released label in the lowest bit. Runs are merged geometrically; at most
     :data:`MEMORY_ENTRIES` entries stay in memory (8 bytes each, about twice that while merging), the
-    rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index).
-
-    Random keys reach every chunk of a run on disk, so a lookup reads the runs whole: at 10^8
-    answered queries, 800 MB a batch. The answer loop therefore looks the keys of the batches whose
-    votes it holds up together (:meth:`probe`: one read of the runs for up to 2^18 queries,
-    query_release.PROBE_ROWS); a lookup of keys a probe covered reads only the runs spilled since."""
+    rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index)."""
 
     def __init__(self, memory_entries: int = MEMORY_ENTRIES, spill: str | None = None) -> None:
         self._runs: list[np.ndarray] = []
@@ -189,8 +169,6 @@ class AnsweredIndex:
         self._spill_parent = spill  # where the runs on disk go (a session's state folder), None: $TMPDIR
         self._memory_entries = memory_entries
         self._spilled = 0
-        self._probe: Probe | None = None
-        self.disk_passes = 0  # reads of the runs on disk (tests; benchmarks)
 
     def __len__(self) -> int:
         return sum(run.shape[0] for run in self._runs) + sum(run.size for run in self._disk)
@@ -199,11 +177,6 @@ class AnsweredIndex:
     def nbytes(self) -> int:
         """The bytes of the entries in memory."""
         return sum(run.nbytes for run in self._runs)
-
-    @property
-    def spilled(self) -> bool:
-        """Whether some entries are in runs on disk (only then is a :meth:`probe` worth it)."""
-        return bool(self._disk)
 
     @property
     def disk_bytes(self) -> int:
@@ -223,49 +196,12 @@ class AnsweredIndex:
         labels = np.zeros(keys.shape[0], dtype=np.int8)
         for run in self._runs:
             _match(run, needles, hits, labels)
-        disks = self._disk
-        probe = self._probe
-        if probe is not None and disks:
-            at = np.minimum(np.searchsorted(probe.needles, needles), probe.needles.shape[0] - 1)
-            if np.array_equal(probe.needles[at], needles):  # every key probed: its first runs are read
-                probed = probe.hits[at] & ~hits
-                labels[probed] = probe.labels[at][probed]
-                hits |= probed
-                disks = disks[probe.disks:]
-        if disks:
-            self.disk_passes += 1
+        if self._disk:
             buffer = np.empty(CHUNK, _ENTRY)
-            for disk in disks:
+            for disk in self._disk:
                 disk.lookup(needles, hits, labels, buffer)
         found[order], label[order] = hits, labels
         return found, label
-
-    def probe(self, keys: Sequence[np.ndarray]) -> None:
-        """Look ``keys`` (those of the next few batches) up in the runs on disk now, in one read of
-        each; a later :meth:`lookup` of keys they all are among then reads only the runs spilled
-        since. Replaces the probe before (its deferred merges are done first). Holds 10 bytes a key
-        (the sorted needles, repeats kept: they cost less than removing them; hits; labels)."""
-        self._end_probe()
-        total = sum(k.shape[0] for k in keys)
-        if not self._disk or not total:
-            return
-        needles, at = np.empty(total, dtype=np.uint64), 0
-        for k in keys:  # (no concatenated copy: the loop's memory stays flat)
-            np.bitwise_and(k, _KEY_BITS, out=needles[at:at + k.shape[0]])
-            at += k.shape[0]
-        needles.sort()
-        hits = np.zeros(needles.shape[0], dtype=bool)
-        labels = np.zeros(needles.shape[0], dtype=np.int8)
-        self.disk_passes += 1
-        buffer = np.empty(CHUNK, _ENTRY)
-        for disk in self._disk:
-            disk.lookup(needles, hits, labels, buffer)
-        self._probe = Probe(needles, hits, labels, len(self._disk))
-
-    def _end_probe(self) -> None:
-        if self._probe is not None:
-            self._probe = None
-            self._merge_disk()
 
     def add(self, keys: np.ndarray, labels: np.ndarray, absent: bool = False) -> None:
         """Insert answered queries (keys already present are ignored; of equal keys, the first's label).
@@ -296,11 +232,6 @@ class AnsweredIndex:
         self._runs = []
         self._disk.append(DiskRun.write(self._new_file(), (run[i:i + CHUNK] for i in range(0, run.shape[0], CHUNK))))
         del run
-        if self._probe is None:  # (a probe's runs stay as they were read: merged when it ends)
-            self._merge_disk()
-
-    def _merge_disk(self) -> None:
-        """Merge the runs on disk geometrically (each at least twice the size of the next)."""
         while len(self._disk) > 1 and self._disk[-2].size <= 2 * self._disk[-1].size:
             two, one = self._disk.pop(), self._disk.pop()
             self._disk.append(DiskRun.write(self._new_file(), _merged(one, two)))
@@ -315,7 +246,6 @@ class AnsweredIndex:
 
     def close(self) -> None:
         """Remove the runs on disk (also done when the index is garbage-collected or at exit)."""
-        self._probe = None
         for disk in self._disk:
             disk.close()
         self._disk = []

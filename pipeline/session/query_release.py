@@ -94,10 +94,6 @@ class ReleaseCounts:
 #: Queries of a stream's first parts whose votes are counted on the validation pass's read (12 bytes a
 #: query held until the loop takes them: at most 24 MiB; the rest are read again by the loop's tasks).
 EARLY_ROWS = 2**21
-#: The most queries whose keys one probe of the answered-queries index covers (AnsweredIndex.probe:
-#: 10 bytes a key while it stands). At 10^8 queries (benchmarks/driver_memory, 2026-11-27) 2^18 took
-#: the loop from 146-167 s to 132 s at the same peak; 6 parts of 10^5 to 100-117 s, 20 MB higher.
-PROBE_ROWS = 2**18
 
 
 class EarlyVotes:
@@ -133,27 +129,11 @@ class EarlyVotes:
 class _Ready:
     """A task result already in hand, in place of its future."""
 
-    status = "finished"
-
     def __init__(self, values: Values) -> None:
         self.values = values
 
     def result(self) -> Values:
         return self.values
-
-
-def _take_in_hand(pending: list[tuple[Future | _Ready, str, int]], most_rows: int) -> list[Values]:
-    """The results of the first parts of ``pending`` that have arrived, up to ``most_rows`` queries,
-    each fetched once (its entry then holds it); a failed part and those after it are left: its
-    error is raised where the loop reaches it."""
-    taken = []
-    for n, (future, kind, rows) in enumerate(pending):
-        most_rows -= rows
-        if future.status != "finished" or most_rows < 0:
-            break
-        taken.append(future.result())
-        pending[n] = (_Ready(taken[-1]), kind, rows)
-    return taken
 
 
 def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int,
@@ -473,7 +453,6 @@ def release_answers(
     trim_free_memory()  # what the validation pass freed
     fill()
     at, start = -1, 0  # the part whose task results are in hand; its next row
-    probed_to = -1  # the last part whose keys the index's current probe covers
     committer = Committer(state_dir, log_dir, book, session.last_hash, DURABLE)
     # a task reads whole row groups; log batches are --batch-size queries, read here again (ahead)
     with contextlib.closing(committer), \
@@ -482,10 +461,6 @@ def release_answers(
             while at < i:  # the first batch of part i: its task's results, in submission order
                 future, kind, _ = pending.pop(0)
                 values, keys = future.result()
-                if at + 1 > probed_to and index.spilled:  # the keys of the parts in hand, looked up together
-                    ahead_keys = [keys, *(result[1] for result in _take_in_hand(pending, PROBE_ROWS - keys.shape[0]))]
-                    index.probe(ahead_keys)
-                    probed_to = at + len(ahead_keys)
                 fill()
                 at += 1
                 start = max(0, skip - parts[at].start)  # the first rows were committed by an earlier run
