@@ -39,7 +39,7 @@ def prefer_system_pool() -> None:
 def _malloc_trim() -> object | None:
     """glibc's ``malloc_trim``, or None (another C library: nothing to do). Looked up among the
     symbols this process has loaded already (``dlopen(NULL)``): ``ctypes.util.find_library`` would
-    fork the whole driver to run ``ldconfig -p``, ~0.1 s of a 2 GB process's page tables."""
+    fork the whole driver (about 2 GB of address space by then) to run ``ldconfig -p``."""
     try:
         return getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
