@@ -170,7 +170,9 @@ def test_sigkill_with_the_log_in_a_bucket_then_resume(s3, tmp_path: Path, capsys
     kills, in_loop, c = _kill_and_check(root, argv, BUCKET_KILLS, BUCKET_QUERIES, random.Random(20261128),
                                         lambda: len(s3.keys("log/")), lambda c: _check_bucket(root, s3, seen, c))
     assert kills == BUCKET_KILLS and in_loop >= 3, (kills, in_loop)
-    done = subprocess.run(pcqr_command(argv), capture_output=True, text=True, env=cli_env())
+    finish = [*argv]  # the rest in larger batches, as above
+    finish[finish.index("--batch-size") + 1] = str(FINISH_BATCH)
+    done = subprocess.run(pcqr_command(finish), capture_output=True, text=True, env=cli_env())
     assert done.returncode == 0, done.stderr
     c = _check_bucket(root, s3, seen, c)
     ids = [i for key in s3.keys("log/") for i in Batch(s3.read(key)).ids]
