@@ -240,10 +240,11 @@ class OverlapCheck:
     def verdict(self, per_part: Sequence[Found], allowed: bool, echo: Callable[[str], None] | None) -> None:
         """Refuse (PcqrError naming the option and the private dataset) when a public row in some
         sketch's range is a once-occurring private feature vector, unless ``allowed`` (then ``echo``
-        gets one warning line)."""
+        gets one warning line). ``per_part``: :meth:`Reach.in_range` of every part (or chunk) of the input."""
         seen: dict[int, list[np.ndarray]] = {id(c): [] for c in self.candidates}
+        groups = list(_by_columns(self.candidates).values())
         for found in per_part:
-            for group, arrays in zip(_by_columns(self.candidates).values(), found):
+            for group, arrays in zip(groups, found):
                 for candidate, hashes in zip(group, arrays):
                     seen[id(candidate)].append(hashes)
         for candidate in self.candidates:

@@ -171,13 +171,14 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         raise PcqrError(f"--after-halt refuse: the session was planned with --labels {labels:,}, whose student "
                         "answers every query after the first M; leave --after-halt out (a session trained with "
                         "--gate plans its teacher for all --queries-max queries)")
-    student = after_halt_learner(answering, guess, learner, features, learner_modules(training.cluster),
+    modules = learner_modules(training.cluster)  # read once: the run's allowed learner modules
+    student = after_halt_learner(answering, guess, learner, features, modules,
                                  checked_now=plan is not None or answering.student_learner is not None)
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
-    ensemble = None if session is None else load_models(state, session, learner_modules(training.cluster))
+    ensemble = None if session is None else load_models(state, session, modules)
     # array work only (training by pcqr's own learners, no A_SSPP, votes by array operations): a
     # local cluster's workers may be threads (cluster.yaml processes: auto)
     array_work = (trains_by_arrays(plan) if plan is not None else  # the one-shot form trains first
@@ -225,7 +226,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 client, session, state, ensemble, queries, answering.batch_size, noise,
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
-                skip=skip, book=book, index=answered, modules=learner_modules(training.cluster),
+                skip=skip, book=book, index=answered, modules=modules,
                 after_halt=student, early=early,
             )
     spent = (f"m = {session.params.cutoff} noisy-majority answers" if session.params.gate == "gnmax" else

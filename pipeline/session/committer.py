@@ -55,14 +55,10 @@ class Committer:
         self._thread.start()
 
     def put(self, handover: Handover) -> None:
-        """Hand a batch over (waits while DEPTH batches are waiting); raises the error of a failed commit."""
-        while True:
-            self._raise()
-            try:
-                self._waiting.put(handover, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+        """Hand a batch over (waits while DEPTH batches are waiting: the thread takes every one, and
+        commits none after a failed commit); raises the error of a failed commit."""
+        self._raise()
+        self._waiting.put(handover)
 
     def drain(self) -> None:
         """Wait until every batch handed over is committed (or a commit failed: raised here)."""

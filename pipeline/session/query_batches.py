@@ -52,7 +52,7 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
     return int(np.sum(keys, dtype=np.uint64))
 
 
-Checked = tuple[int, int, "int | None", "int | None", "Found | None"]
+Checked = tuple[int, int, "int | None", "int | None", "list[Found] | None"]
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int,
@@ -64,7 +64,8 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None, ro
     across parts (:func:`overlapping_groups`, then :func:`part_ids` of those parts only). The ids
     themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
     of the workers' memory (issue 32). With ``reach``, on the same read, what the misuse guard
-    needs of the rows (:class:`pcqr.pipeline.budget.overlap.Reach`): the file is read once for both."""
+    needs of the rows (:class:`pcqr.pipeline.budget.overlap.Reach`), chunk by chunk: the file is read
+    once for both."""
     return _checked(part, features, id_column, rows, reach)
 
 
@@ -102,10 +103,8 @@ def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: i
     if id_column is not None and (repeated := repeated_id(ids)) is not None:
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
                         "each query needs its own id (the log and --truth join answers by it)")
-    in_range = None if reach is None else [
-        [np.concatenate([chunk[g][b] for chunk in seen]) if seen else np.zeros(0, np.uint64) for b in range(len(bounds))]
-        for g, (_, bounds) in enumerate(reach.groups)]
-    return count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None), in_range
+    return (count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None),
+            seen if reach is not None else None)
 
 
 def part_ids(part: Part, id_column: str, rows: int) -> np.ndarray:

@@ -140,7 +140,7 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: 
                      reach: Reach | None = None, early: EarlyVotes | None = None) -> tuple[str, list[Found] | None]:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
     released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)
-    and, with ``reach``, the misuse guard's findings per part, from the same read
+    and, with ``reach``, the misuse guard's findings per chunk, from the same read
     (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). With ``early``, the first
     parts' votes are counted on that read too and kept there for the answer loop."""
     args = (queries.features, queries.id_column, rows, reach)
@@ -164,7 +164,7 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: 
             raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
                             "across files or parts; each query needs its own id (the log and --truth join answers by it)")
     identity = content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
-    return identity, (None if reach is None else [c[4] for c in counted])
+    return identity, (None if reach is None else [found for c in counted for found in c[4]])
 
 
 class UniversalSwitch:
