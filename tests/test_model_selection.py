@@ -5,6 +5,7 @@ search, a fit that fails, a pickled copy."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import pickle
 import stat
@@ -227,3 +228,52 @@ def test_bad_input_to_the_model_selection_helpers_is_one_line_and_charges_nothin
         with pytest.raises(error, match=needle):
             pcqr.set_budget(X, kwargs.pop("y", y), **kwargs, ledger=ledger)
     assert not os.path.exists(ledger)  # refused before the ledger is opened
+
+
+def test_the_share_of_one_class_models_that_the_few_rows_warning_states_is_a_lower_bound() -> None:
+    """A subsample of r rows holds one class only with probability p^r + (1 - p)^r, least at p = 1/2:
+    2^(1 - r). The warning states that bound averaged over the subsamples' sizes, rounded down, from
+    ONE_CLASS_SHARE up: every model at 1 row, 2 rows (398 rows, k = 199), a mix, 3 rows; not at 4."""
+    from pcqr.pipeline.session.planning import ONE_CLASS_SHARE, few_rows_warning
+
+    shares = np.linspace(0.0, 1.0, 1001)
+    for rows_a_model in range(1, 6):
+        one_class = shares ** rows_a_model + (1 - shares) ** rows_a_model
+        assert one_class.min() == pytest.approx(2.0 ** (1 - rows_a_model))
+    assert ONE_CLASS_SHARE == 0.25
+    assert "each of the k = 60 models 1 row to learn from: at least 100% of the models" in few_rows_warning(60, 60)
+    assert "each of the k = 199 models 2 rows to learn from: at least 50% of" in few_rows_warning(398, 199)
+    # 379 rows, k = 199: 19 models of 1 row, 180 of 2: (19 + 180 / 2) / 199 = 54.8%
+    assert "models 1-2 rows to learn from: at least 54% of" in few_rows_warning(379, 199)
+    assert "3 rows to learn from: at least 25% of" in few_rows_warning(300, 100)
+    assert few_rows_warning(301, 100) is None and few_rows_warning(400, 100) is None  # below a quarter
+    assert few_rows_warning(3_000_000, 2500) is None  # the README's session: 1,200 rows a model
+
+
+def test_the_default_on_a_small_real_dataset_says_its_models_get_too_few_rows(thread_cluster_yaml, caplog) -> None:
+    """scikit-learn's breast-cancer data (569 rows): a 3-fold cross-validation trains on 379-380 rows,
+    and the defaults at epsilon 8 give each of their k models 1-3 rows. Each fit says so in plain
+    words (the pcqr logger, as ``pcqr train`` says it on stderr), and still scores a real number."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    with caplog.at_level(logging.WARNING, logger="pcqr"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", pcqr.PrivacyCostWarning)
+        scores = cross_val_score(pcqr.PrivateClassifier(epsilon=8, cluster=thread_cluster_yaml, **SEED), X, y, cv=3)
+    said = [r.getMessage() for r in caplog.records if "rows to learn from" in r.getMessage()]
+    assert len(said) == 3 and all("may be little better than answering the majority class" in s for s in said), said
+    assert np.isfinite(scores).all()
+
+
+def test_pcqr_train_says_its_models_get_too_few_rows_on_stderr(tmp_path, thread_cluster_yaml, capsys) -> None:
+    from pcqr.jobs.cli import main
+
+    data, cluster = str(tmp_path / "data"), ["--cluster", thread_cluster_yaml]
+    assert main(["generate", "--kind", "realizable", "--rows", "500", "--features", "3", "--queries", "10",
+                 "--seed", "1", "--out", data, *cluster]) == 0
+    capsys.readouterr()
+    assert main(["train", "--private", f"{data}/private", "--state", str(tmp_path / "st"), "--epsilon", "8",
+                 "--seed", "1", "--insecure-seed", *cluster]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "rows to learn from" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: 500 private rows give each of the k = ") and \
+        "at least" in lines[0], lines

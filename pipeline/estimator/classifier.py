@@ -81,7 +81,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     subsamples : int, optional
         k, the number of subsample models (default: the gate's rule, as ``pcqr train``; when the
         data has fewer rows than that k, one row per model, with a :class:`SmallDataWarning`:
-        the answers are then close to random).
+        the answers are then close to random). When the models get so few rows that at least a
+        quarter of them see one class only, ``fit`` says so on the ``pcqr`` logger, as ``pcqr
+        train`` does on stderr (pcqr.pipeline.session.planning.few_rows_warning).
     profile : {'tight', 'paper'}, optional
         As ``pcqr train --profile`` (default: tight).
     gate : {'stability', 'guess', 'gnmax'}, optional
