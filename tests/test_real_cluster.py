@@ -45,6 +45,7 @@ from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.errors import PcqrError
 from tests.conftest import MECHANICS
 from tests.external_cluster import ExternalCluster, _dask_cli_missing
+from tests.fault_injection import markers
 
 KILLER = "tests.fault_injection.KillOnceClassifier"
 
@@ -257,9 +258,13 @@ def test_job_survives_workers_killed_while_training_and_while_voting(
 def test_job_survives_every_worker_crashing_while_training_and_while_voting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], start_cluster: Any, spec: Path, reference: dict[str, Any]
 ) -> None:
-    """The issue's two workers, under nannies (dask worker's default): both crash on their first
-    model fit, and their replacements on their first vote; each time the nannies restart them
-    empty. The job must finish on the third generation with the fault-free answers."""
+    """The issue's two workers, under nannies (dask worker's default): the first two model fits and
+    the first two votes each crash the worker running them, and the nannies restart it empty. Each
+    crash writes its marker (what and the worker's pid) before the SIGKILL; the scheduler lost four
+    workers, none expected, each pid once. Which tasks the scheduler had listed on a lost worker is
+    not checked: a fit may run again after a vote crash (a model lost with its worker), and the lists
+    race with the crashes (CI once saw a fit crash whose worker listed no train_block). The job must
+    finish with the fault-free answers."""
     cluster = start_cluster(workers=2, nanny=True)
     kill_fit, kill_predict = tmp_path / "killed-in-fit", tmp_path / "killed-in-predict"
     code, summary, err = _kill_run(tmp_path, capsys, cluster, spec, f"kill_fit={kill_fit}",
@@ -267,8 +272,10 @@ def test_job_survives_every_worker_crashing_while_training_and_while_voting(
     assert code == 0, err
     removals = _removals(cluster)
     assert [r["expected"] for r in removals] == [False] * 4
-    assert [("train_block" in r["processing"], "vote_batch" in r["processing"]) for r in removals] == \
-        [(True, False)] * 2 + [(False, True)] * 2, removals
+    fired = [Path(path).read_text().split() for path in
+             (*markers(str(kill_fit), 2), *markers(str(kill_predict), 2))]
+    assert [what for what, _ in fired] == ["fit", "fit", "predict", "predict"]
+    assert len({pid for _, pid in fired}) == 4, fired  # four worker processes, each killed once
     assert summary is not None and _outcome(summary) == _outcome(reference["summary"])
     assert _log(tmp_path / "log").equals(reference["log"])
 
