@@ -20,7 +20,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.evaluation import max_threshold_error
 from pcqr.pipeline.hypotheses import make_class
 from pcqr.pipeline.hypotheses.representatives import representative_domain
-from pcqr.pipeline.mechanisms.pap import public_key, release_queries
+from pcqr.pipeline.mechanisms.pap import public_cells, public_key, release_queries
 from pcqr.pipeline.mechanisms.pmw import DenseQueries, PMWParameters, private_multiplicative_weights
 from pcqr.pipeline.privacy.noise import SeededNoise, discrete_laplace_pmf
 from tests.conftest import P_FAIL, write_parquet
@@ -43,6 +43,8 @@ def test_every_member_is_constant_on_each_representative_class(name, features) -
         assert (h.predict(X) == h.predict(points[cls])).all(), h
     # every public point is the representative of its class
     assert (points[domain.index(public)] == public).all()
+    assert (public_cells(domain, public) == np.unique(domain.index(public))).all()  # sorted, each class once
+    assert public_cells(domain, public[:0]).size == 0
 
 
 def test_threshold_domain_is_one_cell_per_public_value() -> None:

@@ -45,7 +45,10 @@ _CHUNK_ROWS = 1024
 def public_cells(domain: RepresentativeDomain, public: np.ndarray) -> np.ndarray:
     """The classes of X_tilde holding a public point, sorted (each public point is its class's
     representative)."""
-    return np.unique(domain.index(public))
+    cells = np.sort(domain.index(public))  # then the first of each run: numpy 2.4's np.unique hashes
+    first = np.ones(cells.size, dtype=bool)  # integers, 13x slower at 10^6 cells
+    first[1:] = cells[1:] != cells[:-1]
+    return cells[first]
 
 
 def public_key(labels: np.ndarray) -> str:
