@@ -241,11 +241,11 @@ def test_the_share_of_one_class_models_that_the_few_rows_warning_states_is_a_low
         one_class = shares ** rows_a_model + (1 - shares) ** rows_a_model
         assert one_class.min() == pytest.approx(2.0 ** (1 - rows_a_model))
     assert ONE_CLASS_SHARE == 0.25
-    assert "each of the k = 60 models 1 row to learn from: at least 100% of the models" in few_rows_warning(60, 60)
-    assert "each of the k = 199 models 2 rows to learn from: at least 50% of" in few_rows_warning(398, 199)
+    assert "k = 60 models 1 row to learn from: on average at least 100% of the models" in few_rows_warning(60, 60)
+    assert "each of the k = 199 models 2 rows to learn from: on average at least 50% of" in few_rows_warning(398, 199)
     # 379 rows, k = 199: 19 models of 1 row, 180 of 2: (19 + 180 / 2) / 199 = 54.8%
-    assert "models 1-2 rows to learn from: at least 54% of" in few_rows_warning(379, 199)
-    assert "3 rows to learn from: at least 25% of" in few_rows_warning(300, 100)
+    assert "models 1-2 rows to learn from: on average at least 54% of" in few_rows_warning(379, 199)
+    assert "3 rows to learn from: on average at least 25% of" in few_rows_warning(300, 100)
     assert few_rows_warning(301, 100) is None and few_rows_warning(400, 100) is None  # below a quarter
     assert few_rows_warning(3_000_000, 2500) is None  # the README's session: 1,200 rows a model
 

@@ -132,10 +132,10 @@ def few_rows_warning(rows: int, subsamples: int) -> str | None:
     low, high = int(sizes.min()), int(sizes.max())
     each = f"{low}" if low == high else f"{low}-{high}"
     return (f"{rows:,} private rows give each of the k = {subsamples:,} models {each} row{'' if high == 1 else 's'} "
-            f"to learn from: at least {math.floor(100 * share)}% of the models see one class only (more when the "
-            "labels are unbalanced) and answer it whatever the query, so the answers may be little better than "
-            "answering the majority class; more rows, a larger epsilon, or fewer models (subsamples, --subsamples: "
-            "each fed more rows, the votes noisier) give more useful answers")
+            f"to learn from: on average at least {math.floor(100 * share)}% of the models see one class only (more "
+            "when the labels are unbalanced) and answer it whatever the query, so the answers may be little better "
+            "than answering the majority class; more rows, a larger epsilon, or fewer models (subsamples, "
+            "--subsamples: each fed more rows, the votes noisier) give more useful answers")
 
 
 def _warned(plan: TrainingPlan, reporter: Reporter) -> TrainingPlan:
