@@ -253,7 +253,8 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append((b, "ratio whole command / loop ceiling", _fmt(r["ratio_wall_to_ceiling"]), ">= 0.8"))
         rows.append((b, "ratio whole command / validation pass and loop ceiling",
                      _fmt(r.get("ratio_wall_to_pass_and_loop_ceiling")), ""))
-        rows.append((b, "seconds outside the validation pass and the loop", _fmt(r.get("outside_pass_and_loop_seconds")), ""))
+        rows.append((b, "seconds outside the validation pass and the loop",
+                     _fmt(r.get("outside_pass_and_loop_seconds")), ""))
         rows.append((b, "ratio whole command / itself without the coordinator", _fmt(r.get("ratio_wall_to_wall_ceiling")),
                      ">= 0.9"))
         rows.append((b, "queries/s whole command, every run", ", ".join(_fmt(v) for v in r["queries_per_second_wall_all_runs"]), ""))

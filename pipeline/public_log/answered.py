@@ -20,9 +20,9 @@ session's state folder, removed with the index -- :class:`pcqr.pipeline.data.pri
 same way by a streaming merge, and read back in chunks of :data:`CHUNK` entries at each lookup
 (only the chunks a needle can be in, found by one fence per chunk held in memory: 8 bytes per 2^16
 entries). So the driver's memory stays flat however long the stream (issue 32: 10^8 queries), and
-a session under 2^19 (524,288) answered queries never touches the disk. A resumed session rebuilds it from
-the public log (:func:`index_from_log`), after verifying the log's hash chain up to the session's
-last hash.
+a session under 2^19 (524,288) answered queries never touches the disk. A resumed session rebuilds
+it from the public log (:func:`index_from_log`), after verifying the log's hash chain up to the
+session's last hash.
 """
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ from pcqr.pipeline.gates.registry import new_gate
 from pcqr.pipeline.mechanisms.relabel import relabel_and_resample
 from pcqr.pipeline.mechanisms.universal import private_fingerprint
 from pcqr.pipeline.models.store import check_storable
-from pcqr.pipeline.models.subsample import PART_ROWS, check_subsamples, load_part, train_models, train_models_on
+from pcqr.pipeline.models.subsample import (
+    PART_ROWS, check_subsamples, load_part, subsample_sizes, train_models, train_models_on,
+)
 from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.options import AUTO, AUTO_TREE, CROSS_VALIDATED, TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
@@ -123,8 +125,6 @@ def few_rows_warning(rows: int, subsamples: int) -> str | None:
     rounded down. Measured with PrivateClassifier's defaults at epsilon 8 on scikit-learn's
     breast-cancer data (398 training rows, k = 199: 2 rows a model), three splits scored 0.64-0.77
     against a majority class of 0.63; k = 50 (7 rows a model) scored 0.77-0.84."""
-    from pcqr.pipeline.models.subsample import subsample_sizes
-
     sizes = subsample_sizes(rows, max(subsamples, 1))
     share = float(np.mean(2.0 ** (1 - np.maximum(sizes, 1))))
     if share < ONE_CLASS_SHARE:
