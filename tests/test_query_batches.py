@@ -3,6 +3,7 @@ exactly --batch-size rows whatever the row groups, the driver's re-read checked 
 voted on, and a `pcqr answer` that imports no scikit-learn for array-counted models."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,19 +96,22 @@ def test_answer_command_imports_no_scikit_learn() -> None:
     assert out.strip() == "[]"
 
 
-def test_an_answer_run_on_linear_models_imports_no_scikit_learn(tmp_path: Path, thread_cluster_yaml: str) -> None:
-    """The whole run, not only the imports: a session of logistic models (trained here), answered
-    by `pcqr answer` in a fresh process with --after-halt refuse (the student, when a halted session
-    needs one, does import it) and the workers as
+@pytest.mark.parametrize("learner", ["sklearn.linear_model.LogisticRegression", "auto"])
+def test_an_answer_run_imports_no_scikit_learn(tmp_path: Path, thread_cluster_yaml: str, learner: str) -> None:
+    """The whole run, not only the imports: a session of logistic models or of the default learner's
+    decision trees (trained here), answered by `pcqr answer` in a fresh process with --after-halt
+    refuse (the student, when a halted session needs one, does import it) and the workers as
     threads of that process, never imports scikit-learn (it cost about a second a run when the
-    --after-halt check imported it unconditionally)."""
+    --after-halt check imported it unconditionally, and 1.3 s of the README's `pcqr answer` when
+    loading trees imported it for the one-class model's class)."""
     from tests.conftest import MECHANICS_PRIVACY, write_session_data
 
     from pcqr.jobs.cli import main
 
     root = write_session_data(tmp_path, rows=5000, queries=500)
     assert main(["train", "--private", str(root / "private"), "--state", str(root / "state"), *MECHANICS_PRIVACY,
-                 "--learner", "sklearn.linear_model.LogisticRegression", "--cluster", thread_cluster_yaml]) == 0
+                 "--learner", learner, "--cluster", thread_cluster_yaml]) == 0
+    assert json.loads((root / "state" / "session.json").read_text())["learner"]["name"].startswith("sklearn.")
     answer = ["answer", "--state", str(root / "state"), "--queries", str(root / "queries"), "--log", str(root / "log"),
               "--cluster", thread_cluster_yaml, "--after-halt", "refuse"]
     code = ("import sys; from pcqr.jobs.cli import main; rc = main(sys.argv[1:]); "

@@ -31,6 +31,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone, is_classifier
 from sklearn.utils._param_validation import Interval
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.constant import ConstantModel
 from pcqr.pipeline.options import AUTO, AUTO_TREE
 
 BUILTIN_LEARNERS = ("threshold", "stump")
@@ -164,16 +165,6 @@ class StumpLearner(_StumpModel):
         self.threshold_, self.polarity_, _ = fits[self.feature_]
         self.classes_ = np.array([0, 1])
         return self
-
-
-@dataclass(frozen=True)
-class ConstantModel:
-    """The model of a subsample whose labels are all ``label`` (or that is empty)."""
-
-    label: int
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.full(np.asarray(X).shape[0], self.label, dtype=np.int8)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         check.that(bool(np.isfinite(coefs).all() and np.isfinite(intercepts).all()), "a coefficient is not finite")
         return Ensemble.of(LinearVotes(coefs, intercepts))
     if kind in ("trees", "erm", "skops"):  # models as objects: scikit-learn is imported for erm and skops only
-        from pcqr.pipeline.models.learners import LEARNER_MODULES, ConstantModel
+        from pcqr.pipeline.models.constant import ConstantModel
 
         constant = check.array("constant", np.int8, (k,))
         check.that(bool(np.isin(constant, (-1, 0, 1)).all()), "a constant label is not -1, 0 or 1")
@@ -125,6 +125,8 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         elif kind == "erm":
             fitted = _load_erm(check, fitted_count)
         else:
+            from pcqr.pipeline.models.learners import LEARNER_MODULES
+
             fitted = _load_skops(check, fitted_count, (*LEARNER_MODULES, *modules))
         models, it = [], iter(fitted)
         for label in constant.tolist():
