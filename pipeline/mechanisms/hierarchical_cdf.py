@@ -52,7 +52,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.integer_domain import Domain, ceiling_counts, merge_counts
 from pcqr.pipeline.privacy.noise import NoiseSource
-from pcqr.pipeline.privacy.opendp_constructors import opendp
+from pcqr.pipeline.privacy.opendp_constructors import dp_names
 from pcqr.pipeline.privacy.subsamp import check_epsilon, delta_certificate
 
 #: log2 of the branching factor b (Qardaji, Yang and Li 2013: b near 16 minimises range-query error).
@@ -115,7 +115,7 @@ class CdfParameters:
 
     def opendp_epsilon(self) -> float:
         """OpenDP 0.16's map of ``make_laplace`` at scale s for an L1 move of 2, times L levels."""
-        dp = opendp()
+        dp = dp_names()
         measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"),
                                         scale=self.scale)
         return float(measurement.map(LEVEL_SENSITIVITY)) * self.levels

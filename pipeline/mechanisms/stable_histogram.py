@@ -64,7 +64,7 @@ from pcqr.pipeline.mechanisms.adist import noise_scale
 from pcqr.pipeline.mechanisms.integer_domain import Domain, value_counts
 from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, NoiseSource
-from pcqr.pipeline.privacy.opendp_constructors import opendp
+from pcqr.pipeline.privacy.opendp_constructors import dp_names
 from pcqr.pipeline.privacy.stability import laplace_tail
 from pcqr.pipeline.privacy.tail_window import SCALE_BITS, tail_span
 from pcqr.pipeline.privacy.subsamp import (
@@ -194,7 +194,7 @@ def least_tail(scale: float, bound: float) -> int:
 
 
 def _opendp_threshold(scale: float, threshold: int) -> Any:
-    dp = opendp()
+    dp = dp_names()
     return dp.m.make_laplace_threshold(
         dp.map_domain(dp.atom_domain(T=dp.i64), dp.atom_domain(T=dp.i64)),
         dp.l01inf_distance(dp.absolute_distance(T=dp.i64)), scale=float(scale), threshold=int(threshold))

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pcqr.pipeline.privacy.limits import MAX_TAIL_ENTRIES
-from pcqr.pipeline.privacy.opendp_constructors import opendp
+from pcqr.pipeline.privacy.opendp_constructors import dp_names
 from pcqr.pipeline.privacy.tail_window import SCALE_BITS, gaussian_tail_span, tail_span
 
 
@@ -111,7 +111,7 @@ class SecureNoise:
         values = np.asarray(values, dtype=np.int64)
         if not values.size:
             return values.copy()
-        dp = opendp()
+        dp = dp_names()
         measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"),
                                         scale=float(scale))
         return np.asarray(measurement(values.tolist()), dtype=np.int64)
@@ -119,7 +119,7 @@ class SecureNoise:
     def _sampler(self, scale: float) -> Any:
         sampler = self._samplers.get(scale)
         if sampler is None:
-            dp = opendp()
+            dp = dp_names()
             # On an integer domain OpenDP's Laplace mechanism adds exact discrete
             # Laplace noise, P(z) proportional to exp(-|z| / scale), to each entry: here to
             # zeros, on 64-bit integers. OpenDP saturates its sums at the type's bounds, and

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 
 @functools.cache
-def opendp() -> SimpleNamespace:
+def dp_names() -> SimpleNamespace:
     """OpenDP's names as the prelude spells them (``dp.m.make_laplace``, ``dp.atom_domain``,
     ``dp.i64``, ...), with the ``contrib`` features enabled (the discrete Laplace mechanisms)."""
     import opendp.domains as domains
