@@ -232,7 +232,7 @@ class Student:
     def _refit(self) -> None:
         X, y = self._kept()
         if self.spec.kind == "prior":
-            from pcqr.pipeline.models.learners import ConstantModel
+            from pcqr.pipeline.models.constant import ConstantModel
 
             ones = int(np.count_nonzero(y == 1))
             self._model = ConstantModel(1 if 2 * ones > y.size else 0)

@@ -32,6 +32,7 @@ import numpy as np
 
 from pcqr.pipeline.data.user_files import ARRAY_FILE_LIMIT, check_zip, parse_json, parse_npz, read_bytes
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.models.constant import ConstantModel
 from pcqr.pipeline.models.tree_store import dump_trees, load_trees, plain_trees
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes, ModelVotes, StumpVotes
 
@@ -115,8 +116,6 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         check.that(bool(np.isfinite(coefs).all() and np.isfinite(intercepts).all()), "a coefficient is not finite")
         return Ensemble.of(LinearVotes(coefs, intercepts))
     if kind in ("trees", "erm", "skops"):  # models as objects: scikit-learn is imported for erm and skops only
-        from pcqr.pipeline.models.constant import ConstantModel
-
         constant = check.array("constant", np.int8, (k,))
         check.that(bool(np.isin(constant, (-1, 0, 1)).all()), "a constant label is not -1, 0 or 1")
         fitted_count = int((constant == -1).sum())
@@ -187,7 +186,6 @@ class _Checker:
 def _dump_fitted(models: Sequence[Any]) -> dict[str, np.ndarray]:
     """Constants as labels, the rest as node arrays (decision trees), ERM JSON (agnostic mode) or skops bytes."""
     from pcqr.pipeline.hypotheses import ERMClassifier
-    from pcqr.pipeline.models.learners import ConstantModel
 
     constant = np.array([m.label if isinstance(m, ConstantModel) else -1 for m in models], dtype=np.int8)
     fitted = [m for m in models if not isinstance(m, ConstantModel)]

@@ -19,6 +19,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from pcqr.pipeline.models.constant import ConstantModel
+
 # scikit-learn and pcqr's learners are imported inside the functions that build a counter from
 # fitted models: a worker that only counts votes with arrays (StumpVotes, LinearVotes) then
 # starts without importing scikit-learn (about a second per fresh worker process).
@@ -59,7 +61,7 @@ class Ensemble:
 
 
 def _choose_counter(models: Sequence[Any]) -> VoteCounter:
-    from pcqr.pipeline.models.learners import ConstantModel, _StumpModel
+    from pcqr.pipeline.models.learners import _StumpModel
 
     if all(isinstance(m, (_StumpModel, ConstantModel)) for m in models):
         return StumpVotes.from_models(models)
@@ -107,8 +109,6 @@ class StumpVotes:
 
     @classmethod
     def from_models(cls, models: Sequence[Any]) -> StumpVotes:
-        from pcqr.pipeline.models.learners import ConstantModel
-
         constant = [isinstance(m, ConstantModel) for m in models]
         return cls(
             np.array([0 if c else m.feature_ for m, c in zip(models, constant)], dtype=np.int64),
@@ -141,8 +141,6 @@ class LinearVotes:
 
     @classmethod
     def from_models(cls, models: Sequence[Any]) -> LinearVotes:
-        from pcqr.pipeline.models.learners import ConstantModel
-
         width = next((np.shape(m.coef_)[1] for m in models if not isinstance(m, ConstantModel)), 0)
         coefs = np.zeros((len(models), width))
         intercepts = np.zeros(len(models))
