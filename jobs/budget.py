@@ -21,7 +21,8 @@ import click
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import scan_dataset
-from pcqr.pipeline.budget.ledger import Ledger, budget_command, check_budget, ledger_location, pair
+from pcqr.pipeline.budget.ledger import Ledger, check_budget, pair
+from pcqr.pipeline.budget.location import budget_command, ledger_location
 from pcqr.pipeline.budget.overlap import Relation, describe, identify
 from pcqr.pipeline.errors import PcqrError
 

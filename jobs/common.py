@@ -61,7 +61,7 @@ def ledger_option(func: F) -> F:
 
 
 def _checked_ledger(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from pcqr.pipeline.budget.ledger import ledger_setting
+    from pcqr.pipeline.budget.location import ledger_setting
 
     if not ctx.resilient_parsing:  # not while completing or listing help
         ledger_setting(value)

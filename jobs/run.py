@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from pcqr.pipeline.budget.ledger import ledger_setting
+from pcqr.pipeline.budget.location import ledger_setting
 from pcqr.pipeline.data.job_spec import Kind, SpecOption, apply_overrides, command_line, load_spec
 from pcqr.pipeline.errors import PcqrError
 

@@ -112,3 +112,47 @@ def test_the_checker_sees_an_upward_import(tmp_path) -> None:
     probe.write_text("def f():\n    from pcqr.pipeline.session.state import SessionState\n")
     (line, target), = imports(probe)
     assert rank(group_of(target)) > rank(group_of("pcqr.pipeline.budget.ledger"))
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> the modules it imports): every strongly connected
+    component of more than one module, each sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            component = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def import_graph(prefix: str) -> dict[str, set[str]]:
+    """Module -> the modules under ``prefix`` it imports (deferred imports too)."""
+    names = {n for n, _ in MODULES if n.startswith(prefix)}
+    return {n: {t for _, t in imports(p) if t in names and t != n} for n, p in MODULES if n in names}
+
+
+def test_the_budget_package_has_no_circle_of_imports() -> None:
+    """Issue 46, item 6: the stores' factory and the shared bounds have homes that no store imports back."""
+    assert circles(import_graph("pcqr.pipeline.budget.")) == []
+
+
+def test_the_circle_checker_sees_a_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -20,7 +20,8 @@ from pcqr.pipeline.data.datasets import open_dataset
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import dataset_identity
 from pcqr.pipeline.budget.charging import charge_private_use
-from pcqr.pipeline.budget.ledger import Ledger, budget_command, charge_note, ledger_location
+from pcqr.pipeline.budget.ledger import Ledger, charge_note
+from pcqr.pipeline.budget.location import budget_command, ledger_location
 from tests.conftest import threshold_data, write_parquet
 
 

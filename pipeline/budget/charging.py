@@ -12,9 +12,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
-from pcqr.pipeline.budget.ledger import (
-    Ledger, budget_command, charge_note, failed_after_charge, ledger_location, refund_charge, refund_reason,
-)
+from pcqr.pipeline.budget.ledger import Ledger, charge_note, failed_after_charge, refund_charge, refund_reason
+from pcqr.pipeline.budget.location import budget_command, ledger_location
 from pcqr.pipeline.budget.overlap import register, related_identities, relation_note
 
 

@@ -49,72 +49,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
-from pcqr.pipeline.budget.store import LedgerStore, Receipt, check_server_url, is_server, now, open_store, shown
+from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.location import budget_command, is_server, ledger_location
+from pcqr.pipeline.budget.store import LedgerStore, Receipt, now
 from pcqr.pipeline.errors import PcqrError
-
-RELATIVE_TOLERANCE = 1e-9
-DEFAULT_LEDGER = os.path.join("~", ".local", "share", "pcqr", "ledger.sqlite")
-
-
-LEDGER_VARIABLE = "PCQR_LEDGER"
-
-
-def ledger_setting(option: str | None) -> str:
-    """The ledger as the user named it: ``--ledger PATH|URL``, else ``$PCQR_LEDGER``, else
-    ~/.local/share/pcqr/ledger.sqlite. A ``postgresql://`` URL names a server ledger, anything else
-    a SQLite file. An empty ``--ledger`` or a ``PCQR_LEDGER`` that is set but empty is refused (it
-    would otherwise fall back to the home folder's ledger, unnoticed): every command that takes
-    ``--ledger`` and every Python API entry point calls this first, before anything is read or charged.
-    A server URL that cannot be parsed is refused the same way, naming where it came from."""
-    if option is not None:
-        if not option.strip():
-            raise PcqrError("--ledger is empty: give the ledger file's path or a postgresql:// URL")
-        return check_server_url(option) if is_server(option) else option
-    named = os.environ.get(LEDGER_VARIABLE)
-    if named is not None and not named.strip():
-        raise PcqrError(f"{LEDGER_VARIABLE} is set but empty: set it to the ledger file's path or a postgresql:// "
-                        f"URL, or unset it to use {DEFAULT_LEDGER}")
-    if named is not None and is_server(named):
-        return check_server_url(named, LEDGER_VARIABLE)
-    return named or DEFAULT_LEDGER
-
-
-def ledger_location(option: str | None) -> str:
-    """The ledger (:func:`ledger_setting`): a server URL as given, a file's path made absolute (its
-    parent directories are created)."""
-    setting = ledger_setting(option)
-    if is_server(setting):
-        return setting
-    path = os.path.abspath(os.path.expanduser(setting))
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except OSError as exc:
-        raise PcqrError(f"--ledger {path}: cannot create its directory ({exc.strerror})") from None
-    return path
-
-
-def ledger_exists(location: str) -> bool:
-    """Whether a ledger is there already (a server ledger is created by ``pcqr ledger init``)."""
-    return is_server(location) or os.path.exists(location)
-
-
-def budget_command(verb: str, dataset: str, ledger: str | None, *options: str) -> str:
-    """A ``pcqr budget`` command line for the user to paste: every word shell-quoted (a path with a
-    space or a quote pastes back as one word), with ``--ledger`` unless ``ledger`` is the one the
-    command finds by itself ($PCQR_LEDGER, else the default); a server URL without its password."""
-    words = ["pcqr", "budget", verb, dataset, *options]
-    if ledger is not None and shown(_absolute(ledger)) != shown(_absolute(ledger_setting(None))):
-        words += ["--ledger", shown(ledger)]
-    return shlex.join(words)
-
-
-def _absolute(location: str) -> str:
-    return location if is_server(location) else os.path.abspath(os.path.expanduser(location))
-
 
 def pair(epsilon: float, delta: float) -> str:
     """``(eps, delta)`` as the ledger's messages print it: ``(1, 1e-06)``."""
@@ -271,3 +212,13 @@ def charge_note(charged: dict[str, Any]) -> str:
         head = f"{head}; {charged['overlaps']}"
     return head
 
+
+def open_store(location: str) -> LedgerStore:
+    """The store at ``location``: a PostgreSQL server for a ``postgresql://`` URL, else a SQLite file."""
+    if is_server(location):
+        from pcqr.pipeline.budget.postgres_store import PostgresStore
+
+        return PostgresStore(location)
+    from pcqr.pipeline.budget.sqlite_store import SQLiteStore
+
+    return SQLiteStore(location)

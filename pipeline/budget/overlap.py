@@ -53,7 +53,8 @@ from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
-from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, ledger_exists, ledger_location, sketch_key
+from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, sketch_key
+from pcqr.pipeline.budget.location import ledger_exists, ledger_location
 
 CHUNK_BYTES = 8 * 1024 * 1024
 RARE = 1

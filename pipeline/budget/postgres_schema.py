@@ -42,7 +42,7 @@ import hashlib
 import struct
 from typing import Any, Sequence
 
-from pcqr.pipeline.budget.ledger import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
 
 SCHEMA = "pcqr"
 SCHEMA_VERSION = 1

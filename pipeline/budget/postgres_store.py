@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable, Iterator, TypeVar
 
 from pcqr.pipeline.budget.postgres_schema import ENTRY_FIELDS, LOCK_KEY, SCHEMA, SCHEMA_VERSION, broken_entry
-from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt, shown
+from pcqr.pipeline.budget.location import shown
+from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 

@@ -11,24 +11,20 @@ Two implementations keep the same rows behind the same methods:
 
 What a charge, a budget or a refund means, and when one is refused, is the policy's
 (:mod:`pcqr.pipeline.budget.ledger`); what a session's row means is
-:mod:`pcqr.pipeline.session.book`'s. Neither knows which store it talks to: :func:`open_store` picks
-one from the ledger's location (a ``postgresql://`` URL, else a file path), and
-tests/test_ledger_contract.py runs the same tests against both.
+:mod:`pcqr.pipeline.session.book`'s. Neither knows which store it talks to:
+:func:`pcqr.pipeline.budget.ledger.open_store` picks one from the ledger's location
+(:mod:`pcqr.pipeline.budget.location`), and tests/test_ledger_contract.py runs the same tests
+against both.
 """
 from __future__ import annotations
 
 import abc
 import datetime
-import urllib.parse
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from pcqr.pipeline.errors import PcqrError
-
-#: How a ledger location names a PostgreSQL server.
-SERVER_SCHEMES = ("postgresql://", "postgres://")
 
 #: The columns of a session's row, in the order :meth:`LedgerStore.insert_session` takes them.
 SESSION_COLUMNS = ("session_id", "identity", "charge_id", "cutoff", "bottoms", "batches", "last_hash", "prev_hash",
@@ -38,40 +34,6 @@ SESSION_COLUMNS = ("session_id", "identity", "charge_id", "cutoff", "bottoms", "
 def now() -> str:
     """The ledger's timestamps: UTC, ISO 8601, microseconds."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
-
-
-def is_server(location: str) -> bool:
-    """Whether a ledger location names a PostgreSQL server (else it is a SQLite file's path)."""
-    return location.lower().startswith(SERVER_SCHEMES)
-
-
-def shown(location: str) -> str:
-    """A ledger location as messages print it: a server URL without its password (which would
-    otherwise reach a terminal, a log or a pasted command). A URL too malformed to parse shows no
-    credentials at all."""
-    if not is_server(location):
-        return location
-    try:
-        parts = urllib.parse.urlsplit(location)
-        password = parts.password
-    except ValueError:
-        scheme, _, rest = location.partition("://")
-        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}" if "@" in rest else location
-    if password is None:
-        return location
-    netloc = parts.netloc.rsplit("@", 1)
-    user = urllib.parse.unquote(netloc[0].split(":", 1)[0])
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{urllib.parse.quote(user)}:***@{netloc[1]}"))
-
-
-def check_server_url(location: str, option: str = "--ledger") -> str:
-    """A server ledger's URL, or a one-line error naming ``option`` when it cannot be parsed."""
-    try:
-        parts = urllib.parse.urlsplit(location)
-        parts.port  # noqa: B018 (parsing it is the check)
-    except ValueError as exc:
-        raise PcqrError(f"{option} {shown(location)}: not a valid postgresql:// URL ({exc})") from None
-    return location
 
 
 @dataclass(frozen=True)
@@ -208,14 +170,3 @@ class LedgerStore(abc.ABC):
         """Check the charges' hash chain: entries, head id and hash, and the first broken entry (None
         if the chain holds). A store without a chain says so (``chained`` False)."""
         return {"chained": False}
-
-
-def open_store(location: str) -> LedgerStore:
-    """The store at ``location``: a PostgreSQL server for a ``postgresql://`` URL, else a SQLite file."""
-    if is_server(location):
-        from pcqr.pipeline.budget.postgres_store import PostgresStore
-
-        return PostgresStore(location)
-    from pcqr.pipeline.budget.sqlite_store import SQLiteStore
-
-    return SQLiteStore(location)

@@ -18,11 +18,13 @@ import math
 import os
 from typing import Any
 
-from pcqr.pipeline.budget.ledger import RELATIVE_TOLERANCE, Ledger
+from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.ledger import Ledger
 from pcqr.pipeline.budget.postgres_schema import SCHEMA, grants, statements
 from pcqr.pipeline.budget.postgres_store import PostgresStore, connect
 from pcqr.pipeline.budget.sqlite_store import SQLiteStore
-from pcqr.pipeline.budget.store import SESSION_COLUMNS, check_server_url, is_server, now, shown
+from pcqr.pipeline.budget.location import check_server_url, is_server, shown
+from pcqr.pipeline.budget.store import SESSION_COLUMNS, now
 from pcqr.pipeline.errors import PcqrError
 
 MIGRATED_ROLE = "migrated"

@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from pcqr.pipeline.budget.ledger import ledger_setting
+from pcqr.pipeline.budget.location import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions

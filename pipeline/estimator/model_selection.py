@@ -143,7 +143,8 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     pcqr.PcqrError
         A budget below what these rows have already spent, or a name that names other data.
     """
-    from pcqr.pipeline.budget.ledger import Ledger, check_budget, ledger_location
+    from pcqr.pipeline.budget.ledger import Ledger, check_budget
+    from pcqr.pipeline.budget.location import ledger_location
     from pcqr.pipeline.budget.overlap import identify
     from pcqr.pipeline.estimator.classifier import PrivateClassifier
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from pcqr.pipeline.budget.charging import provisional_charge
-from pcqr.pipeline.budget.ledger import charge_note, ledger_setting
+from pcqr.pipeline.budget.ledger import charge_note
+from pcqr.pipeline.budget.location import ledger_setting
 from pcqr.pipeline.data.atomic import check_writable_file
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import Dataset, load_features, open_dataset, split_features

@@ -54,10 +54,9 @@ import numpy as np
 from pcqr.pipeline.session.commit import PENDING_DIR
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import (
-    Ledger, failed_after_charge, ledger_exists, ledger_location, refund_charge, refund_reason,
-)
-from pcqr.pipeline.budget.store import Position, now, shown
+from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, refund_charge, refund_reason
+from pcqr.pipeline.budget.location import ledger_exists, ledger_location, shown
+from pcqr.pipeline.budget.store import Position, now
 from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, SessionState
 
 #: The fields of session.json a batch commit changes: what the ledger records per commit, and

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pcqr.pipeline.budget.ledger import ledger_setting
+from pcqr.pipeline.budget.location import ledger_setting
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.public_log.batches import batch_files
