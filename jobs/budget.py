@@ -21,8 +21,9 @@ import click
 from pcqr.jobs.common import emit_summary, json_option, ledger_option, note
 from pcqr.pipeline.data.cluster import open_client
 from pcqr.pipeline.data.datasets import scan_dataset
-from pcqr.pipeline.budget.ledger import Ledger, check_budget, pair
-from pcqr.pipeline.budget.location import budget_command, ledger_location
+from pcqr.pipeline.budget.ledger import Ledger, check_budget, pair, set_budget_hint
+from pcqr.pipeline.budget.location import ledger_location
+from pcqr.pipeline.budget.fingerprint import Fingerprint
 from pcqr.pipeline.budget.overlap import Relation, describe, identify
 from pcqr.pipeline.errors import PcqrError
 
@@ -39,17 +40,18 @@ def hashing_cluster_option(func: F) -> F:
 
 
 def resolve(dataset: str, ledger: Ledger, cluster: str | None,
-            registering: bool = False) -> tuple[str, str, list[Relation]]:
-    """(identity, label, registered datasets it overlaps) of DATASET: a name registered with
-    ``--name``, else the dataset at that path/URI (``registering``: its row sketch is stored)."""
+            registering: bool = False) -> tuple[Fingerprint, str, list[Relation]]:
+    """(fingerprint, label, registered datasets it overlaps) of DATASET: a name registered with
+    ``--name`` (its identity alone), else the dataset at that path/URI (``registering``: with its
+    row sketch, which ``set`` stores with the budget)."""
     named = ledger.store.find_name(dataset)
     if named is not None:
         registration = ledger.store.registration(named)
-        return named, str(registration["label"]) if registration else dataset, []
+        return Fingerprint(named, 0), str(registration["label"]) if registration else dataset, []
     files = scan_dataset(dataset, "private").files  # metadata only
     with open_client(cluster, echo=note) if cluster is not None else nullcontext() as client:
-        identity, related = identify(files, dataset, ledger, client, registering)
-    return identity, dataset, related
+        found, related = identify(files, ledger, client, registering)
+    return found, dataset, related
 
 
 def overlap_summary(related: list[Relation]) -> list[dict[str, Any]]:
@@ -88,8 +90,9 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
     check_budget(epsilon, delta, name)
     path = ledger_location(ledger)
     with Ledger(path) as book:
-        identity, label, related = resolve(dataset, book, cluster, registering=True)
-        book.set_budget(identity, label, epsilon, delta, name)
+        found, label, related = resolve(dataset, book, cluster, registering=True)
+        identity = found.identity
+        book.set_budget(identity, label, epsilon, delta, name, found.row_sketch, found.rows)
         spent = book.store.spent(identity)
         registered = book.store.registration(identity) or {}
     if related:
@@ -110,9 +113,10 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
     its --name. What it prints is the private ledger's: the operator's, not for publication."""
     path = ledger_location(ledger)
     with Ledger(path) as book:
-        identity, label, related = resolve(dataset, book, cluster)
-        store = book.store
+        found, label, related = resolve(dataset, book, cluster)
+        identity, store = found.identity, book.store
         registered, charges, spent = store.registration(identity), store.charges(identity), store.spent(identity)
+        setter = store.budget_setter()
         earlier = [i for i in store.labelled(label) if i != identity and i not in {r.identity for r in related}]
     budget = None if registered is None else (float(registered["epsilon"]), float(registered["delta"]))
     if as_json:
@@ -123,13 +127,15 @@ def show_command(dataset: str, ledger: str | None, cluster: str | None, as_json:
         return
     emit_summary({
         "dataset": label, "name": (registered and registered["name"]) or "-", "identity": identity,
-        "budget": pair(*budget) if budget else f"none ({budget_command('set', label, path, '--epsilon', 'E', '--delta', 'D')})",
+        "budget": pair(*budget) if budget else f"none ({set_budget_hint(label, path, setter)})",
         "spent": pair(*spent), "remaining": pair(max(0.0, budget[0] - spent[0]), max(0.0, budget[1] - spent[1])) if budget else "-",
         "charges": len(charges), "ledger": book.path,
     }, False)
     for c in charges:
-        click.echo(f"  #{c['id']}  {c['time']}  {c['job']}  {pair(c['epsilon'], c['delta'])}  "
-                   f"{json.dumps(c['parameters'], sort_keys=True, default=str)}")
+        by = f"  role {c['role']}" if c["role"] is not None else ""
+        refunded = f"  refunded: {c['refunded']}" if c["refunded"] is not None else ""
+        click.echo(f"  #{c['id']}  {c['time']}  {c['job']}{by}  {pair(c['epsilon'], c['delta'])}  "
+                   f"{json.dumps(c['parameters'], sort_keys=True, default=str)}{refunded}")
     if related:
         note(f"{label} overlaps {describe(related)}: a job on either is charged to both (listed under each)")
     if earlier:

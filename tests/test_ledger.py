@@ -145,7 +145,7 @@ def test_basic_composition_adds_eps_and_deltas_and_refuses_with_nothing_recorded
             ledger.charge("sha256:y", "data/y", "learn", 1.5, 0.0, {})
         assert ledger.store.spent("sha256:y") == pytest.approx((9.0, 1e-6), rel=1e-12)
         assert len(ledger.store.charges("sha256:y")) == 2
-        with pytest.raises(PcqrError, match="--epsilon must be >= 0"):
+        with pytest.raises(PcqrError, match=r"epsilon must be in \[0, 700\]"):
             ledger.charge("sha256:y", "data/y", "learn", -1.0, 0.0, {})
 
 

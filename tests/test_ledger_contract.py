@@ -11,14 +11,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pcqr.pipeline.budget.ledger import Ledger, refund_charge
+from pcqr.pipeline.budget.sketch import Sketch
 from pcqr.pipeline.budget.store import Position, Receipt
 from pcqr.pipeline.errors import PcqrError
 
 ROOT = Path(__file__).resolve().parents[1]
 IDENTITY, OTHER = "rows:" + "ab" * 32, "rows:" + "cd" * 32
+#: A row sketch for the budgets the tests set on made-up identities (a server ledger stores the
+#: owner's row sketch with every budget: issue 46).
+SKETCH = Sketch.of(np.arange(1, 4, dtype=np.uint64))
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 def _budget(backend: Backend, epsilon: float, delta: float, identity: str = IDENTITY, name: str | None = None) -> None:
     with Ledger(backend.owner) as owner:
-        owner.set_budget(identity, "data/private", epsilon, delta, name)
+        owner.set_budget(identity, "data/private", epsilon, delta, name, SKETCH, 3)
 
 
 def test_charges_add_up_and_a_refused_charge_records_nothing(backend: Backend) -> None:
@@ -55,7 +60,9 @@ def test_charges_add_up_and_a_refused_charge_records_nothing(backend: Backend) -
         assert store.spent(IDENTITY) == pytest.approx((3.0, 3e-6))
         charges = store.charges(IDENTITY)
         assert [c["job"] for c in charges] == ["train"] * 3 and charges[0]["parameters"] == {"k": 1}
-        assert set(charges[0]) == {"id", "job", "time", "epsilon", "delta", "parameters", "pid", "label", "refunded"}
+        assert set(charges[0]) == {"id", "job", "time", "epsilon", "delta", "parameters", "pid", "label", "role",
+                                   "refunded"}
+        assert charges[0]["role"] == (None if backend.kind == "sqlite" else "ledger_analyst")
         assert charges[0]["pid"] == os.getpid() and charges[0]["refunded"] is None
         assert store.budget(IDENTITY) == (3.0, 3e-6) and store.find_name("rows") == IDENTITY
         assert store.registration(IDENTITY)["label"] == "data/private"  # type: ignore[index]
@@ -75,11 +82,11 @@ def test_a_refund_frees_the_budget_once_and_keeps_its_first_note(backend: Backen
     _budget(backend, 1.0, 0.0)
     with Ledger(backend.location) as ledger:
         charged = ledger.charge(IDENTITY, "data/private", "learn", 1.0, 0.0, {})
-    refund_charge({**charged, "ledger": backend.location}, "learn failed before releasing anything")
-    refund_charge({**charged, "ledger": backend.location}, "a second refund")
+    refund_charge({**charged, "ledger": backend.location}, ValueError("a crash"))
+    refund_charge({**charged, "ledger": backend.location}, PcqrError("a second refund"))
     with Ledger(backend.location) as ledger:
         (charge,) = ledger.store.charges(IDENTITY)
-        assert charge["refunded"].endswith("learn failed before releasing anything")
+        assert charge["refunded"].endswith(" learn failed before releasing anything")
         assert ledger.store.spent(IDENTITY) == (0.0, 0.0)
         ledger.charge(IDENTITY, "data/private", "learn", 1.0, 0.0, {})  # the budget is free again
 
@@ -92,12 +99,15 @@ def test_a_budget_below_what_was_spent_is_refused(backend: Backend) -> None:
 
 
 def test_sketches_keep_the_first_stored(backend: Backend) -> None:
+    first, second = SKETCH.to_bytes(), Sketch.of(np.arange(7, 9, dtype=np.uint64)).to_bytes()
     with Ledger(backend.location) as ledger:
-        ledger.store.store_sketch(IDENTITY, "rows", "", "a", 10, b"\x00\x01")
-        ledger.store.store_sketch(IDENTITY, "rows", "", "a", 10, b"\x02")
-        ledger.store.store_sketch(OTHER, "features", '["x0"]', "b", 5, b"\x03")
-        assert ledger.store.sketch(IDENTITY, "rows", "") == ("a", b"\x00\x01")
-        assert ledger.store.sketches("features") == [(OTHER, '["x0"]', "b", b"\x03")]
+        for identity in (IDENTITY, OTHER):  # on a server, a role stores sketches of data it charged
+            ledger.charge(identity, "data/private", "train", 1.0, 0.0, {})
+        ledger.store.store_sketch(IDENTITY, "rows", "", "a", 10, first)
+        ledger.store.store_sketch(IDENTITY, "rows", "", "a", 10, second)
+        ledger.store.store_sketch(OTHER, "features", '["x0"]', "b", 5, second)
+        assert ledger.store.sketch(IDENTITY, "rows", "") == ("a", first)
+        assert ledger.store.sketches("features") == [(OTHER, '["x0"]', "b", second)]
         assert ledger.store.sketch(OTHER, "rows", "") is None
 
 
@@ -106,7 +116,12 @@ def session_row(charge_id: int) -> dict[str, object]:
     return {"session_id": "s1", "identity": IDENTITY, "charge_id": charge_id, "cutoff": 5, "bottoms": 0, "batches": 0,
             "last_hash": "", "prev_hash": "", "state_path": "/state", "fixed": "f" * 64,
             "position": '{"bottoms": 0, "queries_seen": 0, "next_batch": 0, "last_hash": ""}', "seeded": 0,
-            "created_at": "t", "updated_at": "t"}
+            "created_at": "t", "updated_at": "t", "epsilon": 1.0, "delta": 0.0}
+
+
+def digest(n: int) -> str:
+    """A batch's SHA-256 for the tests' positions: 64 hex digits."""
+    return f"{n:064x}"
 
 
 def _record(position: Position) -> str:
@@ -119,18 +134,21 @@ def test_a_session_advances_by_compare_and_swap_only(backend: Backend) -> None:
         charged = ledger.charge(IDENTITY, "data/private", "train", 1.0, 0.0, {})
         store = ledger.store
         store.insert_session(session_row(charged["id"]))
-        start, one, two = Position(0, 0, 0, ""), Position(2, 500, 1, "h1"), Position(3, 1000, 2, "h2")
+        start, one, two = Position(0, 0, 0, ""), Position(2, 500, 1, digest(1)), Position(3, 1000, 2, digest(2))
         assert store.advance_session("s1", start, one, _record(one))
         assert not store.advance_session("s1", start, one, _record(one))  # a second copy at the old position
         row = store.session("s1")
-        assert row is not None and (row["bottoms"], row["batches"], row["last_hash"], row["prev_hash"]) == (2, 1, "h1", "")
-        assert not store.advance_session("s1", Position(2, 400, 1, "h1"), two, _record(two))  # another stream position
+        assert row is not None and (row["bottoms"], row["batches"], row["last_hash"], row["prev_hash"]) == \
+            (2, 1, digest(1), "")
+        assert not store.advance_session("s1", Position(2, 400, 1, digest(1)), two, _record(two))  # another position
         assert store.advance_session("s1", one, two, _record(two))
-        store.close_session("s1", "t closed")
-        store.close_session("s1", "t again")
-        three = Position(3, 1500, 3, "h3")
+        store.close_session("s1", True)
+        closed = store.session("s1")["closed"]  # type: ignore[index]
+        assert closed.endswith(" train failed on invalid input before releasing anything")
+        store.close_session("s1", False)
+        three = Position(3, 1500, 3, digest(3))
         assert not store.advance_session("s1", two, three, _record(three))  # closed
-        assert store.session("s1")["closed"] == "t closed"  # type: ignore[index]
+        assert store.session("s1")["closed"] == closed  # type: ignore[index]  # the first note stays
         assert store.session("unknown") is None
 
 
@@ -180,9 +198,9 @@ def test_a_receipt_without_its_token_refunds_nothing_on_the_server(backend: Back
         charged = ledger.charge(IDENTITY, "data/private", "learn", 1.0, 0.0, {})
         forged = Receipt(charged["id"], None if backend.kind == "sqlite" else "0" * 32)
         if backend.kind == "sqlite":  # the file's owner can rewrite anything: no token to check
-            ledger.refund(forged, "forged")
+            ledger.refund(forged, ValueError("forged"))
             assert ledger.store.spent(IDENTITY) == (0.0, 0.0)
             return
         with pytest.raises(PcqrError, match="refunded only by the process that made it"):
-            ledger.refund(forged, "forged")
+            ledger.refund(forged, ValueError("forged"))
         assert ledger.store.spent(IDENTITY) == (1.0, 0.0)

@@ -23,7 +23,7 @@ from pcqr.pipeline.budget.store import Position
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import batch_files
 from tests.conftest import write_session_data
-from tests.test_ledger_contract import IDENTITY, session_row
+from tests.test_ledger_contract import IDENTITY, SKETCH, digest, session_row
 
 # T = 5 with k = 1100 and the smallest certifiable w: the boundary queries among 2,000 abstain, so
 # one run spends all T (tests/test_budget_authority.py).
@@ -56,13 +56,13 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], code: i
     "UPDATE pcqr.budgets SET epsilon = 1000",
     "UPDATE pcqr.sessions SET bottoms = 0",
     "DELETE FROM pcqr.sessions",
-    "SELECT pcqr.set_budget('x', 'x', NULL, 100, 0)",
+    "SELECT pcqr.set_budget('x', 'x', NULL, 100, 0, NULL, NULL)",
     "SELECT pcqr.append_entry('refund', 'x', 'x', 'x', 't', 0, 0, '{}', 1, 1, 'n', 'r', NULL)",
     "CREATE TABLE pcqr.mine (x int)",
 ])
 def test_the_server_refuses_an_analyst_every_direct_write(team: SimpleNamespace, statement: str) -> None:
     with Ledger(team.owner) as owner:
-        owner.set_budget(IDENTITY, "data", 1.0, 0.0)
+        owner.set_budget(IDENTITY, "data", 1.0, 0.0, row_sketch=SKETCH, rows=3)
     with Ledger(team.analyst) as ledger:
         ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
     with closing(psycopg.connect(team.analyst, autocommit=True)) as conn:
@@ -77,7 +77,7 @@ def test_pcqr_budget_set_as_an_analyst_is_refused_in_one_line(team: SimpleNamesp
     write_session_data(tmp_path, rows=2000, queries=10)
     line = _one_line_error(capsys, ["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
                                     "--ledger", team.analyst])
-    assert "only the budget owner sets budgets" in line and ":***@" in line and ":p@" not in line
+    assert "only the budget owner (role ledger_owner) sets budgets" in line and ":***@" in line and ":p@" not in line
     assert main(["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
                  "--ledger", team.owner]) == 0
 
@@ -93,10 +93,10 @@ def test_the_server_refuses_a_second_session_on_one_charge_and_a_step_that_is_no
         with pytest.raises(PcqrError, match="must be registered at position zero"):
             ledger.store.insert_session({**row, "session_id": "s3", "position": '{"bottoms": 3, "queries_seen": 0}'})
         start = Position(0, 0, 0, "")
-        for new, record in [(Position(6, 10, 1, "h"), None),  # past T
-                            (Position(1, 10, 2, "h"), None),  # two batches at once
-                            (Position(1, 10, 1, "h"), '{"bottoms": 0, "queries_seen": 10, "next_batch": 1, '
-                                                      '"last_hash": "h"}')]:  # a record that disagrees
+        for new, record in [(Position(6, 10, 1, digest(1)), None),  # past T
+                            (Position(1, 10, 2, digest(1)), None),  # two batches at once
+                            (Position(1, 10, 1, digest(1)), json.dumps({"bottoms": 0, "queries_seen": 10, "next_batch": 1,
+                                                                 "last_hash": digest(1)}))]:  # a record that disagrees
             record = record or json.dumps({"bottoms": new.bottoms, "queries_seen": new.queries_seen,
                                            "next_batch": new.batches, "last_hash": new.last_hash})
             with pytest.raises(PcqrError, match="is not valid"):
@@ -112,7 +112,7 @@ def test_budget_verify_finds_an_edit_made_behind_the_functions(team: SimpleNames
         for epsilon in (1.0, 2.0, 0.5):
             charged = ledger.charge(IDENTITY, "data", "train", epsilon, 0.0, {})
     with Ledger(team.analyst) as ledger:
-        ledger.refund(charged["receipts"][0], "failed before releasing anything")
+        ledger.refund(charged["receipts"][0], ValueError("failed before releasing anything"))
     assert main(["budget", "verify", "--ledger", team.analyst, "--json"]) == 0
     found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert found["chained"] and found["entries"] == 4 and found["broken"] is None and found["problems"] == []
@@ -141,7 +141,7 @@ def test_ledger_init_refuses_roles_that_could_rewrite_the_ledger(team: SimpleNam
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     owner = team.db.owner
     for analyst, needle in [("nobody_here", "no such role"), (owner, "is the budget owner"),
-                            (team.superuser.split("//")[1].split("@")[0].split(":")[0], "is a superuser")]:
+                            (team.superuser.split("//")[1].split("@")[0].split(":")[0], "has SUPERUSER")]:
         line = _one_line_error(capsys, ["ledger", "init", "--admin-url", team.owner, "--analyst", analyst])
         assert f"--analyst {analyst}: " in line and needle in line
     second_role = f"second_{team.db.database}"
@@ -166,8 +166,8 @@ def _sqlite_ledger(path: str) -> None:
         ledger.set_budget(IDENTITY, "data/private", 5.0, 1e-5, name="rows")
         kept = ledger.charge(IDENTITY, "data/private", "train", 1.0, 1e-6, {"k": 3})
         refunded = ledger.charge(IDENTITY, "data/private", "learn", 2.0, 0.0, {})
-        ledger.refund(refunded["receipts"][0], "learn failed before releasing anything")
-        ledger.store.store_sketch(IDENTITY, "rows", "", "data/private", 10, b"\x01\x02")
+        ledger.refund(refunded["receipts"][0], ValueError("learn failed before releasing anything"))
+        ledger.store.store_sketch(IDENTITY, "rows", "", "data/private", 10, SKETCH.to_bytes())
         ledger.store.insert_session(session_row(kept["id"]))
 
 
@@ -179,12 +179,14 @@ def test_migrate_moves_everything_checks_it_and_refuses_a_second_time(team: Simp
         before = (ledger.store.charges(IDENTITY), ledger.store.spent(IDENTITY), ledger.store.registration(IDENTITY))
     line = _one_line_error(capsys, ["ledger", "migrate", "--from", path, "--to", team.analyst])
     assert "is not the ledger's owner" in line
-    assert main(["ledger", "migrate", "--from", path, "--to", team.owner, "--json"]) == 0
+    line = _one_line_error(capsys, ["ledger", "migrate", "--from", path, "--to", team.owner])
+    assert "holds 1 open session(s); name the analyst role that continues them with --analyst ROLE" in line
+    assert main(["ledger", "migrate", "--from", path, "--to", team.owner, "--analyst", team.role, "--json"]) == 0
     done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (done["charges"], done["refunds"], done["budgets"], done["sessions"]) == (2, 1, 1, 1)
     with Ledger(team.analyst) as ledger:
         after = (ledger.store.charges(IDENTITY), ledger.store.spent(IDENTITY), ledger.store.registration(IDENTITY))
-        assert ledger.store.sketch(IDENTITY, "rows", "") == ("data/private", b"\x01\x02")
+        assert ledger.store.sketch(IDENTITY, "rows", "") == ("data/private", SKETCH.to_bytes())
         assert ledger.store.session("s1")["charge_id"] == after[0][0]["id"]  # type: ignore[index]
         assert ledger.store.verify_chain()["broken"] is None
     keep = ("job", "time", "epsilon", "delta", "parameters", "pid", "label", "refunded")
@@ -304,13 +306,13 @@ def test_a_commit_whose_answer_was_lost_finds_it_took_effect(team: SimpleNamespa
     with Ledger(team.analyst) as ledger:
         charged = ledger.charge(IDENTITY, "data", "train", 1.0, 0.0, {})
         ledger.store.insert_session(session_row(charged["id"]))
-    start, one = Position(0, 0, 0, ""), Position(1, 500, 1, "h1")
-    record = json.dumps({"bottoms": 1, "queries_seen": 500, "next_batch": 1, "last_hash": "h1"})
+    start, one = Position(0, 0, 0, ""), Position(1, 500, 1, digest(1))
+    record = json.dumps({"bottoms": 1, "queries_seen": 500, "next_batch": 1, "last_hash": digest(1)})
     with closing(PostgresStore(team.analyst)) as store, closing(PostgresStore(team.analyst)) as other:
         assert other.advance_session("s1", start, one, record)  # what the server did before the drop
         postgres_server.kill_connections(team.db.database)
         assert store.advance_session("s1", start, one, record)
-        two = Position(1, 900, 2, "h2")
+        two = Position(1, 900, 2, digest(2))
         assert not store.advance_session("s1", start, two, record)  # a genuine conflict stays one
 
 

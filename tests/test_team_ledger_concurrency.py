@@ -69,8 +69,9 @@ def test_eight_processes_with_kills_never_pass_the_budget_or_lose_a_batch(team_l
     cluster = write_thread_cluster(tmp_path)
     private = str(tmp_path / "private")
     with Ledger(db.admin_url) as owner:  # the budget admits ADMITTED sessions
-        identity = fingerprint_dataset(scan_dataset(private, "private").files).identity
-        owner.set_budget(identity, private, EPSILON * ADMITTED, DELTA * ADMITTED)
+        found = fingerprint_dataset(scan_dataset(private, "private").files)
+        identity = found.identity
+        owner.set_budget(identity, private, EPSILON * ADMITTED, DELTA * ADMITTED, None, found.row_sketch, found.rows)
     started: list[PreloadedRun] = []
     cli = PreloadedCli(cli_env(), "train", "answer")
 

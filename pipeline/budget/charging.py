@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from pcqr.pipeline.budget.fingerprint import fingerprint_dataset
-from pcqr.pipeline.budget.ledger import Ledger, charge_note, failed_after_charge, refund_charge, refund_reason
+from pcqr.pipeline.budget.ledger import Ledger, charge_note, failed_after_charge, refund_charge
 from pcqr.pipeline.budget.location import budget_command, ledger_location
 from pcqr.pipeline.budget.overlap import register, related_identities, relation_note
 
@@ -66,7 +66,7 @@ def provisional_charge(
     try:
         yield charged
     except (Exception, KeyboardInterrupt) as exc:
-        refund_charge(charged, refund_reason(job, exc))
+        refund_charge(charged, exc)
         raise failed_after_charge(exc, job, "charge refunded") from None
 
 

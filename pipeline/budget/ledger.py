@@ -49,10 +49,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
-from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.bounds import JOB, RELATIVE_TOLERANCE, charge_problem, refuse, sketch_problem, text_problem
 from pcqr.pipeline.budget.location import budget_command, is_server, ledger_location
 from pcqr.pipeline.budget.store import LedgerStore, Receipt, now
 from pcqr.pipeline.errors import PcqrError
@@ -108,14 +109,18 @@ class Ledger:
     def load_sketch(self, identity: str, columns: Sequence[str] | None) -> Sketch | None:
         """The row sketch (``columns`` None) or the feature sketch over ``columns`` stored for ``identity``."""
         stored = self.store.sketch(identity, FEATURES if columns else ROWS, sketch_key(columns))
-        return None if stored is None else Sketch.from_bytes(stored[1])
+        return None if stored is None else stored_sketch(stored[1], self.path, identity)
 
-    def set_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None = None) -> None:
-        """Record the total budget (eps, delta) of a dataset identity (replacing an earlier one).
+    def set_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None = None,
+                   row_sketch: Sketch | None = None, rows: int = 0) -> None:
+        """Record the total budget (eps, delta) of a dataset identity (replacing an earlier one), and
+        its ``row_sketch`` (of its ``rows``) as the budget owner's: on a server ledger, the sketch
+        every job's data is compared with (pcqr.pipeline.budget.overlap), which no analyst can replace.
 
         Refused when it is below what the identity has already spent, or when ``name``
         already names another dataset.
         """
+        sketch = None if row_sketch is None else (rows, row_sketch.to_bytes())
         with self.store.transaction():
             spent = self.store.spent(identity)
             if _exceeds(spent[0], epsilon) or _exceeds(spent[1], delta):
@@ -125,7 +130,7 @@ class Ledger:
                 owner = self.store.find_name(name)
                 if owner is not None and owner != identity:
                     raise PcqrError(f"--name {name}: already names another dataset ({owner})")
-            self.store.write_budget(identity, label, epsilon, delta, name)
+            self.store.write_budget(identity, label, epsilon, delta, name, sketch)
 
     def charge(self, identity: str, label: str, job: str, epsilon: float, delta: float,
                parameters: dict[str, Any], also: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
@@ -137,9 +142,9 @@ class Ledger:
         overlaps (:mod:`pcqr.pipeline.budget.overlap`), charged the same in the same transaction (all or
         none). Returns the charge with the new totals and ``"limited"`` (whether a budget was set).
         """
-        if not (math.isfinite(epsilon) and epsilon >= 0 and math.isfinite(delta) and 0 <= delta < 1):
-            raise PcqrError(f"{job}: cannot charge {pair(epsilon, delta)} to {label}: --epsilon must be >= 0 "
-                            "and --delta in [0, 1)")
+        refuse(charge_problem(epsilon, delta), f"{job}: cannot charge {pair(epsilon, delta)} to {label}")
+        refuse(text_problem("the dataset's label", label), f"{job}: cannot charge {label!r}")
+        refuse(None if re.fullmatch(JOB, job) else "not a job's name", f"cannot charge job {job!r}")
         record = {"identity": identity, "label": label, "job": job, "time": now(), "epsilon": epsilon,
                   "delta": delta, "parameters": parameters, "pid": os.getpid()}
         with self.store.transaction():
@@ -150,7 +155,8 @@ class Ledger:
         return {**record, "id": receipt.id, "also_ids": [r.id for r in also_receipts],
                 "receipts": [receipt, *also_receipts], "spent_epsilon": spent[0], "spent_delta": spent[1],
                 "budget_epsilon": None if budget is None else budget[0],
-                "budget_delta": None if budget is None else budget[1], "limited": budget is not None}
+                "budget_delta": None if budget is None else budget[1], "limited": budget is not None,
+                "budget_setter": self.store.budget_setter()}
 
     def _insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
         """Inside a transaction: refuse the charge if ``identity``'s budget does not admit it, else insert it."""
@@ -163,15 +169,17 @@ class Ledger:
                             f"see {budget_command('show', label, self.path)}")
         return self.store.insert_charge(identity, label, record)
 
-    def refund(self, receipt: Receipt, reason: str) -> None:
-        """Mark a charge refunded: its job failed on invalid input before releasing anything (the
-        failure message is the only output, and it is not counted as a release)."""
-        self.store.mark_refunded(receipt, f"{now()} {reason}")
+    def refund(self, receipt: Receipt, failure: BaseException) -> None:
+        """Mark a charge refunded: its job failed (on invalid input, for a PcqrError) before releasing
+        anything (the failure message is the only output, and it is not counted as a release)."""
+        self.store.mark_refunded(receipt, isinstance(failure, PcqrError))
 
 
-def refund_reason(job: str, failure: BaseException) -> str:
-    """What a refund records: the job failed (on invalid input, for a PcqrError) before releasing anything."""
-    return f"{job} failed {'on invalid input ' if isinstance(failure, PcqrError) else ''}before releasing anything"
+def stored_sketch(data: bytes, ledger: str, identity: str) -> Sketch:
+    """A sketch read from the ledger, or a one-line error: one not of the documented form (a file
+    edited by hand, a server ledger written before version 2) is refused, never half-read."""
+    refuse(sketch_problem(data), f"ledger {ledger}: the sketch stored for {identity}")
+    return Sketch.from_bytes(data)
 
 
 def failed_after_charge(failure: BaseException, job: str, outcome: str) -> BaseException:
@@ -183,17 +191,26 @@ def failed_after_charge(failure: BaseException, job: str, outcome: str) -> BaseE
     return failure
 
 
-def refund_charge(charged: dict[str, Any], reason: str) -> None:
-    """Undo a charge returned by :func:`charge_private_use` (its job released nothing)."""
+def refund_charge(charged: dict[str, Any], failure: BaseException) -> None:
+    """Undo a charge returned by :func:`charge_private_use`: its job released nothing, and
+    ``failure`` is why."""
     with Ledger(charged["ledger"]) as ledger:
         for receipt in charged["receipts"]:
-            ledger.refund(receipt, reason)
+            ledger.refund(receipt, failure)
 
 
 def overlap_budgets_note(budgets: Sequence[dict[str, Any]]) -> str:
     """'rows: spent (8, 8e-06) of (40, 0.0001)', for each budgeted dataset a charge also went to."""
     return "; ".join(f"{b['dataset']}: spent {pair(b['spent_epsilon'], b['spent_delta'])} of "
                      f"{pair(b['budget_epsilon'], b['budget_delta'])}" for b in budgets)
+
+
+def set_budget_hint(label: str, ledger: str | None, setter: str | None) -> str:
+    """How a budget for ``label`` gets set: the command to run, or, for an analyst of a server ledger
+    (whom the server refuses it), who runs it."""
+    if setter is not None:
+        return f"its budget owner, role {setter}, sets one with pcqr budget set"
+    return budget_command("set", label, ledger, "--epsilon", "E", "--delta", "D")
 
 
 def charge_note(charged: dict[str, Any]) -> str:
@@ -204,8 +221,8 @@ def charge_note(charged: dict[str, Any]) -> str:
     if charged["limited"]:
         head = f"{head} of {pair(charged['budget_epsilon'], charged['budget_delta'])}"
     else:
-        head = (f"{head}; no budget set for {label} "
-                f"({budget_command('set', label, charged.get('ledger'), '--epsilon', 'E', '--delta', 'D')})")
+        hint = set_budget_hint(label, charged.get("ledger"), charged.get("budget_setter"))
+        head = f"{head}; no budget set for {label} ({hint})"
     if charged.get("overlap_budgets"):
         head = f"{head}; {charged['overlaps']}; their budgets: {overlap_budgets_note(charged['overlap_budgets'])}"
     elif charged.get("overlaps"):

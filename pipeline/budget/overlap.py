@@ -53,7 +53,7 @@ from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_hashes, fingerprint_dataset, normalise
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
-from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, sketch_key
+from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, sketch_key, stored_sketch
 from pcqr.pipeline.budget.location import ledger_exists, ledger_location
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -84,18 +84,31 @@ def related_identities(ledger: Ledger, found: Fingerprint, files: Sequence[str],
     related = []
     for identity, _, label, data in ledger.store.sketches(ROWS):
         if identity != found.identity:
-            estimate = containment(found.row_sketch, Sketch.from_bytes(data))
+            estimate = containment(found.row_sketch, stored_sketch(data, ledger.path, identity))
             if estimate.related:
                 related.append(Relation(identity, label, estimate))
-    links = [(columns, label) for identity, columns, label, _ in ledger.store.sketches(LEGACY) if identity == found.identity]
-    known = ledger.store.identities()
-    if not links and found.identity not in known and any(i.startswith("sha256:") for i in known):
-        old = legacy_identity(files, client)
-        if old in known:
-            label = (ledger.store.registration(old) or {}).get("label") or old
-            ledger.store.store_sketch(found.identity, LEGACY, old, str(label), found.rows, b"")
-            links.append((old, str(label)))
-    return related + [Relation(old, label, None) for old, label in links]
+    return related + [Relation(old, label, None) for old, label in _legacy_links(ledger, found, files, client)]
+
+
+def _legacy_links(ledger: Ledger, found: Fingerprint, files: Sequence[str], client: Any) -> list[tuple[str, str]]:
+    """(old identity, label) of the ``sha256:`` identity the ledger knows ``found``'s files by. A
+    file ledger caches the link (its one user wrote it); a server ledger computes it each time, since
+    a link stored by one analyst's machine could hide another identity's budget."""
+    store = ledger.store
+    if store.trusts_its_links:
+        links = [(columns, label) for identity, columns, label, _ in store.sketches(LEGACY) if identity == found.identity]
+        if links:
+            return links
+    known = store.identities()
+    if (store.trusts_its_links and found.identity in known) or not any(i.startswith("sha256:") for i in known):
+        return []
+    old = legacy_identity(files, client)
+    if old not in known:
+        return []
+    label = str((store.registration(old) or {}).get("label") or old)
+    if store.trusts_its_links:
+        store.store_sketch(found.identity, LEGACY, old, label, found.rows, b"")
+    return [(old, label)]
 
 
 def describe(related: list[Relation]) -> str:
@@ -112,18 +125,17 @@ def describe(related: list[Relation]) -> str:
     return "; ".join(described)
 
 
-def identify(files: Sequence[str], label: str, ledger: Ledger, client: Any = None,
-             registering: bool = False) -> tuple[str, list[Relation]]:
-    """(identity, registered datasets it overlaps) of the dataset made of ``files``, labelled
-    ``label``; ``registering`` stores its row sketch first (``pcqr budget set``)."""
+def identify(files: Sequence[str], ledger: Ledger, client: Any = None,
+             registering: bool = False) -> tuple[Fingerprint, list[Relation]]:
+    """(fingerprint, registered datasets it overlaps) of the dataset made of ``files``;
+    ``registering`` (``pcqr budget set``, which stores the row sketch with the budget): with its row
+    sketch."""
     found = fingerprint_dataset(files, client, ledger, sketches=registering)
-    if registering:
-        register(ledger, found, label)
-    elif ledger.store.sketch(found.identity, ROWS, "") is not None:  # registered: its sketch is stored
+    if not registering and ledger.store.sketch(found.identity, ROWS, "") is not None:  # registered
         found = fingerprint_dataset(files, client, ledger)
     if found.row_sketch is None:
-        return found.identity, []
-    return found.identity, related_identities(ledger, found, files, client)
+        return found, []
+    return found, related_identities(ledger, found, files, client)
 
 
 def relation_note(related: list[Relation]) -> str:
@@ -186,7 +198,7 @@ def _candidates(public: Dataset, ledger: str | None, own: Fingerprint | None,
             for identity, columns, label, data in book.store.sketches(FEATURES):
                 wanted = tuple(parse_json(columns, "the ledger's sketch columns"))
                 if set(wanted) <= names and (identity, columns) not in found:
-                    found[(identity, columns)] = _Candidate(label, wanted, Sketch.from_bytes(data))
+                    found[(identity, columns)] = _Candidate(label, wanted, stored_sketch(data, book.path, identity))
     return list(found.values())
 
 

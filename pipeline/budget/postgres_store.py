@@ -1,19 +1,31 @@
 """The ledger on a PostgreSQL server: a team's one budget, which the analysts who spend it cannot
-rewrite (issue 30).
+rewrite (issues 30 and 46).
 
 ``PCQR_LEDGER=postgresql://ROLE@HOST/DB`` (or ``--ledger``, or ``ledger:`` in cluster.yaml) selects
 it. The driver is psycopg 3 (``pip install 'pcqr[postgresql]'``). A password is best kept out of
 the URL, in ``~/.pgpass`` or ``PGPASSWORD``; messages print a URL without it
-(:func:`pcqr.pipeline.budget.store.shown`).
+(:func:`pcqr.pipeline.budget.location.shown`). Every libpq parameter the URL sets is honoured
+(``?connect_timeout=2``, ``?sslmode=require``, ``?options=...``); pcqr adds only what it leaves out.
 
-Every change goes through a function of the schema (:mod:`pcqr.pipeline.budget.postgres_schema`),
-which re-checks its rule on the server. :meth:`transaction` holds the ledger's advisory lock, so
-the policy's read-compare-write sequence is serialised with every other process and host.
+Every change goes through a function of the schema (:mod:`pcqr.pipeline.budget.postgres_functions`),
+which re-checks its rule and its caller on the server. :meth:`PostgresStore.transaction` holds the
+ledger's advisory lock, so the policy's read-compare-write sequence is serialised with every other
+process and host.
+
+Roles. The schema's owner sets budgets. Any other role is an analyst, and is refused at connection
+(one line) when it has, or can become (``SET ROLE``), a role with SUPERUSER, CREATEROLE, CREATEDB,
+REPLICATION or BYPASSRLS, or the owner: such a role could make itself the owner, so the server
+could not hold it to a budget (:data:`pcqr.pipeline.budget.postgres_schema.ESCALATIONS`).
+
+Bounded waits (:class:`Timeouts`, ``pcqr: ledger-timeouts:`` in cluster.yaml). Connecting, waiting
+for the ledger's lock and every statement have a limit; a wait for the lock longer than
+:data:`REPORT_AFTER_S` says on stderr who holds it (role and backend pid), and one past the limit is
+a one-line error naming them.
 
 Connections drop, and servers restart. A read retries once on a new connection. A batch commit
-(:meth:`advance_session`) reconnects for up to :data:`RECONNECT_S` and then finds out whether its
-compare-and-swap took effect: the row at the new position means it did, the row at the old one
-means it runs again, and anything else means another run moved it. A charge, a refund or a
+(:meth:`PostgresStore.advance_session`) reconnects for up to :data:`RECONNECT_S` and then finds out
+whether its compare-and-swap took effect: the row at the new position means it did, the row at the
+old one means it runs again, and anything else means another run moved it. A charge, a refund or a
 registration whose connection drops is not retried. Its one-line error says that its effect is
 unknown and where to look (``pcqr budget show``); a charge is then at worst recorded and unused,
 which is the safe side.
@@ -22,20 +34,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
-from pcqr.pipeline.budget.postgres_schema import ENTRY_FIELDS, LOCK_KEY, SCHEMA, SCHEMA_VERSION, broken_entry
+from pcqr.pipeline.budget.bounds import charge_problem
+from pcqr.pipeline.budget.chain import ENTRY_FIELDS, broken_entry
 from pcqr.pipeline.budget.location import shown
+from pcqr.pipeline.budget.postgres_functions import LOCK_KEY, SCHEMA
+from pcqr.pipeline.budget.postgres_schema import ESCALATIONS, SCHEMA_VERSION, UPGRADABLE
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt
+from pcqr.pipeline.budget.timeouts import Timeouts
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 
-CONNECT_TIMEOUT_S = 10
 #: How long a batch commit keeps trying to reach a server that dropped its connection.
 RECONNECT_S = 60.0
-_CHARGE_COLUMNS = ("id", "job", "time", "epsilon", "delta", "parameters", "pid", "label")
+#: A wait for the ledger's lock longer than this says on stderr who holds it.
+REPORT_AFTER_S = 2.0
+_CHARGE_COLUMNS = ("id", "job", "time", "epsilon", "delta", "parameters", "pid", "label", "role")
 T = TypeVar("T")
+
+_HOLDER = f"""SELECT a.usename, a.pid, extract(epoch FROM clock_timestamp() - a.xact_start)
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = {LOCK_KEY} AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1"""
 
 
 def driver() -> Any:
@@ -47,18 +70,32 @@ def driver() -> Any:
     return psycopg
 
 
-def connect(url: str) -> Any:
-    """An autocommit connection to ``url``, or a one-line error naming the server (without password)."""
+def connect(url: str, timeouts: Timeouts | None = None) -> Any:
+    """An autocommit connection to ``url`` whose statements and lock waits are bounded (the URL's own
+    ``options`` come first), or a one-line error naming the server (without password)."""
     psycopg = driver()
+    timeouts = timeouts or Timeouts.configured()
     try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="pcqr")
+        given = psycopg.conninfo.conninfo_to_dict(url)
+        added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
+        conn = psycopg.connect(psycopg.conninfo.make_conninfo(url, **{k: v for k, v in added.items() if k not in given}),
+                               autocommit=True)
     except psycopg.Error as exc:
-        raise PcqrError(f"ledger {shown(url)}: cannot connect ({_first_line(exc)})") from None
+        raise PcqrError(f"ledger {shown(url)}: cannot connect ({_first_line(exc, url)})") from None
+    options = str(given.get("options") or "")
+    settings = [(name, f"{round(1000 * seconds)}ms") for name, seconds in
+                (("statement_timeout", timeouts.statement), ("lock_timeout", timeouts.lock)) if name not in options]
+    if settings:
+        conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+                     tuple(value for setting in settings for value in setting))
+    return conn
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: BaseException, url: str = "") -> str:
+    """The first line of a driver's error, with anything of the URL's password taken out."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return line.replace(url, shown(url)) if url else line
 
 
 class PostgresStore(LedgerStore):
@@ -67,26 +104,42 @@ class PostgresStore(LedgerStore):
     def __init__(self, url: str) -> None:
         self.location, self.name = url, shown(url)
         self._psycopg = driver()
-        self._conn = connect(url)
+        self._timeouts = Timeouts.configured()
+        self._conn = connect(url, self._timeouts)
         self._role = str(self._conn.info.user)
         try:
-            self._check_schema()
+            self._owner = self._check_schema_and_role()
         except BaseException:
             self._conn.close()
             raise
 
-    def _check_schema(self) -> None:
-        try:
-            row = self._conn.execute(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'").fetchone()
-        except self._psycopg.errors.UndefinedTable:
+    def _check_schema_and_role(self) -> str:
+        """The ledger's owner; refused: no ledger, another version, a role that could escalate."""
+        found = self._conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                                   (SCHEMA,)).fetchone()
+        if found is None:
             raise PcqrError(f"ledger {self.name}: this database holds no pcqr ledger; its budget owner creates one "
-                            "with pcqr ledger init --admin-url URL --analyst ROLE") from None
+                            "with pcqr ledger init --admin-url URL --analyst ROLE")
+        owner = str(found[0])
+        try:
+            version, escalations = self._conn.execute(
+                f"SELECT (SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version')::int, ({ESCALATIONS})",
+                {"role": self._role, "owner": owner}).fetchone()
         except self._psycopg.errors.InsufficientPrivilege:
             raise PcqrError(f"ledger {self.name}: role {self._role} may not read the ledger; its budget "
                             "owner grants it with pcqr ledger init --admin-url URL --analyst ROLE") from None
-        if row is None or int(row[0]) != SCHEMA_VERSION:
-            raise PcqrError(f"ledger {self.name}: schema version {row and row[0]} is not this pcqr's "
+        if version in UPGRADABLE:
+            raise PcqrError(f"ledger {self.name}: schema version {version} is older than this pcqr's "
+                            f"({SCHEMA_VERSION}); its budget owner upgrades it with pcqr ledger init --admin-url URL "
+                            "--analyst ROLE")
+        if version != SCHEMA_VERSION:
+            raise PcqrError(f"ledger {self.name}: schema version {version} is not this pcqr's "
                             f"({SCHEMA_VERSION}); upgrade pcqr")
+        if self._role != owner and escalations:
+            raise PcqrError(f"ledger {self.name}: role {self._role} holds rights no analyst of a server ledger may hold "
+                            f"({escalations}): with them a role can make itself the budget owner or reach around the "
+                            "ledger; the database's administrator revokes them")
+        return owner
 
     def close(self) -> None:
         self._conn.close()
@@ -100,10 +153,18 @@ class PostgresStore(LedgerStore):
     def role(self) -> str:
         return self._role
 
+    @property
+    def owner(self) -> str:
+        """The role that owns the ledger and sets its budgets."""
+        return self._owner
+
+    def budget_setter(self) -> str | None:
+        return None if self._role == self._owner else self._owner
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         with self._errors("a transaction"), self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            self._lock()
             self._in_transaction = True
             try:
                 yield
@@ -111,6 +172,42 @@ class PostgresStore(LedgerStore):
                 self._in_transaction = False
 
     _in_transaction = False
+
+    def _lock(self) -> None:
+        """The ledger's advisory lock for this transaction: at once when free; else a wait of at most
+        the lock timeout, saying on stderr who holds it after :data:`REPORT_AFTER_S`."""
+        if self._conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (LOCK_KEY,)).fetchone()[0]:
+            return
+        deadline = time.monotonic() + self._timeouts.lock
+        patience = min(REPORT_AFTER_S, self._timeouts.lock)
+        while True:
+            try:
+                with self._conn.transaction():  # a savepoint: a timed-out wait leaves the transaction usable
+                    self._conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{round(1000 * patience)}ms",))
+                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                self._conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                                   (f"{round(1000 * self._timeouts.lock)}ms",))
+                return
+            except self._psycopg.errors.LockNotAvailable:
+                holder, patience = self._holder(), deadline - time.monotonic()
+                if patience <= 0:
+                    raise PcqrError(f"ledger {self.name}: gave up after {self._timeouts.lock:g} s waiting for the "
+                                    f"ledger's lock, held by {holder} (pcqr.ledger-timeouts.lock in cluster.yaml)"
+                                    ) from None
+                print(f"ledger {self.name}: waiting for the ledger's lock, held by {holder}; giving up after "
+                      f"{self._timeouts.lock:g} s", file=sys.stderr, flush=True)
+
+    def _holder(self) -> str:
+        """Who holds the ledger's lock: role and backend pid (from pg_locks and pg_stat_activity)."""
+        try:
+            with self._conn.transaction():
+                row = self._conn.execute(_HOLDER).fetchone()
+        except self._psycopg.Error:
+            row = None
+        if row is None:
+            return "another process"
+        held = f", for {float(row[2]):.0f} s" if row[2] is not None else ""
+        return f"role {row[0]} (backend pid {row[1]}{held})"
 
     # --- talking to the server ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -123,6 +220,12 @@ class PostgresStore(LedgerStore):
         except psycopg.errors.InsufficientPrivilege as exc:
             raise PcqrError(f"ledger {self.name}: the server refused {what} to role {self.role} "
                             f"({_first_line(exc)})") from None
+        except psycopg.errors.LockNotAvailable:
+            raise PcqrError(f"ledger {self.name}: {what} waited {self._timeouts.lock:g} s for a lock held by "
+                            f"{self._holder()} (pcqr.ledger-timeouts.lock in cluster.yaml)") from None
+        except psycopg.errors.QueryCanceled:
+            raise PcqrError(f"ledger {self.name}: {what} took longer than {self._timeouts.statement:g} s "
+                            "(pcqr.ledger-timeouts.statement in cluster.yaml)") from None
         except psycopg.OperationalError as exc:
             if retryable and (self._conn.closed or self._conn.broken):
                 raise
@@ -145,7 +248,7 @@ class PostgresStore(LedgerStore):
             if self._in_transaction:  # what the transaction read and wrote is gone with it
                 with self._errors("a transaction"):
                     raise
-        self._reconnect(CONNECT_TIMEOUT_S)
+        self._reconnect(self._timeouts.connect)
         with self._errors("a read"):
             return ask()
 
@@ -156,16 +259,18 @@ class PostgresStore(LedgerStore):
         deadline = time.monotonic() + patience
         while True:
             try:
-                self._conn = self._psycopg.connect(self.location, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                                                   application_name="pcqr")
+                self._conn = connect(self.location, self._timeouts)
                 return
-            except self._psycopg.OperationalError as exc:
+            except PcqrError as exc:
                 if time.monotonic() > deadline:
-                    raise PcqrError(f"ledger {self.name}: the server is unreachable ({_first_line(exc)})") from None
+                    reason = str(exc).rsplit("cannot connect (", 1)[-1].rstrip(")")
+                    raise PcqrError(f"ledger {self.name}: the server is unreachable ({reason})") from None
                 time.sleep(0.5)
 
-    def _call(self, what: str, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._errors(what):
+    def _call(self, what: str, sql: str, parameters: tuple[Any, ...], locked: bool = False) -> list[tuple[Any, ...]]:
+        """One function call; ``locked``: in a transaction of its own that holds the ledger's lock
+        (the function takes it too), so a wait for it is reported and bounded here."""
+        with self._errors(what), (self.transaction() if locked and not self._in_transaction else contextlib.nullcontext()):
             cursor = self._conn.execute(sql, parameters)
             return cursor.fetchall() if cursor.description else []
 
@@ -204,24 +309,24 @@ class PostgresStore(LedgerStore):
         rows = self._read(f"SELECT identity FROM {SCHEMA}.budgets UNION SELECT identity FROM {SCHEMA}.charges")
         return {str(r[0]) for r in rows}
 
-    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None) -> None:
-        try:
-            self._call("setting a budget", f"SELECT {SCHEMA}.set_budget(%s, %s, %s, %s, %s)",
-                       (identity, label, name, epsilon, delta))
-        except PcqrError as exc:
-            if "refused setting a budget to role" in str(exc):
-                raise PcqrError(f"ledger {self.name}: only the budget owner sets budgets, and role {self.role} is "
-                                "an analyst; the owner runs pcqr budget set with the owner's URL (--ledger)") from None
-            raise
+    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None,
+                     sketch: tuple[int, bytes] | None) -> None:
+        if self._role != self._owner:
+            raise PcqrError(f"ledger {self.name}: only the budget owner (role {self._owner}) sets budgets, and role "
+                            f"{self._role} is an analyst; the owner runs pcqr budget set with the owner's URL")
+        rows, data = sketch if sketch is not None else (None, None)
+        self._call("setting a budget", f"SELECT {SCHEMA}.set_budget(%s, %s, %s, %s, %s, %s, %s)",
+                   (identity, label, name, epsilon, delta, rows, data), locked=True)
 
     def insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
         rows = self._call("the charge", f"SELECT charge_id, refund_token FROM {SCHEMA}.charge(%s, %s, %s, %s, %s, %s, %s)",
                           (identity, label, record["job"], record["epsilon"], record["delta"],
-                           json.dumps(record["parameters"], sort_keys=True, default=str), record["pid"]))
+                           json.dumps(record["parameters"], sort_keys=True, default=str), record["pid"]), locked=True)
         return Receipt(int(rows[0][0]), str(rows[0][1]))
 
-    def mark_refunded(self, receipt: Receipt, note: str) -> None:
-        self._call("the refund", f"SELECT {SCHEMA}.refund(%s, %s, %s)", (receipt.id, receipt.refund_token, note))
+    def mark_refunded(self, receipt: Receipt, invalid_input: bool) -> None:
+        self._call("the refund", f"SELECT {SCHEMA}.refund(%s, %s, %s)", (receipt.id, receipt.refund_token,
+                                                                          invalid_input), locked=True)
 
     # --- the dataset identity's caches --------------------------------------------------------
     def cached_hash(self, file: str, size: int, mtime_ns: int) -> str | None:
@@ -229,6 +334,10 @@ class PostgresStore(LedgerStore):
 
     def cache_hash(self, file: str, size: int, mtime_ns: int, sha256: str) -> None:
         return None
+
+    @property
+    def trusts_its_links(self) -> bool:
+        return False  # a link is one analyst machine's word about its files (pcqr.pipeline.budget.overlap)
 
     def sketch(self, identity: str, kind: str, columns: str) -> tuple[str, bytes] | None:
         rows = self._read(f"SELECT label, sketch FROM {SCHEMA}.sketches WHERE identity = %s AND kind = %s "
@@ -246,18 +355,20 @@ class PostgresStore(LedgerStore):
 
     # --- sessions -----------------------------------------------------------------------------
     def session(self, session_id: str) -> dict[str, Any] | None:
-        rows = self._read(f"SELECT {', '.join(SESSION_COLUMNS)} FROM {SCHEMA}.sessions WHERE session_id = %s",
-                          (session_id,))
-        return None if not rows else dict(zip(SESSION_COLUMNS, rows[0]))
+        rows = self._read(f"SELECT {', '.join('s.' + c for c in SESSION_COLUMNS)}, s.role, c.epsilon, c.delta "
+                          f"FROM {SCHEMA}.sessions s LEFT JOIN {SCHEMA}.charges c ON c.id = s.charge_id "
+                          "WHERE s.session_id = %s", (session_id,))
+        return None if not rows else dict(zip((*SESSION_COLUMNS, "role", "paid_epsilon", "paid_delta"), rows[0]))
 
     def insert_session(self, row: dict[str, Any]) -> None:
         self._call("registering the session",
                    f"SELECT {SCHEMA}.register_session(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                   (row["session_id"], row["identity"], row["charge_id"], row["cutoff"], row["bottoms"],
-                    row["batches"], row["last_hash"], row["state_path"], row["fixed"], row["position"], row["seeded"]))
+                   (row["session_id"], row["identity"], row["charge_id"], row["cutoff"], row["last_hash"],
+                    row["state_path"], row["fixed"], row["position"], row["seeded"], row["epsilon"], row["delta"]),
+                   locked=True)
 
-    def close_session(self, session_id: str, note: str) -> None:
-        self._call("closing the session", f"SELECT {SCHEMA}.close_session(%s, %s)", (session_id, note))
+    def close_session(self, session_id: str, invalid_input: bool) -> None:
+        self._call("closing the session", f"SELECT {SCHEMA}.close_session(%s, %s)", (session_id, invalid_input))
 
     def advance_session(self, session_id: str, at: Position, new: Position, record: str) -> bool:
         sql = f"SELECT {SCHEMA}.advance_session(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -291,4 +402,5 @@ class PostgresStore(LedgerStore):
         broken = broken_entry(entries)
         return {"chained": True, "entries": len(entries), "head_id": entries[-1]["id"] if entries else 0,
                 "head_hash": entries[-1]["hash"] if entries else None,
-                "broken": None if broken is None else {"id": broken[0], "why": broken[1]}}
+                "broken": None if broken is None else {"id": broken[0], "why": broken[1]},
+                "out_of_bounds": [e["id"] for e in entries if charge_problem(e["epsilon"], e["delta"]) is not None]}

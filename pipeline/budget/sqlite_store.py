@@ -20,7 +20,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt, now
+from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt, failure_note, now
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 
@@ -145,8 +145,8 @@ class SQLiteStore(LedgerStore):
     def charges(self, identity: str) -> list[dict[str, Any]]:
         rows = self._db.execute(f"SELECT {', '.join(_CHARGE_KEYS)} FROM charges WHERE identity = ? ORDER BY id",
                                 (identity,)).fetchall()
-        return [{**dict(zip(_CHARGE_KEYS, row)), "parameters": parse_json(row[5], "the ledger's charge parameters")}
-                for row in rows]
+        return [{**dict(zip(_CHARGE_KEYS, row)), "parameters": parse_json(row[5], "the ledger's charge parameters"),
+                 "role": None} for row in rows]
 
     def labelled(self, label: str) -> list[str]:
         rows = self._db.execute("SELECT identity FROM budgets WHERE label = ? UNION "
@@ -162,12 +162,16 @@ class SQLiteStore(LedgerStore):
         rows = self._db.execute("SELECT identity FROM budgets UNION SELECT identity FROM charges").fetchall()
         return {str(r[0]) for r in rows}
 
-    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None) -> None:
+    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None,
+                     sketch: tuple[int, bytes] | None) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO budgets (identity, label, name, epsilon, delta, set_at) VALUES "
             "(?, ?, COALESCE(?, (SELECT name FROM budgets WHERE identity = ?)), ?, ?, ?)",
             (identity, label, name, identity, epsilon, delta, now()),
         )
+        if sketch is not None:
+            self._db.execute("INSERT OR REPLACE INTO sketches (identity, kind, columns, label, rows, sketch, stored_at) "
+                             "VALUES (?, 'rows', '', ?, ?, ?, ?)", (identity, label, sketch[0], sketch[1], now()))
 
     def insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
         cursor = self._db.execute(
@@ -178,8 +182,14 @@ class SQLiteStore(LedgerStore):
         )
         return Receipt(int(cursor.lastrowid or 0))
 
-    def mark_refunded(self, receipt: Receipt, note: str) -> None:
+    def mark_refunded(self, receipt: Receipt, invalid_input: bool) -> None:
         with Immediate(self._db):
+            row = self._db.execute("SELECT job FROM charges WHERE id = ?", (receipt.id,)).fetchone()
+            if row is None:
+                return
+            note = f"{now()} {failure_note(str(row[0]), invalid_input)}"
+            self._db.execute("UPDATE sessions SET closed = ?, updated_at = ? WHERE charge_id = ? AND closed IS NULL",
+                             (note, now(), receipt.id))
             self._db.execute("UPDATE charges SET refunded = ? WHERE id = ? AND refunded IS NULL", (note, receipt.id))
 
     # --- the dataset identity's caches --------------------------------------------------------
@@ -211,19 +221,24 @@ class SQLiteStore(LedgerStore):
 
     # --- sessions -----------------------------------------------------------------------------
     def session(self, session_id: str) -> dict[str, Any] | None:
-        row = self._db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE session_id = ?",
+        row = self._db.execute(f"SELECT {', '.join('s.' + c for c in SESSION_COLUMNS)}, c.epsilon, c.delta "
+                               "FROM sessions s LEFT JOIN charges c ON c.id = s.charge_id WHERE s.session_id = ?",
                                (session_id,)).fetchone()
-        return None if row is None else dict(zip(SESSION_COLUMNS, row))
+        return None if row is None else {**dict(zip((*SESSION_COLUMNS, "paid_epsilon", "paid_delta"), row)),
+                                         "role": None}
 
     def insert_session(self, row: dict[str, Any]) -> None:
         columns = SESSION_COLUMNS[:-1]
         self._db.execute(f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                          tuple(row[c] for c in columns))
 
-    def close_session(self, session_id: str, note: str) -> None:
+    def close_session(self, session_id: str, invalid_input: bool) -> None:
         with Immediate(self._db):
+            row = self._db.execute("SELECT c.job FROM sessions s JOIN charges c ON c.id = s.charge_id "
+                                   "WHERE s.session_id = ?", (session_id,)).fetchone()
+            job = str(row[0]) if row is not None else "the job"
             self._db.execute("UPDATE sessions SET closed = ? WHERE session_id = ? AND closed IS NULL",
-                             (note, session_id))
+                             (f"{now()} {failure_note(job, invalid_input)}", session_id))
 
     def advance_session(self, session_id: str, at: Position, new: Position, record: str) -> bool:
         cursor = self._db.execute(

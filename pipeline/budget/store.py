@@ -36,6 +36,13 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
+def failure_note(job: str, invalid_input: bool) -> str:
+    """What a refund, and a session closed by its job's failure, record after their time: the
+    fixed wording a server ledger writes itself (pcqr.pipeline.budget.postgres_functions), never a
+    caller's text."""
+    return f"{job} failed {'on invalid input ' if invalid_input else ''}before releasing anything"
+
+
 @dataclass(frozen=True)
 class Position:
     """Where a session is: c (bottoms used), the coordinator's stream position, batches committed and
@@ -62,12 +69,17 @@ class Receipt:
 class LedgerStore(abc.ABC):
     """One ledger's storage. Use it as a context manager, or call :meth:`close`.
 
-    ``name`` is how messages print the ledger (:func:`shown`); ``location`` reopens it.
+    ``name`` is how messages print the ledger (:func:`pcqr.pipeline.budget.location.shown`); ``location`` reopens it.
     Writes outside :meth:`transaction` are each atomic; inside one, all of them or none.
     """
 
     location: str
     name: str
+
+    @property
+    def role(self) -> str | None:
+        """The caller's role on a server ledger (None: a file, whose owner is its one user)."""
+        return None
 
     def __enter__(self) -> Self:
         return self
@@ -100,7 +112,8 @@ class LedgerStore(abc.ABC):
     @abc.abstractmethod
     def charges(self, identity: str) -> list[dict[str, Any]]:
         """Every charge to ``identity``, oldest first: id, job, time, epsilon, delta, parameters
-        (decoded), pid, label, refunded (the refund's note, or None)."""
+        (decoded), pid, label, role (who charged, on a server; None in a file), refunded (the
+        refund's note, or None)."""
 
     @abc.abstractmethod
     def labelled(self, label: str) -> list[str]:
@@ -115,16 +128,23 @@ class LedgerStore(abc.ABC):
         """Every identity with a budget or a charge."""
 
     @abc.abstractmethod
-    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None) -> None:
-        """Insert or replace ``identity``'s budget row (an earlier name stays unless ``name`` is given)."""
+    def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None,
+                     sketch: tuple[int, bytes] | None) -> None:
+        """Insert or replace ``identity``'s budget row (an earlier name stays unless ``name`` is given)
+        and, with ``sketch`` (rows, bytes), its row sketch as the budget owner's, replacing any other."""
+
+    def budget_setter(self) -> str | None:
+        """None if this caller may set budgets, else who may (a server ledger's owner role)."""
+        return None
 
     @abc.abstractmethod
     def insert_charge(self, identity: str, label: str, record: dict[str, Any]) -> Receipt:
         """Append one charge (``record``: job, time, epsilon, delta, parameters, pid)."""
 
     @abc.abstractmethod
-    def mark_refunded(self, receipt: Receipt, note: str) -> None:
-        """Record the charge refunded with ``note`` (a charge already refunded keeps its first note)."""
+    def mark_refunded(self, receipt: Receipt, invalid_input: bool) -> None:
+        """Record the charge refunded, noted :func:`failure_note` of its job (a charge already
+        refunded keeps its first note), and close the session it pays for."""
 
     # --- the dataset identity's caches --------------------------------------------------------
     @abc.abstractmethod
@@ -147,18 +167,27 @@ class LedgerStore(abc.ABC):
     def store_sketch(self, identity: str, kind: str, columns: str, label: str, rows: int, data: bytes) -> None:
         """Store a sketch (one already stored for the same identity, kind and columns is kept)."""
 
+    @property
+    def trusts_its_links(self) -> bool:
+        """Whether the links to identities of earlier versions stored here may be believed (a file:
+        its one user wrote them; a server: any analyst could have, pcqr.pipeline.budget.overlap)."""
+        return True
+
     # --- sessions -----------------------------------------------------------------------------
     @abc.abstractmethod
     def session(self, session_id: str) -> dict[str, Any] | None:
-        """A session's row (:data:`SESSION_COLUMNS`, ``position`` as its JSON text), or None."""
+        """A session's row (:data:`SESSION_COLUMNS`, ``position`` as its JSON text; ``role``, who
+        registered it, None in a file; ``paid_epsilon`` and ``paid_delta``, its charge's), or None."""
 
     @abc.abstractmethod
     def insert_session(self, row: dict[str, Any]) -> None:
-        """Register a new session (``row``: :data:`SESSION_COLUMNS` but ``closed``)."""
+        """Register a new session (``row``: :data:`SESSION_COLUMNS` but ``closed``, and ``epsilon``
+        and ``delta``, what it certifies: a server refuses a charge that paid anything else)."""
 
     @abc.abstractmethod
-    def close_session(self, session_id: str, note: str) -> None:
-        """Mark a session closed (it answers nothing more); one already closed keeps its note."""
+    def close_session(self, session_id: str, invalid_input: bool) -> None:
+        """Mark a session closed (it answers nothing more), noted :func:`failure_note` of its
+        charge's job; one already closed keeps its note."""
 
     @abc.abstractmethod
     def advance_session(self, session_id: str, at: Position, new: Position, record: str) -> bool:

@@ -20,19 +20,20 @@ from typing import Any
 
 from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
 from pcqr.pipeline.budget.ledger import Ledger
-from pcqr.pipeline.budget.postgres_schema import SCHEMA, grants, statements
+from pcqr.pipeline.budget.postgres_functions import ANALYST_FUNCTIONS, MIGRATED_ROLE, SCHEMA
+from pcqr.pipeline.budget.postgres_schema import (
+    ANALYSTS, ESCALATIONS, MALFORMED_SKETCHES, SCHEMA_VERSION, UPGRADABLE, grants, statements, upgrade_statements,
+)
 from pcqr.pipeline.budget.postgres_store import PostgresStore, connect
 from pcqr.pipeline.budget.sqlite_store import SQLiteStore
 from pcqr.pipeline.budget.location import check_server_url, is_server, shown
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, now
 from pcqr.pipeline.errors import PcqrError
 
-MIGRATED_ROLE = "migrated"
-
-
 def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
-    """Create the ledger's schema in ``admin_url``'s database (once) and grant ``analyst`` an
-    analyst's rights (again for each analyst role). Returns what was done."""
+    """Create the ledger's schema in ``admin_url``'s database (once; a version 1 ledger is upgraded in
+    place) and grant ``analyst`` an analyst's rights (again for each analyst role). Returns what was
+    done."""
     if not is_server(admin_url):
         raise PcqrError(f"--admin-url {admin_url}: give the server's postgresql:// URL, as the budget owner")
     check_server_url(admin_url, "--admin-url")
@@ -41,39 +42,74 @@ def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
 
     try:
         owner = str(conn.info.user)
-        row = conn.execute("SELECT rolsuper, pg_has_role(%s, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
-                           (analyst, owner, analyst)).fetchone()
-        if row is None:
-            raise PcqrError(f"--analyst {analyst}: no such role on the server; create it first "
-                            f"(CREATE ROLE {analyst} LOGIN PASSWORD '...')")
-        if row[0]:
-            raise PcqrError(f"--analyst {analyst}: is a superuser, whom the server cannot keep from rewriting the "
-                            "ledger; give an ordinary role")
-        if analyst == owner or row[1]:
-            raise PcqrError(f"--analyst {analyst}: is the budget owner {owner} or a member of it, so it could set "
-                            "budgets and rewrite charges; give an analyst role of its own")
+        check_analyst(conn, analyst, owner, "--analyst")
         with conn.transaction():
-            schema_owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
-                                        (SCHEMA,)).fetchone()
-            created = schema_owner is None
-            if created:
+            found = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                                 (SCHEMA,)).fetchone()
+            done: dict[str, Any] = {"created": found is None, "upgraded_from": None}
+            if found is None:
                 for statement in statements():
                     conn.execute(statement)  # type: ignore[arg-type]  # our own text, no user input
-            elif schema_owner[0] != owner:
-                raise PcqrError(f"--admin-url {shown(admin_url)}: the ledger belongs to role {schema_owner[0]}, "
+            elif found[0] != owner:
+                raise PcqrError(f"--admin-url {shown(admin_url)}: the ledger belongs to role {found[0]}, "
                                 f"not {owner}; run pcqr ledger init with its owner's URL")
-            role = sql.Identifier(analyst).as_string(conn)
-            for statement in grants(role):
+            else:
+                done.update(_upgrade(conn))
+            for statement in grants(sql.Identifier(analyst).as_string(conn)):
                 conn.execute(statement)  # type: ignore[arg-type]
     finally:
         conn.close()
     PostgresStore(admin_url).close()  # the schema is one this pcqr can use
-    return {"ledger": shown(admin_url), "owner": owner, "analyst": analyst, "created": created}
+    return {"ledger": shown(admin_url), "owner": owner, "analyst": analyst, **done}
 
 
-def migrate(source: str, url: str) -> dict[str, Any]:
+def check_analyst(conn: Any, analyst: str, owner: str, option: str) -> None:
+    """Refuse (one line naming ``option``) a role that does not exist, is the owner, or could make
+    itself the owner (:data:`pcqr.pipeline.budget.postgres_schema.ESCALATIONS`)."""
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (analyst,)).fetchone() is None:
+        raise PcqrError(f"{option} {analyst}: no such role on the server; create it first "
+                        f"(CREATE ROLE {analyst} LOGIN PASSWORD '...')")
+    if analyst == owner:
+        raise PcqrError(f"{option} {analyst}: is the budget owner, who sets budgets and can rewrite charges; "
+                        "give an analyst role of its own")
+    escalations = conn.execute(ESCALATIONS, {"role": analyst, "owner": owner}).fetchone()[0]
+    if escalations:
+        raise PcqrError(f"{option} {analyst}: holds rights no analyst of a server ledger may hold ({escalations}): "
+                        "with them a role can make itself the budget owner or reach around the ledger; give a role "
+                        "without them (ALTER ROLE ... NOCREATEROLE, REVOKE ... FROM ...)")
+
+
+def _upgrade(conn: Any) -> dict[str, Any]:
+    """Bring the ledger to this pcqr's schema version, inside the caller's transaction: what changed."""
+    version = int(conn.execute(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return {}
+    if version not in UPGRADABLE:
+        raise PcqrError(f"ledger schema version {version} is not one this pcqr ({SCHEMA_VERSION}) upgrades; "
+                        "upgrade pcqr")
+    analysts = [str(r[0]) for r in conn.execute(ANALYSTS).fetchall()]
+    for statement in upgrade_statements():
+        conn.execute(statement)  # type: ignore[arg-type]  # our own text, no user input
+    from psycopg import sql
+
+    for analyst in analysts:
+        for statement in grants(sql.Identifier(analyst).as_string(conn)):
+            conn.execute(statement)  # type: ignore[arg-type]
+    removed = conn.execute(f"DELETE FROM {SCHEMA}.sketches WHERE {MALFORMED_SKETCHES} RETURNING kind, label").fetchall()
+    unsketched = conn.execute(
+        f"SELECT b.label FROM {SCHEMA}.budgets b WHERE b.identity LIKE 'rows:%' AND NOT EXISTS (SELECT 1 FROM "
+        f"{SCHEMA}.sketches s WHERE s.identity = b.identity AND s.kind = 'rows' AND {SCHEMA}.is_owners(s.role)) "
+        "ORDER BY b.label").fetchall()
+    return {"upgraded_from": version, "analysts_granted_again": analysts,
+            "malformed_sketches_removed": [f"{r[0]} sketch of {r[1]}" for r in removed],
+            "budgets_to_set_again": [str(r[0]) for r in unsketched]}
+
+
+def migrate(source: str, url: str, analyst: str | None = None) -> dict[str, Any]:
     """Move the SQLite ledger ``source`` into the empty server ledger ``url`` (its owner's URL),
-    checked before it commits; the file is then marked moved. Returns the counts moved."""
+    checked before it commits; the file is then marked moved. Its sessions continue under the
+    analyst role ``analyst`` (a SQLite ledger is one person's; a server lets only a session's role
+    commit its batches), required when one is still open. Returns the counts moved."""
     if not is_server(url):
         raise PcqrError(f"--to {url}: give the server ledger's postgresql:// URL (its owner's)")
     check_server_url(url, "--to")
@@ -94,15 +130,35 @@ def migrate(source: str, url: str) -> dict[str, Any]:
             if conn.execute(f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.charges) OR EXISTS (SELECT 1 FROM {SCHEMA}.budgets)"
                             f" OR EXISTS (SELECT 1 FROM {SCHEMA}.sessions)").fetchone()[0]:
                 raise PcqrError(f"--to {new.name}: already holds budgets or charges; migrate into a new ledger")
-            counts = _copy(old, conn)
+            counts = _copy(old, conn, _sessions_role(old, conn, analyst, owner))
             _check_copy(old, new)
+            skipped = conn.execute(f"DELETE FROM {SCHEMA}.sketches WHERE {MALFORMED_SKETCHES} RETURNING kind, label")
+            counts["malformed_sketches_skipped"] = [f"{r[0]} sketch of {r[1]}" for r in skipped.fetchall()]
             conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('migrated_from', %s), ('migrated_at', %s)",
                          (old.path, now()))
         old.mark_moved(new.name)
     return {"from": os.path.abspath(source), "to": shown(url), **counts}
 
 
-def _copy(old: SQLiteStore, conn: Any) -> dict[str, int]:
+def _sessions_role(old: SQLiteStore, conn: Any, analyst: str | None, owner: str) -> str:
+    """The role the file's sessions are migrated under: ``analyst``, a granted analyst role, or, when
+    the file holds no open session, :data:`MIGRATED_ROLE` (no one's)."""
+    if analyst is None:
+        open_sessions = [s["session_id"] for s in old.table("sessions") if s["closed"] is None]
+        if open_sessions:
+            raise PcqrError(f"--from {old.path}: holds {len(open_sessions)} open session(s); name the analyst role "
+                            "that continues them with --analyst ROLE (a server commits a session's batches for "
+                            "the role that registered it alone)")
+        return MIGRATED_ROLE
+    check_analyst(conn, analyst, owner, "--analyst")
+    if not conn.execute(f"SELECT has_function_privilege(%s, '{SCHEMA}.{ANALYST_FUNCTIONS[1]}', 'EXECUTE')",
+                        (analyst,)).fetchone()[0]:
+        raise PcqrError(f"--analyst {analyst}: is not an analyst of this ledger; grant it first with "
+                        "pcqr ledger init --admin-url URL --analyst ROLE")
+    return analyst
+
+
+def _copy(old: SQLiteStore, conn: Any, session_role: str) -> dict[str, Any]:
     for b in old.table("budgets"):
         conn.execute(f"INSERT INTO {SCHEMA}.budgets (identity, label, name, epsilon, delta, set_at) "
                      "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -116,9 +172,10 @@ def _copy(old: SQLiteStore, conn: Any) -> dict[str, int]:
             _append(conn, "refund", c, "refund", c["refunded"].split(" ", 1)[0], 0.0, 0.0, "{}", ids[int(c["id"])],
                     c["refunded"])
     for s in old.table("sketches"):
-        conn.execute(f"INSERT INTO {SCHEMA}.sketches (identity, kind, columns, label, rows, sketch, stored_at) "
-                     "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                     (s["identity"], s["kind"], s["columns"], s["label"], s["rows"], s["sketch"], s["stored_at"]))
+        conn.execute(f"INSERT INTO {SCHEMA}.sketches (identity, kind, columns, label, rows, sketch, stored_at, role) "
+                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                     (s["identity"], s["kind"], s["columns"], s["label"], s["rows"], s["sketch"], s["stored_at"],
+                      MIGRATED_ROLE))
     sessions = old.table("sessions")
     for s in sessions:
         row = {**s, "charge_id": ids.get(int(s["charge_id"]))}
@@ -127,7 +184,7 @@ def _copy(old: SQLiteStore, conn: Any) -> dict[str, int]:
                             "the file does not hold (a damaged ledger); nothing was migrated")
         conn.execute(f"INSERT INTO {SCHEMA}.sessions ({', '.join(SESSION_COLUMNS)}, role) "
                      f"VALUES ({', '.join(['%s'] * (len(SESSION_COLUMNS) + 1))})",
-                     (*(row[c] for c in SESSION_COLUMNS), MIGRATED_ROLE))
+                     (*(row[c] for c in SESSION_COLUMNS), session_role))
     return {"budgets": len(old.table("budgets")), "charges": len(charges),
             "refunds": sum(c["refunded"] is not None for c in charges), "sessions": len(sessions)}
 
@@ -179,6 +236,8 @@ def verify(location: str) -> dict[str, Any]:
         chain = store.verify_chain()
         problems = [] if not chain.get("broken") else [
             f"chain: entry {chain['broken']['id']}: {chain['broken']['why']}"]
+        problems += [f"chain: entry {i} charges an epsilon or delta outside what the server accepts (written before "
+                     "version 2 checked it)" for i in chain.pop("out_of_bounds", [])]
         identities = sorted(store.identities())
         for identity in identities:
             budget, spent = store.budget(identity), store.spent(identity)

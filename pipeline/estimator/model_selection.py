@@ -155,8 +155,9 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
         path = folder.join("rows.parquet")
         private_file(path)
         pq.write_table(table, path)
-        identity, _ = identify([path], label, book, registering=True)
-        book.set_budget(identity, label, float(epsilon), float(delta), name)
+        found, _ = identify([path], book, registering=True)
+        identity = found.identity
+        book.set_budget(identity, label, float(epsilon), float(delta), name, found.row_sketch, found.rows)
         spent = book.store.spent(identity)
     return {"dataset": label, "identity": identity, "epsilon": float(epsilon), "delta": float(delta),
             "spent_epsilon": spent[0], "spent_delta": spent[1]}

@@ -54,7 +54,8 @@ import numpy as np
 from pcqr.pipeline.session.commit import PENDING_DIR
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, refund_charge, refund_reason
+from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, refund_charge
 from pcqr.pipeline.budget.location import ledger_exists, ledger_location, shown
 from pcqr.pipeline.budget.store import Position, now
 from pcqr.pipeline.session.state import MODELS_FILE, SESSION_FILE, THRESHOLDS_FILE, SessionState
@@ -126,13 +127,14 @@ def register_session(ledger_file: str, session: SessionState, charged: dict[str,
             "cutoff": session.params.cutoff, "bottoms": session.sparse_vector.bottoms, "batches": session.next_batch,
             "last_hash": session.last_hash, "prev_hash": "", "state_path": os.path.abspath(state_dir),
             "fixed": fixed_digest(session), "position": _record(session), "seeded": int(not session.private),
-            "created_at": stamp, "updated_at": stamp})
+            "created_at": stamp, "updated_at": stamp, "epsilon": charged["epsilon"], "delta": charged["delta"]})
 
 
-def close_session(ledger_file: str, session_id: str, reason: str) -> None:
-    """Mark a session closed (its charge was refunded): it answers nothing more."""
+def close_session(ledger_file: str, session_id: str, failure: BaseException) -> None:
+    """Mark a session closed (its job failed with ``failure`` before releasing anything): it answers
+    nothing more."""
     with Ledger(ledger_file) as ledger:
-        ledger.store.close_session(session_id, f"{now()} {reason}")
+        ledger.store.close_session(session_id, isinstance(failure, PcqrError))
 
 
 def session_row(ledger: Ledger, session_id: str) -> dict[str, Any] | None:
@@ -176,8 +178,9 @@ class SessionBook:
 
         Returns the book and a note when the state was one batch behind and took the ledger's
         position (``session`` is updated in memory and saved). Raises a one-line PcqrError when
-        the ledger does not know the session, closed it, registered other fixed values, or holds
-        another position.
+        the ledger does not know the session, closed it, registered other fixed values, holds
+        another position, recorded another role as its registrant, or records a charge that paid
+        less than the session's certificate.
         """
         from pcqr.pipeline.session.state import save_session
 
@@ -189,6 +192,7 @@ class SessionBook:
             row = session_row(ledger, session.session_id)
             _check_known(row, session, state_dir, ledger.path)
             assert row is not None
+            _check_paid(row, session, state_dir, ledger)
             here, there = position_of(session), _position(row)
             note = None
             if here != there:
@@ -242,6 +246,22 @@ def _check_known(row: dict[str, Any] | None, session: SessionState, state_dir: s
                         f"{path} registered for session {session.session_id} (edited state?)")
 
 
+def _check_paid(row: dict[str, Any], session: SessionState, state_dir: str, ledger: Ledger) -> None:
+    """Refuse a session this role did not register (a server commits only its registrant's batches),
+    or whose certificate is more than its charge paid (a state, or a registration, made by hand)."""
+    role = ledger.store.role
+    if row["role"] is not None and row["role"] != role:
+        raise PcqrError(f"--state {state_dir}: session {session.session_id} was registered by role {row['role']}, "
+                        f"and only that role may answer with it (this is role {role})")
+    proven = session.plan().certificate()
+    paid = (row["paid_epsilon"], row["paid_delta"])
+    if paid[0] is None or not (proven["proven_epsilon"] <= paid[0] * (1 + RELATIVE_TOLERANCE)
+                               and proven["proven_delta"] <= paid[1] * (1 + RELATIVE_TOLERANCE)):
+        raise PcqrError(f"--state {state_dir}: its parameters certify ({proven['proven_epsilon']:.6g}, "
+                        f"{proven['proven_delta']:.6g}), more than the charge the ledger {ledger.path} records for "
+                        f"session {session.session_id} paid; the state is refused")
+
+
 def _roll_forward(session: SessionState, record: dict[str, Any]) -> None:
     """Take the ledger's record of the last committed batch (the state is one batch behind)."""
     session.next_batch = int(record["next_batch"])
@@ -275,10 +295,9 @@ class NewSession:
         released = self.book.released_batches() if self.book is not None else 0
         if released:
             return f"charge kept: {released} batch{'es were' if released > 1 else ' was'} released"
-        reason = refund_reason(self.job, failure)
         if self.book is not None:  # closed first: a crash before the refund leaves a charge, never a free session
-            close_session(self.charged["ledger"], self.book.session_id, reason)
-        refund_charge(self.charged, reason)
+            close_session(self.charged["ledger"], self.book.session_id, failure)
+        refund_charge(self.charged, failure)
         for name in (SESSION_FILE, THRESHOLDS_FILE, MODELS_FILE):  # session.json first: no half session
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.state_dir, name))
