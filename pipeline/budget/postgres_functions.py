@@ -319,13 +319,13 @@ BEGIN
     END IF;
     {_LOCK}
     SELECT * INTO paid FROM charges WHERE id = p_charge AND kind = 'charge' AND identity = p_identity;
+    IF FOUND AND paid.role IS DISTINCT FROM session_user::text THEN
+        RAISE EXCEPTION 'charge % was made by role %: a session is paid by its own role''s charge', p_charge,
+            paid.role USING ERRCODE = 'PX006';
+    END IF;
     IF NOT FOUND OR EXISTS (SELECT 1 FROM charges WHERE refund_of = p_charge)
             OR EXISTS (SELECT 1 FROM sessions WHERE charge_id = p_charge) THEN
         RAISE EXCEPTION 'charge % does not pay for a new session of %', p_charge, p_identity USING ERRCODE = 'PX004';
-    END IF;
-    IF paid.role IS DISTINCT FROM session_user::text THEN
-        RAISE EXCEPTION 'charge % was made by role %: a session is paid by its own role''s charge', p_charge,
-            paid.role USING ERRCODE = 'PX006';
     END IF;
     IF paid.job NOT IN {SESSION_JOBS!r} THEN
         RAISE EXCEPTION 'charge % paid for job %, not a session', p_charge, paid.job USING ERRCODE = 'PX004';
