@@ -47,9 +47,11 @@ def ledger_option(func: F) -> F:
     @functools.wraps(func)
     def resolved(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("ledger") is None and os.environ.get("PCQR_LEDGER") is None:
+            from pcqr.pipeline.budget.location import checked_setting
             from pcqr.pipeline.data.cluster import cluster_ledger
 
-            kwargs["ledger"] = cluster_ledger(kwargs.get("cluster"))
+            named = cluster_ledger(kwargs.get("cluster"))  # checked here, naming the file, before it acts as --ledger
+            kwargs["ledger"] = None if named is None else checked_setting(*named)
         return func(*args, **kwargs)
 
     return click.option(

@@ -555,7 +555,7 @@ CASES = [
     case("train-ledger-url-malformed", TRAIN + " --ledger postgresql://u:secret@[bad", "--ledger",
          "not a valid postgresql:// URL"),
     case("answer-ledger-server-unreachable", ANSWER + " --ledger postgresql://u:secret@127.0.0.1:1/x",
-         "postgresql://u:***@127.0.0.1:1/x", "cannot connect"),
+         "postgresql://u@127.0.0.1:1/x", "cannot connect"),
     case("budget-verify-server-unreachable", "budget verify --ledger postgresql://u@127.0.0.1:1/x", "cannot connect"),
     case("ledger-init-not-a-url", "ledger init --admin-url {root}/file --analyst alice", "--admin-url"),
     case("ledger-init-url-malformed", "ledger init --admin-url postgresql://h:port/db --analyst alice", "--admin-url",

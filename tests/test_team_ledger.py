@@ -77,7 +77,8 @@ def test_pcqr_budget_set_as_an_analyst_is_refused_in_one_line(team: SimpleNamesp
     write_session_data(tmp_path, rows=2000, queries=10)
     line = _one_line_error(capsys, ["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
                                     "--ledger", team.analyst])
-    assert "only the budget owner (role ledger_owner) sets budgets" in line and ":***@" in line and ":p@" not in line
+    assert "only the budget owner (role ledger_owner) sets budgets" in line and ":p@" not in line
+    assert "postgresql://ledger_analyst@127.0.0.1" in line
     assert main(["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
                  "--ledger", team.owner]) == 0
 
@@ -192,7 +193,7 @@ def test_migrate_moves_everything_checks_it_and_refuses_a_second_time(team: Simp
     keep = ("job", "time", "epsilon", "delta", "parameters", "pid", "label", "refunded")
     assert [{k: c[k] for k in keep} for c in after[0]] == [{k: c[k] for k in keep} for c in before[0]]
     assert after[1:] == before[1:]
-    with pytest.raises(PcqrError, match="moved to the server postgresql://.*:\\*\\*\\*@"):
+    with pytest.raises(PcqrError, match="moved to the server postgresql://ledger_owner@"):
         Ledger(path)  # the file now names the server
     assert "moved to the server" in _one_line_error(capsys, ["ledger", "migrate", "--from", path, "--to", team.owner])
     other = str(tmp_path / "other.sqlite")
@@ -440,7 +441,7 @@ def test_a_server_down_past_the_wait_is_one_line_and_the_rerun_loses_nothing(
 
 def test_an_unreachable_server_is_one_line_without_its_password(capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(capsys, ["budget", "verify", "--ledger", "postgresql://someone:secret@127.0.0.1:1/x"])
-    assert "ledger postgresql://someone:***@127.0.0.1:1/x: cannot connect" in line and "secret" not in line
+    assert "ledger postgresql://someone@127.0.0.1:1/x: cannot connect" in line and "secret" not in line
 
 
 @pytest.mark.parametrize("argv", [
@@ -462,8 +463,8 @@ def test_without_the_driver_a_server_ledger_says_how_to_install_it(argv: list[st
     assert "needs the PostgreSQL driver: pip install 'pcqr[postgresql]'" in line
 
 
-@pytest.mark.parametrize("url, needle", [("postgresql://u:secret@[bad", "Invalid IPv6 URL"),
-                                         ("postgresql://h:notaport/db", "Port could not be cast")])
+@pytest.mark.parametrize("url, needle", [("postgresql://u:secret@[bad", "its host or port cannot be read"),
+                                         ("postgresql://h:notaport/db", "its host or port cannot be read")])
 def test_a_malformed_server_url_is_refused_while_the_options_are_parsed(
         url: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,8 +35,8 @@ def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
     place) and grant ``analyst`` an analyst's rights (again for each analyst role). Returns what was
     done."""
     if not is_server(admin_url):
-        raise PcqrError(f"--admin-url {admin_url}: give the server's postgresql:// URL, as the budget owner")
-    check_server_url(admin_url, "--admin-url")
+        raise PcqrError(f"--admin-url {shown(admin_url)}: give the server's postgresql:// URL, as the budget owner")
+    admin_url = check_server_url(admin_url, "--admin-url")
     conn = connect(admin_url)  # first: without the driver, one line saying how to install it
     from psycopg import sql
 
@@ -111,10 +111,10 @@ def migrate(source: str, url: str, analyst: str | None = None) -> dict[str, Any]
     analyst role ``analyst`` (a SQLite ledger is one person's; a server lets only a session's role
     commit its batches), required when one is still open. Returns the counts moved."""
     if not is_server(url):
-        raise PcqrError(f"--to {url}: give the server ledger's postgresql:// URL (its owner's)")
-    check_server_url(url, "--to")
+        raise PcqrError(f"--to {shown(url)}: give the server ledger's postgresql:// URL (its owner's)")
+    url = check_server_url(url, "--to")
     if is_server(source) or not os.path.isfile(source):
-        raise PcqrError(f"--from {source}: no such SQLite ledger file")
+        raise PcqrError(f"--from {shown(source)}: no such SQLite ledger file")
     with SQLiteStore(os.path.abspath(source)) as old, PostgresStore(url) as new:
         conn = new.connection
         owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",

@@ -200,16 +200,22 @@ def _sources(cluster_path: str | None) -> tuple[Path | None, dict[str, Any], dic
     return source, data, env, merged
 
 
-def cluster_ledger(cluster_path: str | None) -> str | None:
+def cluster_ledger(cluster_path: str | None) -> tuple[str, str] | None:
     """The ledger the cluster's config names (``pcqr: ledger:`` in the cluster.yaml, or
     DASK_PCQR__LEDGER): a team's ``postgresql://`` URL, so that every analyst who uses the cluster
-    charges one budget; None if it names none."""
+    charges one budget. Returns the value and where it was read (``FILE: pcqr.ledger`` or
+    ``DASK_PCQR__LEDGER``), for the ledger's own checks to name (pcqr.pipeline.budget.location,
+    a layer above this one); None if it names none. A value that is not a non-empty string is
+    refused here, by its type only: it could hold a password."""
     source, data, env, _ = _sources(cluster_path)
     value = dask.config.get("pcqr.ledger", None, config=dask.config.merge(data, env))
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise PcqrError(f"{source or 'DASK_PCQR__LEDGER'}: pcqr.ledger: expected a ledger file's path or a "
-                        f"postgresql:// URL, got {value!r}")
-    return value
+    if value is None:
+        return None
+    origin = "DASK_PCQR__LEDGER" if "ledger" in (env.get("pcqr") or {}) else f"{source}: pcqr.ledger"
+    if not isinstance(value, str) or not value.strip():
+        got = "an empty string" if isinstance(value, str) else f"a {type(value).__name__}"
+        raise PcqrError(f"{origin}: expected a ledger file's path or a postgresql:// URL, got {got}")
+    return value, origin
 
 
 def learner_modules(cluster_path: str | None) -> tuple[str, ...]:
