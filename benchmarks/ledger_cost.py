@@ -125,8 +125,9 @@ def _commit_samples(location: str) -> list[float]:
         charged = ledger.charge("rows:" + "cd" * 32, "bench", "train", 1e-3, 0.0, {})
         ledger.store.insert_session({
             "session_id": session_id, "identity": "rows:" + "cd" * 32, "charge_id": charged["id"], "cutoff": 10**6,
-            "bottoms": 0, "batches": 0, "last_hash": "", "prev_hash": "", "state_path": "/bench", "fixed": "f",
-            "position": '{"bottoms": 0, "queries_seen": 0}', "seeded": 1, "created_at": "t", "updated_at": "t"})
+            "bottoms": 0, "batches": 0, "last_hash": "", "prev_hash": "", "state_path": "/bench", "fixed": "f" * 64,
+            "position": '{"bottoms": 0, "queries_seen": 0, "next_batch": 0}', "seeded": 1, "created_at": "t",
+            "updated_at": "t", "epsilon": 1e-3, "delta": 0.0})
         at, seconds = Position(0, 0, 0, ""), []
         for i in range(1, COMMITS + 1):
             new = Position(i // 10, i * BATCH, i, f"{i:064x}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 import numpy as np
 
@@ -70,15 +71,10 @@ def text_problem(what: str, value: str) -> str | None:
     return None
 
 
-def json_problem(what: str, text: str) -> str | None:
-    """Why ``text`` is not a JSON object the ledger stores, or None."""
-    if len(text.encode()) > JSON_BYTES:
-        return f"{what} must be at most {JSON_BYTES} bytes of JSON, got {len(text.encode())}"
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return f"{what} is not JSON"
-    return None if isinstance(value, dict) else f"{what} must be a JSON object"
+def json_problem(what: str, value: dict[str, Any]) -> str | None:
+    """Why the JSON of ``value`` (a charge's parameters) is too large to store, or None."""
+    size = len(json.dumps(value, sort_keys=True, default=str).encode())
+    return f"{what} take {size} bytes of JSON, more than {JSON_BYTES}" if size > JSON_BYTES else None
 
 
 def sketch_problem(data: bytes) -> str | None:

@@ -53,7 +53,9 @@ import re
 from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
-from pcqr.pipeline.budget.bounds import JOB, RELATIVE_TOLERANCE, charge_problem, refuse, sketch_problem, text_problem
+from pcqr.pipeline.budget.bounds import (
+    JOB, RELATIVE_TOLERANCE, charge_problem, json_problem, refuse, sketch_problem, text_problem,
+)
 from pcqr.pipeline.budget.location import budget_command, is_server, ledger_location
 from pcqr.pipeline.budget.store import LedgerStore, Receipt, now
 from pcqr.pipeline.errors import PcqrError
@@ -145,6 +147,7 @@ class Ledger:
         refuse(charge_problem(epsilon, delta), f"{job}: cannot charge {pair(epsilon, delta)} to {label}")
         refuse(text_problem("the dataset's label", label), f"{job}: cannot charge {label!r}")
         refuse(None if re.fullmatch(JOB, job) else "not a job's name", f"cannot charge job {job!r}")
+        refuse(json_problem("its parameters", parameters), f"{job}: cannot charge {label}")
         record = {"identity": identity, "label": label, "job": job, "time": now(), "epsilon": epsilon,
                   "delta": delta, "parameters": parameters, "pid": os.getpid()}
         with self.store.transaction():

@@ -236,6 +236,9 @@ CREATE FUNCTION {SCHEMA}.store_sketch(
     p_identity text, p_kind text, p_columns text, p_label text, p_rows bigint, p_sketch bytea) RETURNS void
 LANGUAGE plpgsql {_DEFINER} AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM sketches WHERE identity = p_identity AND kind = p_kind AND columns = p_columns) THEN
+        RETURN;  -- the first stored is kept: nothing to check or write
+    END IF;
     PERFORM require(p_identity ~ '{IDENTITY}', 'identity (rows: or sha256: and 64 hex digits)');
     PERFORM require(p_kind IN ('rows', 'features'), 'kind (rows or features)');
     PERFORM require(CASE WHEN p_kind = 'rows' THEN p_columns = '' ELSE is_column_list(p_columns) END,

@@ -77,18 +77,16 @@ def connect(url: str, timeouts: Timeouts | None = None) -> Any:
     timeouts = timeouts or Timeouts.configured()
     try:
         given = psycopg.conninfo.conninfo_to_dict(url)
+        options = str(given.get("options") or "")
+        limits = " ".join(f"-c {name}={round(1000 * seconds)}ms" for name, seconds in
+                          (("statement_timeout", timeouts.statement), ("lock_timeout", timeouts.lock))
+                          if name not in options)
         added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
-        conn = psycopg.connect(psycopg.conninfo.make_conninfo(url, **{k: v for k, v in added.items() if k not in given}),
+        added = {k: v for k, v in added.items() if k not in given}
+        return psycopg.connect(psycopg.conninfo.make_conninfo(url, **added, options=f"{options} {limits}".strip()),
                                autocommit=True)
     except psycopg.Error as exc:
         raise PcqrError(f"ledger {shown(url)}: cannot connect ({_first_line(exc, url)})") from None
-    options = str(given.get("options") or "")
-    settings = [(name, f"{round(1000 * seconds)}ms") for name, seconds in
-                (("statement_timeout", timeouts.statement), ("lock_timeout", timeouts.lock)) if name not in options]
-    if settings:
-        conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
-                     tuple(value for setting in settings for value in setting))
-    return conn
 
 
 def _first_line(exc: BaseException, url: str = "") -> str:
