@@ -46,6 +46,13 @@ def ledger_option(func: F) -> F:
 
     @functools.wraps(func)
     def resolved(*args: Any, **kwargs: Any) -> Any:
+        from pcqr.pipeline.data.cluster import cluster_ledger_timeouts
+
+        timeouts = cluster_ledger_timeouts(kwargs.get("cluster"))
+        if timeouts is not None:
+            from pcqr.pipeline.budget.timeouts import install
+
+            install(*timeouts)
         if kwargs.get("ledger") is None and os.environ.get("PCQR_LEDGER") is None:
             from pcqr.pipeline.budget.location import checked_setting
             from pcqr.pipeline.data.cluster import cluster_ledger

@@ -41,8 +41,9 @@ JSON_BYTES = 1 << 20
 SKETCH_PAIRS = SKETCH_SIZE
 #: A dataset identity (pcqr.pipeline.budget.fingerprint; ``sha256:`` for ledgers of earlier versions).
 IDENTITY = r"^(rows|sha256):[0-9a-f]{64}$"
-#: A job's name as charges record it (train, answer, learn, release, sanitize, ...).
-JOB = r"^[a-z][a-z0-9-]{0,31}$"
+#: A job's name as charges record it (train, answer, learn, release, sanitize, ...; never ``refund``,
+#: which the chain's refund entries carry).
+JOB = r"^(?!refund$)[a-z][a-z0-9-]{0,31}$"
 #: A session's id (a uuid4's hex; tests use short names).
 SESSION_ID = r"^[A-Za-z0-9_.-]{1,128}$"
 #: A SHA-256 in hex (a session's fixed digest, a batch's hash).
@@ -50,7 +51,10 @@ SHA256 = r"^[0-9a-f]{64}$"
 #: Jobs whose charge pays for a session (pcqr.pipeline.session.book).
 SESSION_JOBS = ("train", "answer")
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Characters no text a user sees may hold: C0 and C1 controls, line and paragraph separators and
+#: the bidirectional overrides and isolates (each could make one printed line read as another).
+CONTROL_CLASS = "[\\x01-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def charge_problem(epsilon: float, delta: float) -> str | None:

@@ -81,13 +81,13 @@ def related_identities(ledger: Ledger, found: Fingerprint, files: Sequence[str],
     """Every other registered identity ``found`` overlaps (see the module docstring), and its old
     ``sha256:`` identity when the ledger has budgets or charges under it."""
     assert found.row_sketch is not None
-    related = []
+    related: dict[str, Relation] = {}  # a server keeps each role's sketch of an identity: any related one counts
     for identity, _, label, data in ledger.store.sketches(ROWS):
-        if identity != found.identity:
+        if identity != found.identity and identity not in related:
             estimate = containment(found.row_sketch, stored_sketch(data, ledger.path, identity))
             if estimate.related:
-                related.append(Relation(identity, label, estimate))
-    return related + [Relation(old, label, None) for old, label in _legacy_links(ledger, found, files, client)]
+                related[identity] = Relation(identity, label, estimate)
+    return [*related.values()] + [Relation(old, label, None) for old, label in _legacy_links(ledger, found, files, client)]
 
 
 def _legacy_links(ledger: Ledger, found: Fingerprint, files: Sequence[str], client: Any) -> list[tuple[str, str]]:
@@ -190,15 +190,17 @@ def _numeric(kind: pa.DataType) -> bool:
 def _candidates(public: Dataset, ledger: str | None, own: Fingerprint | None,
                 own_label: str | None) -> list[_Candidate]:
     names = {f.name for f in public.schema if _numeric(f.type)}  # only those can hold a numeric feature
-    found: dict[tuple[str, str], _Candidate] = {}
+    # every distinct sketch counts (a server keeps each role's: one planted cannot hide another)
+    found: dict[tuple[str, str, bytes], _Candidate] = {}
     if own is not None and own.feature_sketch is not None and own.features and set(own.features) <= names:
-        found[(own.identity, sketch_key(own.features))] = _Candidate(own_label or "", own.features, own.feature_sketch)
+        key = (own.identity, sketch_key(own.features), own.feature_sketch.to_bytes())
+        found[key] = _Candidate(own_label or "", own.features, own.feature_sketch)
     if ledger is not None:
         with Ledger(ledger) as book:
             for identity, columns, label, data in book.store.sketches(FEATURES):
                 wanted = tuple(parse_json(columns, "the ledger's sketch columns"))
-                if set(wanted) <= names and (identity, columns) not in found:
-                    found[(identity, columns)] = _Candidate(label, wanted, stored_sketch(data, book.path, identity))
+                if set(wanted) <= names and (identity, columns, data) not in found:
+                    found[(identity, columns, data)] = _Candidate(label, wanted, stored_sketch(data, book.path, identity))
     return list(found.values())
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from pcqr.pipeline.budget.chain import GENESIS
 from pcqr.pipeline.budget.bounds import (
-    IDENTITY, JOB, JSON_BYTES, MAX_CUTOFF, MAX_EPSILON, RELATIVE_TOLERANCE, SESSION_ID, SESSION_JOBS, SHA256,
+    CONTROL_CLASS, IDENTITY, JOB, JSON_BYTES, MAX_CUTOFF, MAX_EPSILON, RELATIVE_TOLERANCE, SESSION_ID, SESSION_JOBS, SHA256,
     SKETCH_PAIRS, TEXT_CHARS,
 )
 
@@ -88,7 +88,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION {SCHEMA}.is_text(v text) RETURNS boolean IMMUTABLE LANGUAGE sql
-AS $$ SELECT v IS NOT NULL AND length(v) BETWEEN 1 AND {TEXT_CHARS} AND v !~ '[\\x01-\\x1f\\x7f]' $$;
+AS $$ SELECT v IS NOT NULL AND length(v) BETWEEN 1 AND {TEXT_CHARS} AND v !~ '{CONTROL_CLASS}' $$;
 
 CREATE FUNCTION {SCHEMA}.is_json(v text, kind text) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
@@ -180,7 +180,7 @@ DECLARE
 BEGIN
     PERFORM require(p_identity ~ '{IDENTITY}', 'identity (rows: or sha256: and 64 hex digits)');
     PERFORM require(is_text(p_label), 'label (1 to {TEXT_CHARS} characters, no control character)');
-    PERFORM require(p_job ~ '{JOB}', 'job (a job''s name)');
+    PERFORM require(p_job ~ '{JOB}', 'job (a job''s name, not refund)');
     PERFORM require(p_epsilon >= 0 AND p_epsilon <= {MAX_EPSILON!r}, 'epsilon (in [0, {MAX_EPSILON:g}])');
     PERFORM require(p_delta >= 0 AND p_delta < 1, 'delta (in [0, 1))');
     PERFORM require(is_json(p_parameters, 'object'), 'parameters (a JSON object of at most {JSON_BYTES} bytes)');
@@ -236,21 +236,22 @@ CREATE FUNCTION {SCHEMA}.store_sketch(
     p_identity text, p_kind text, p_columns text, p_label text, p_rows bigint, p_sketch bytea) RETURNS void
 LANGUAGE plpgsql {_DEFINER} AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM sketches WHERE identity = p_identity AND kind = p_kind AND columns = p_columns) THEN
-        RETURN;  -- the first stored is kept: nothing to check or write
-    END IF;
     PERFORM require(p_identity ~ '{IDENTITY}', 'identity (rows: or sha256: and 64 hex digits)');
     PERFORM require(p_kind IN ('rows', 'features'), 'kind (rows or features)');
     PERFORM require(CASE WHEN p_kind = 'rows' THEN p_columns = '' ELSE is_column_list(p_columns) END,
                     'columns ('''' for rows, a JSON list of column names for features)');
     PERFORM require(is_text(p_label), 'label (1 to {TEXT_CHARS} characters, no control character)');
     PERFORM require(p_rows >= 0, 'rows (at least 0)');
-    PERFORM require(is_sketch(p_sketch), 'sketch (at most {SKETCH_PAIRS} pairs of little-endian uint64 value '
-                    'and count, values increasing, counts at least 1)');
     IF session_user <> current_user AND NOT EXISTS (
             SELECT 1 FROM charges WHERE identity = p_identity AND kind = 'charge' AND role = session_user::text) THEN
         RAISE EXCEPTION 'role % stores a sketch only of a dataset it has charged', session_user USING ERRCODE = 'PX006';
     END IF;
+    IF EXISTS (SELECT 1 FROM sketches WHERE identity = p_identity AND kind = p_kind AND columns = p_columns
+               AND role = session_user::text) THEN
+        RETURN;  -- this role's first is kept: the form of the one sent need not be checked
+    END IF;
+    PERFORM require(is_sketch(p_sketch), 'sketch (at most {SKETCH_PAIRS} pairs of little-endian uint64 value '
+                    'and count, values increasing, counts at least 1)');
     INSERT INTO sketches (identity, kind, columns, label, rows, sketch, stored_at, role)
     VALUES (p_identity, p_kind, p_columns, p_label, p_rows, p_sketch, {_NOW}, session_user::text)
     ON CONFLICT DO NOTHING;
@@ -282,8 +283,8 @@ BEGIN
     IF p_sketch IS NOT NULL THEN
         INSERT INTO sketches (identity, kind, columns, label, rows, sketch, stored_at, role)
         VALUES (p_identity, 'rows', '', p_label, p_rows, p_sketch, {_NOW}, session_user::text)
-        ON CONFLICT (identity, kind, columns) DO UPDATE SET label = EXCLUDED.label, rows = EXCLUDED.rows,
-            sketch = EXCLUDED.sketch, stored_at = EXCLUDED.stored_at, role = EXCLUDED.role;
+        ON CONFLICT (identity, kind, columns, role) DO UPDATE SET label = EXCLUDED.label, rows = EXCLUDED.rows,
+            sketch = EXCLUDED.sketch, stored_at = EXCLUDED.stored_at;
     ELSIF p_identity LIKE 'rows:%' AND NOT EXISTS (
             SELECT 1 FROM sketches WHERE identity = p_identity AND kind = 'rows' AND columns = '' AND is_owners(role)) THEN
         RAISE EXCEPTION 'the budget of % needs the row sketch of its data, which the server does not hold from the '
@@ -342,7 +343,7 @@ BEGIN
     END IF;
     INSERT INTO sessions (session_id, identity, charge_id, cutoff, bottoms, batches, last_hash, prev_hash,
                           state_path, fixed, position, seeded, created_at, updated_at, closed, role)
-    VALUES (p_session, p_identity, p_charge, p_cutoff, 0, 0, p_last_hash, '', p_state_path, p_fixed, p_position,
+    VALUES (p_session, p_identity, p_charge, p_cutoff, 0, 0, p_last_hash, '', p_state_path, p_fixed, position_::text,
             p_seeded, {_NOW}, {_NOW}, NULL, session_user::text);
 END $$;
 
@@ -399,7 +400,7 @@ BEGIN
             p_session, at_bottoms, at_batches, new_bottoms, new_batches USING ERRCODE = 'PX002';
     END IF;
     UPDATE sessions SET bottoms = new_bottoms, batches = new_batches, last_hash = new_hash, prev_hash = at_hash,
-        position = p_record, updated_at = {_NOW} WHERE session_id = p_session;
+        position = record_::text, updated_at = {_NOW} WHERE session_id = p_session;  -- as checked: one value a key
     RETURN true;
 END $$;
 """

@@ -41,8 +41,8 @@ CREATE TABLE {SCHEMA}.charges (
 CREATE INDEX charges_by_identity ON {SCHEMA}.charges (identity);
 CREATE TABLE {SCHEMA}.sketches (
     identity text NOT NULL, kind text NOT NULL, columns text NOT NULL, label text NOT NULL,
-    rows bigint NOT NULL, sketch bytea NOT NULL, stored_at text NOT NULL, role text,
-    PRIMARY KEY (identity, kind, columns));
+    rows bigint NOT NULL, sketch bytea NOT NULL, stored_at text NOT NULL, role text NOT NULL,
+    PRIMARY KEY (identity, kind, columns, role));
 CREATE TABLE {SCHEMA}.sessions (
     session_id text PRIMARY KEY, identity text NOT NULL,
     charge_id bigint NOT NULL UNIQUE REFERENCES {SCHEMA}.charges (id),
@@ -81,7 +81,10 @@ def upgrade_statements() -> list[str]:
     """Version 1 to 2, in one transaction of the owner, after :data:`ANALYSTS` was read (the old
     functions' grants go with them) and before the analysts are granted again and
     :data:`MALFORMED_SKETCHES` removed: the tables and the chain are kept."""
-    return [f"ALTER TABLE {SCHEMA}.sketches ADD COLUMN role text",
+    return [f"ALTER TABLE {SCHEMA}.sketches ADD COLUMN role text NOT NULL DEFAULT ''",  # '': stored before version 2
+            f"ALTER TABLE {SCHEMA}.sketches ALTER COLUMN role DROP DEFAULT",
+            f"ALTER TABLE {SCHEMA}.sketches DROP CONSTRAINT sketches_pkey",
+            f"ALTER TABLE {SCHEMA}.sketches ADD PRIMARY KEY (identity, kind, columns, role)",
             f"""DO $$ DECLARE f regprocedure; BEGIN
                 FOR f IN SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = '{SCHEMA}'::regnamespace LOOP
                     EXECUTE 'DROP FUNCTION ' || f::text;

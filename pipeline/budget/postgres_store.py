@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from pcqr.pipeline.budget.bounds import charge_problem
 from pcqr.pipeline.budget.chain import ENTRY_FIELDS, broken_entry
 from pcqr.pipeline.budget.location import shown
-from pcqr.pipeline.budget.postgres_functions import LOCK_KEY, SCHEMA
+from pcqr.pipeline.budget.postgres_functions import LOCK_KEY, MIGRATED_ROLE, SCHEMA
 from pcqr.pipeline.budget.postgres_schema import ESCALATIONS, SCHEMA_VERSION, UPGRADABLE
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt
 from pcqr.pipeline.budget.timeouts import Timeouts
@@ -78,9 +78,10 @@ def connect(url: str, timeouts: Timeouts | None = None) -> Any:
     try:
         given = psycopg.conninfo.conninfo_to_dict(url)
         options = str(given.get("options") or "")
-        limits = " ".join(f"-c {name}={round(1000 * seconds)}ms" for name, seconds in
-                          (("statement_timeout", timeouts.statement), ("lock_timeout", timeouts.lock))
-                          if name not in options)
+        settings = (("statement_timeout", f"{round(1000 * timeouts.statement)}ms"),
+                    ("lock_timeout", f"{round(1000 * timeouts.lock)}ms"),
+                    ("search_path", "pg_catalog"))  # no object an analyst created elsewhere is ever picked up
+        limits = " ".join(f"-c {name}={value}" for name, value in settings if name not in options)
         added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
         added = {k: v for k, v in added.items() if k not in given}
         return psycopg.connect(psycopg.conninfo.make_conninfo(url, **added, options=f"{options} {limits}".strip()),
@@ -339,7 +340,8 @@ class PostgresStore(LedgerStore):
 
     def sketch(self, identity: str, kind: str, columns: str) -> tuple[str, bytes] | None:
         rows = self._read(f"SELECT label, sketch FROM {SCHEMA}.sketches WHERE identity = %s AND kind = %s "
-                          "AND columns = %s", (identity, kind, columns))
+                          "AND columns = %s ORDER BY role IN (%s, %s) DESC, role = %s DESC, stored_at LIMIT 1",
+                          (identity, kind, columns, MIGRATED_ROLE, self._owner, self._role))
         return None if not rows else (str(rows[0][0]), bytes(rows[0][1]))
 
     def sketches(self, kind: str) -> list[tuple[str, str, str, bytes]]:

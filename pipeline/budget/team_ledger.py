@@ -69,6 +69,9 @@ def check_analyst(conn: Any, analyst: str, owner: str, option: str) -> None:
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (analyst,)).fetchone() is None:
         raise PcqrError(f"{option} {analyst}: no such role on the server; create it first "
                         f"(CREATE ROLE {analyst} LOGIN PASSWORD '...')")
+    if analyst == MIGRATED_ROLE:
+        raise PcqrError(f"{option} {analyst}: is the name the ledger gives to rows a migration moved in; give "
+                        "another role")
     if analyst == owner:
         raise PcqrError(f"{option} {analyst}: is the budget owner, who sets budgets and can rewrite charges; "
                         "give an analyst role of its own")

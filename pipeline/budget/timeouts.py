@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Any
 
 from pcqr.pipeline.errors import PcqrError
 
@@ -32,13 +33,26 @@ class Timeouts:
         """The limits dask's configuration holds (defaults for those it does not), each checked."""
         import dask.config
 
-        values = {}
-        for f in fields(cls):
-            value = dask.config.get(f"{KEY}.{f.name}", default=None)
-            if value is None:
-                continue
+        return cls.of(dask.config.get(KEY, default=None) or {}, KEY)
+
+    @classmethod
+    def of(cls, values: Any, origin: str) -> Timeouts:
+        """The limits of a mapping (connect, lock, statement: seconds), or a one-line error naming
+        ``origin`` and the key."""
+        names = [f.name for f in fields(cls)]
+        if not isinstance(values, dict) or set(values) - set(names):
+            raise PcqrError(f"{origin}: expected a mapping of {', '.join(names)} to seconds, got "
+                            f"{sorted(values) if isinstance(values, dict) else type(values).__name__}")
+        for name, value in values.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     math.isfinite(value) and 0 < value <= MOST_S):
-                raise PcqrError(f"{KEY}.{f.name}: expected a number of seconds in (0, {MOST_S:g}], got {value!r}")
-            values[f.name] = float(value)
-        return cls(**values)
+                raise PcqrError(f"{origin}.{name}: expected a number of seconds in (0, {MOST_S:g}], got {value!r}")
+        return cls(**{name: float(value) for name, value in values.items()})
+
+
+def install(values: Any, origin: str) -> None:
+    """Make the limits ``values`` (read from ``origin``: a cluster.yaml) this process's, once checked."""
+    import dask.config
+
+    chosen = Timeouts.of(values, origin)
+    dask.config.set({KEY: {f.name: getattr(chosen, f.name) for f in fields(Timeouts) if f.name in values}})

@@ -218,6 +218,18 @@ def cluster_ledger(cluster_path: str | None) -> tuple[str, str] | None:
     return value, origin
 
 
+def cluster_ledger_timeouts(cluster_path: str | None) -> tuple[Any, str] | None:
+    """The server ledger's time limits the cluster's config sets (``pcqr: ledger-timeouts:`` in the
+    cluster.yaml, or DASK_PCQR__LEDGER_TIMEOUTS__*), with where they were read, for the ledger's
+    own check (pcqr.pipeline.budget.timeouts); None if it sets none."""
+    source, data, env, _ = _sources(cluster_path)
+    value = dask.config.get("pcqr.ledger-timeouts", None, config=dask.config.merge(data, env))
+    if value is None:
+        return None
+    from_env = any(k.replace("_", "-") == "ledger-timeouts" for k in (env.get("pcqr") or {}))
+    return value, "DASK_PCQR__LEDGER_TIMEOUTS" if from_env else f"{source}: pcqr.ledger-timeouts"
+
+
 def learner_modules(cluster_path: str | None) -> tuple[str, ...]:
     """The module prefixes the operator allows ``--learner`` to name beyond sklearn. and pipeline.
     (``pcqr: learners: allow: [xgboost.]``; ``xgboost.`` or ``xgboost``: the package and its modules).
