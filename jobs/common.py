@@ -3,6 +3,7 @@ the summary, notes and progress on the terminal, the cluster connection. A priva
 options (train, answer) are :mod:`pcqr.jobs.options`'s."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -46,20 +47,17 @@ def ledger_option(func: F) -> F:
 
     @functools.wraps(func)
     def resolved(*args: Any, **kwargs: Any) -> Any:
-        from pcqr.pipeline.data.cluster import cluster_ledger_timeouts
+        from pcqr.pipeline.budget.timeouts import configured_by
+        from pcqr.pipeline.data.cluster import cluster_ledger, cluster_ledger_timeouts
 
-        timeouts = cluster_ledger_timeouts(kwargs.get("cluster"))
-        if timeouts is not None:
-            from pcqr.pipeline.budget.timeouts import install
-
-            install(*timeouts)
         if kwargs.get("ledger") is None and os.environ.get("PCQR_LEDGER") is None:
             from pcqr.pipeline.budget.location import checked_setting
-            from pcqr.pipeline.data.cluster import cluster_ledger
 
             named = cluster_ledger(kwargs.get("cluster"))  # checked here, naming the file, before it acts as --ledger
             kwargs["ledger"] = None if named is None else checked_setting(*named)
-        return func(*args, **kwargs)
+        timeouts = cluster_ledger_timeouts(kwargs.get("cluster"))  # a server ledger's time limits, for this command
+        with configured_by(*timeouts) if timeouts is not None else contextlib.nullcontext():
+            return func(*args, **kwargs)
 
     return click.option(
         "--ledger", "ledger", type=click.Path(dir_okay=False), default=None, callback=_checked_ledger,

@@ -182,3 +182,21 @@ def test_a_server_that_never_answers_fails_within_the_urls_connect_timeout() -> 
         with pytest.raises(PcqrError, match="cannot connect"):
             Ledger(f"postgresql://u:secret@127.0.0.1:{port}/db?connect_timeout=2")
         assert time.monotonic() - started < 8  # 2 s asked; pcqr's own default is 10 s
+
+
+def test_the_cluster_yaml_sets_the_ledgers_time_limits_and_a_bad_one_is_one_line(
+        team: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 5: ``pcqr: ledger-timeouts:`` in cluster.yaml bounds the wait for the lock (1 s here, with
+    alice holding it), and a value that is not a number of seconds is refused naming the file and key."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("pcqr:\n  ledger-timeouts:\n    lock: -1\n")
+    line = _error(capsys, ["budget", "show", "rows", "--ledger", team.bob, "--cluster", str(cluster)])
+    assert line == (f"pcqr: error: {cluster}: pcqr.ledger-timeouts.lock: expected a number of seconds in "
+                    "(0, 86400], got -1")
+    cluster.write_text("pcqr:\n  ledger-timeouts:\n    lock: 1\n")
+    write_session_data(tmp_path, rows=2000, queries=10)
+    with closing(psycopg.connect(team.alice, autocommit=True)) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        line = _error(capsys, ["budget", "set", str(tmp_path / "private"), "--epsilon", "1", "--delta", "0",
+                               "--ledger", team.owner, "--cluster", str(cluster)])
+    assert f"gave up after 1 s waiting for the ledger's lock, held by role {team.alice_role}" in line

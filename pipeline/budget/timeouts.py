@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pcqr.pipeline.errors import PcqrError
@@ -50,9 +51,10 @@ class Timeouts:
         return cls(**{name: float(value) for name, value in values.items()})
 
 
-def install(values: Any, origin: str) -> None:
-    """Make the limits ``values`` (read from ``origin``: a cluster.yaml) this process's, once checked."""
+def configured_by(values: Any, origin: str) -> AbstractContextManager[Any]:
+    """``with configured_by(values, origin):`` the limits ``values`` (read from ``origin``: a
+    cluster.yaml) hold inside the block, once checked."""
     import dask.config
 
     chosen = Timeouts.of(values, origin)
-    dask.config.set({KEY: {f.name: getattr(chosen, f.name) for f in fields(Timeouts) if f.name in values}})
+    return dask.config.set({KEY: {f.name: getattr(chosen, f.name) for f in fields(Timeouts) if f.name in values}})
