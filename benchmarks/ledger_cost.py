@@ -5,6 +5,8 @@ fsync on, as a real one).
 * ``charge``: one job's charge as a job makes it: open the ledger, charge (one transaction holding
   the ledger's lock, the server's ``charge`` function re-checking the budget and appending to the
   chain), close; median over CHARGES charges of one dataset.
+* ``sketch``: storing a dataset's first full row sketch (4,096 pairs; the server checks its form,
+  issue 46), as a job does once per dataset after its first charge; median over SKETCHES datasets.
 * ``commit``: one batch commit (``SessionBook.commit``: the compare-and-swap on the session's row,
   the server's ``advance_session``) on an open ledger; median over COMMITS commits.
 * ``answer``: ``pcqr answer`` of about 10^6 queries (those the models agree on) in batches of 10^5
@@ -35,7 +37,7 @@ from harness import (
 sys.path.insert(0, str(ROOT))
 from tests.postgres_server import PostgresServer, find_postgres  # noqa: E402
 
-CHARGES, COMMITS, REPEATS = 200, 500, 5
+CHARGES, COMMITS, SKETCHES, REPEATS = 200, 500, 50, 5
 QUERIES, BATCH = 1_000_000, 100_000
 # end_to_end's regime: eps 100 (a certificate for measuring work, not meaningful privacy), k = 100
 # stumps, the stability gate, m large enough for the stream; the stream is the queries the models
@@ -84,6 +86,7 @@ def _measure(work: Path, backends: dict[str, str]) -> dict[str, Any]:
         log(f"ledger_cost: {CHARGES} charges and {COMMITS} commits on {name}")
         result[f"charge_ms_{name}"] = _median_ms(_charges(location))
         result[f"commit_ms_{name}"] = _median_ms(_commit_samples(location))
+        result[f"sketch_ms_{name}"] = _median_ms(_sketch_samples(location))
     cluster = write_cluster_yaml(work)
     generate_threshold_data(work, str(cluster), 100_000, 5, int(QUERIES * 1.1))
     result.update(stable_queries(work, row_group_rows=BATCH))
@@ -114,6 +117,23 @@ def _measure(work: Path, backends: dict[str, str]) -> dict[str, Any]:
     result["batch_ratio_from_commits"] = round(
         (batch_s + result["commit_ms_sqlite"] / 1000) / (batch_s + result["commit_ms_postgresql"] / 1000), 4)
     return result
+
+
+def _sketch_samples(location: str) -> list[float]:
+    import numpy as np
+
+    from pcqr.pipeline.budget.ledger import Ledger
+    from pcqr.pipeline.budget.sketch import SKETCH_SIZE, Sketch
+
+    data, seconds = Sketch.of(np.arange(1, SKETCH_SIZE + 1, dtype=np.uint64)).to_bytes(), []
+    with Ledger(location) as ledger:
+        for i in range(SKETCHES):
+            identity = f"rows:{time.time_ns() + i:064x}"
+            ledger.charge(identity, "bench", "train", 1e-3, 0.0, {})  # a role stores sketches of data it charged
+            started = time.perf_counter()
+            ledger.store.store_sketch(identity, "rows", "", "bench", SKETCH_SIZE, data)
+            seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def _commit_samples(location: str) -> list[float]:

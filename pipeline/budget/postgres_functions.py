@@ -87,6 +87,14 @@ BEGIN
     END IF;
 END $$;
 
+-- the caller (session_user) must be the role that made what it touches (PX006)
+CREATE FUNCTION {SCHEMA}.require_own(maker text, what text) RETURNS void STABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF maker IS DISTINCT FROM session_user::text THEN
+        RAISE EXCEPTION '% belongs to role %, which alone may use it', what, maker USING ERRCODE = 'PX006';
+    END IF;
+END $$;
+
 CREATE FUNCTION {SCHEMA}.is_text(v text) RETURNS boolean IMMUTABLE LANGUAGE sql
 AS $$ SELECT v IS NOT NULL AND length(v) BETWEEN 1 AND {TEXT_CHARS} AND v !~ '{CONTROL_CLASS}' $$;
 
@@ -211,10 +219,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no charge %', p_charge USING ERRCODE = 'PX003';
     END IF;
-    IF paid.role IS DISTINCT FROM session_user::text THEN
-        RAISE EXCEPTION 'charge % was made by role %, which alone may refund it', p_charge, paid.role
-            USING ERRCODE = 'PX006';
-    END IF;
+    PERFORM require_own(paid.role, format('charge %s', p_charge));
     IF paid.token_hash IS NULL OR p_token IS NULL
             OR paid.token_hash <> encode(sha256(convert_to(p_token, 'UTF8')), 'hex') THEN
         RAISE EXCEPTION 'charge % is refunded only by the process that made it', p_charge USING ERRCODE = 'PX003';
@@ -323,9 +328,8 @@ BEGIN
     END IF;
     {_LOCK}
     SELECT * INTO paid FROM charges WHERE id = p_charge AND kind = 'charge' AND identity = p_identity;
-    IF FOUND AND paid.role IS DISTINCT FROM session_user::text THEN
-        RAISE EXCEPTION 'charge % was made by role %: a session is paid by its own role''s charge', p_charge,
-            paid.role USING ERRCODE = 'PX006';
+    IF FOUND THEN  -- a session is paid by its own role's charge
+        PERFORM require_own(paid.role, format('charge %s', p_charge));
     END IF;
     IF NOT FOUND OR EXISTS (SELECT 1 FROM charges WHERE refund_of = p_charge)
             OR EXISTS (SELECT 1 FROM sessions WHERE charge_id = p_charge) THEN
@@ -358,10 +362,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no session %', p_session USING ERRCODE = 'PX002';
     END IF;
-    IF row_.role IS DISTINCT FROM session_user::text THEN
-        RAISE EXCEPTION 'session % belongs to role %, which alone may close it', p_session, row_.role
-            USING ERRCODE = 'PX006';
-    END IF;
+    PERFORM require_own(row_.role, format('session %s', p_session));
     IF row_.closed IS NULL THEN  -- one closed already keeps its note
         UPDATE sessions SET closed = failure_note((SELECT job FROM charges WHERE id = row_.charge_id), p_invalid_input),
             updated_at = {_NOW} WHERE session_id = p_session;
@@ -382,9 +383,8 @@ BEGIN
     PERFORM require(is_json(p_record, 'object'), 'record (a JSON object of at most {JSON_BYTES} bytes)');
     record_ := p_record::jsonb;
     SELECT * INTO row_ FROM sessions WHERE session_id = p_session FOR UPDATE;
-    IF FOUND AND row_.role IS DISTINCT FROM session_user::text THEN
-        RAISE EXCEPTION 'session % belongs to role %, which alone may advance it', p_session, row_.role
-            USING ERRCODE = 'PX006';
+    IF FOUND THEN
+        PERFORM require_own(row_.role, format('session %s', p_session));
     END IF;
     IF NOT FOUND OR row_.closed IS NOT NULL OR row_.bottoms <> at_bottoms OR row_.batches <> at_batches
             OR row_.last_hash <> at_hash OR row_.position::jsonb -> 'queries_seen' IS DISTINCT FROM to_jsonb(at_seen)
