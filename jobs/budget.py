@@ -90,6 +90,7 @@ def set_command(dataset: str, epsilon: float, delta: float, name: str | None, le
     check_budget(epsilon, delta, name)
     path = ledger_location(ledger)
     with Ledger(path) as book:
+        book.check_may_set_budgets()  # before the rows are hashed
         found, label, related = resolve(dataset, book, cluster, registering=True)
         identity = found.identity
         book.set_budget(identity, label, epsilon, delta, name, found.row_sketch, found.rows)

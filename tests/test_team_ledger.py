@@ -73,10 +73,15 @@ def test_the_server_refuses_an_analyst_every_direct_write(team: SimpleNamespace,
 
 
 def test_pcqr_budget_set_as_an_analyst_is_refused_in_one_line(team: SimpleNamespace, tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+                                                               capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import pcqr.pipeline.budget.overlap as overlap
+
     write_session_data(tmp_path, rows=2000, queries=10)
-    line = _one_line_error(capsys, ["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
-                                    "--ledger", team.analyst])
+    with monkeypatch.context() as patched:  # refused before any row is hashed: no work whose result is refused
+        patched.setattr(overlap, "fingerprint_dataset", lambda *a, **k: pytest.fail("hashed the rows"))
+        line = _one_line_error(capsys, ["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",
+                                        "--ledger", team.analyst])
     assert "only the budget owner (role ledger_owner) sets budgets" in line and ":p@" not in line
     assert "postgresql://ledger_analyst@127.0.0.1" in line
     assert main(["budget", "set", str(tmp_path / "private"), "--epsilon", "9", "--delta", "0",

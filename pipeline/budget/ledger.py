@@ -113,6 +113,14 @@ class Ledger:
         stored = self.store.sketch(identity, FEATURES if columns else ROWS, sketch_key(columns))
         return None if stored is None else stored_sketch(stored[1], self.path, identity)
 
+    def check_may_set_budgets(self) -> None:
+        """Refuse, in one line and before any work, a caller the store refuses budgets to (an analyst
+        of a server ledger)."""
+        setter = self.store.budget_setter()
+        if setter is not None:
+            raise PcqrError(f"ledger {self.path}: only the budget owner (role {setter}) sets budgets, and role "
+                            f"{self.store.role} is an analyst; the owner runs pcqr budget set with the owner's URL")
+
     def set_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None = None,
                    row_sketch: Sketch | None = None, rows: int = 0) -> None:
         """Record the total budget (eps, delta) of a dataset identity (replacing an earlier one), and
@@ -122,6 +130,7 @@ class Ledger:
         Refused when it is below what the identity has already spent, or when ``name``
         already names another dataset.
         """
+        self.check_may_set_budgets()
         sketch = None if row_sketch is None else (rows, row_sketch.to_bytes())
         with self.store.transaction():
             spent = self.store.spent(identity)

@@ -310,9 +310,6 @@ class PostgresStore(LedgerStore):
 
     def write_budget(self, identity: str, label: str, epsilon: float, delta: float, name: str | None,
                      sketch: tuple[int, bytes] | None) -> None:
-        if self._role != self._owner:
-            raise PcqrError(f"ledger {self.name}: only the budget owner (role {self._owner}) sets budgets, and role "
-                            f"{self._role} is an analyst; the owner runs pcqr budget set with the owner's URL")
         rows, data = sketch if sketch is not None else (None, None)
         self._call("setting a budget", f"SELECT {SCHEMA}.set_budget(%s, %s, %s, %s, %s, %s, %s)",
                    (identity, label, name, epsilon, delta, rows, data), locked=True)

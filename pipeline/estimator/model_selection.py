@@ -152,6 +152,7 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     table = PrivateClassifier().rows_table(X, y)  # exactly the rows fit writes
     label = name or "PrivateClassifier data"
     with PrivateFolder() as folder, Ledger(ledger_location(ledger)) as book:
+        book.check_may_set_budgets()  # before the rows are written and hashed
         path = folder.join("rows.parquet")
         private_file(path)
         pq.write_table(table, path)
