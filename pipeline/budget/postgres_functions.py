@@ -24,9 +24,10 @@ the server's fixed wording (:data:`FAILURE_NOTE`), never the caller's text.
   commit either comes before the refund (which is then refused) or finds the session closed.
 * ``store_sketch(identity, kind, columns, label, rows, sketch)``: a dataset's row or feature sketch
   of the documented form (:func:`pcqr.pipeline.budget.bounds.sketch_problem`), by a role that has
-  charged that identity; one stored already is kept. Analysts cannot replace a sketch, and the row
-  sketch of a budgeted dataset is the owner's (``set_budget``), so no analyst call can hide a
-  budgeted dataset from the overlap check (pcqr.pipeline.budget.overlap).
+  charged that identity. The server keeps one sketch per (identity, kind, columns, role), the
+  role's first: no call replaces or removes another role's, every job's overlap check reads them
+  all (pcqr.pipeline.budget.overlap), and a budgeted dataset's row sketch is the owner's
+  (``set_budget``), so no analyst call can hide a budgeted dataset from that check.
 * ``register_session(...)``: at position zero, paid by the caller's own unrefunded charge of the
   same identity, for a session job (train, answer), paying no other session, whose (epsilon,
   delta) is exactly the one the session certifies (PX004).
@@ -38,9 +39,9 @@ the server's fixed wording (:data:`FAILURE_NOTE`), never the caller's text.
   its first note.
 
 The owner alone (not granted to analysts): ``set_budget(identity, label, name, epsilon, delta,
-rows, sketch)`` stores the budget and the dataset's row sketch as the owner's, replacing any sketch
-an analyst stored for it; without a sketch it needs one the owner wrote before (PX007), and a budget
-below what was spent is refused (PX007).
+rows, sketch)`` stores the budget and the dataset's row sketch as the owner's (replacing the
+owner's earlier one, beside any an analyst stored); without a sketch it needs one the owner wrote
+before (PX007), and a budget below what was spent is refused (PX007).
 """
 from __future__ import annotations
 
