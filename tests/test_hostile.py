@@ -565,6 +565,17 @@ CASES = [
     case("ledger-migrate-to-a-file", "ledger migrate --from {root}/ledger.sqlite --to {root}/other.sqlite", "--to"),
     case("ledger-migrate-server-unreachable",
          "ledger migrate --from {root}/ledger.sqlite --to postgresql://u@127.0.0.1:1/x", "cannot connect"),
+    case("ledger-migrate-analyst-unreachable",
+         "ledger migrate --from {root}/ledger.sqlite --to postgresql://u@127.0.0.1:1/x --analyst alice", "cannot connect"),
+    # the team ledger's time limits (issue 46): numbers of seconds, known keys only
+    case("cluster-ledger-timeouts-negative", "budget show {private} --cluster {bad_cluster}",
+         "pcqr.ledger-timeouts.lock", "a number of seconds", mutate=cluster_yaml("pcqr:\n  ledger-timeouts:\n    lock: -1\n")),
+    case("cluster-ledger-timeouts-text", TRAIN + " --cluster {bad_cluster}", "pcqr.ledger-timeouts.connect",
+         "a number of seconds", mutate=cluster_yaml("pcqr:\n  ledger-timeouts:\n    connect: soon\n")),
+    case("cluster-ledger-timeouts-unknown-key", TRAIN + " --cluster {bad_cluster}", "pcqr.ledger-timeouts",
+         "connect, lock, statement", mutate=cluster_yaml("pcqr:\n  ledger-timeouts:\n    idle: 5\n")),
+    case("cluster-ledger-timeouts-infinite", TRAIN + " --cluster {bad_cluster}", "pcqr.ledger-timeouts.lock",
+         "(0, 86400]", mutate=cluster_yaml("pcqr:\n  ledger-timeouts:\n    lock: .inf\n")),
     # replay
     case("replay-log-missing", "replay {root}/nothing", "nothing"),
     case("replay-log-flipped", "replay {log}", "batch 0 is altered", mutate=first_log_batch(flip_answers)),
