@@ -27,11 +27,16 @@ import numpy as np
 
 from pcqr.pipeline.budget.sketch import SKETCH_SIZE
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.privacy.limits import MAX_CUTOFF, MAX_EPSILON
+from pcqr.pipeline.privacy.limits import MAX_CUTOFF, MAX_EPSILON  # noqa: F401 (MAX_CUTOFF: for the server's SQL)
 
 #: Charges are compared with a budget within this relative tolerance (three charges of 1e-6 fit a
 #: budget of 3e-6 despite rounding; pcqr.pipeline.budget.ledger).
 RELATIVE_TOLERANCE = 1e-9
+
+
+def exceeds(spent: tuple[float, float], bound: tuple[float, float]) -> bool:
+    """Whether (eps, delta) ``spent`` passes ``bound`` in either, beyond :data:`RELATIVE_TOLERANCE`."""
+    return any(s > b * (1.0 + RELATIVE_TOLERANCE) for s, b in zip(spent, bound))
 
 #: Longest label, state path or budget name (characters).
 TEXT_CHARS = 4096

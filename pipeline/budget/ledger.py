@@ -54,19 +54,15 @@ from typing import Any, Sequence
 
 from pcqr.pipeline.budget.sketch import Sketch
 from pcqr.pipeline.budget.bounds import (
-    JOB, RELATIVE_TOLERANCE, charge_problem, json_problem, refuse, sketch_problem, text_problem,
+    JOB, charge_problem, exceeds, json_problem, refuse, sketch_problem, text_problem,
 )
-from pcqr.pipeline.budget.location import budget_command, is_server, ledger_location
+from pcqr.pipeline.budget.location import budget_command, is_server
 from pcqr.pipeline.budget.store import LedgerStore, Receipt, now
 from pcqr.pipeline.errors import PcqrError
 
 def pair(epsilon: float, delta: float) -> str:
     """``(eps, delta)`` as the ledger's messages print it: ``(1, 1e-06)``."""
     return f"({epsilon:.6g}, {delta:.6g})"
-
-
-def _exceeds(total: float, bound: float) -> bool:
-    return total > bound * (1.0 + RELATIVE_TOLERANCE)
 
 
 def check_budget(epsilon: float, delta: float, name: str | None) -> None:
@@ -134,7 +130,7 @@ class Ledger:
         sketch = None if row_sketch is None else (rows, row_sketch.to_bytes())
         with self.store.transaction():
             spent = self.store.spent(identity)
-            if _exceeds(spent[0], epsilon) or _exceeds(spent[1], delta):
+            if exceeds(spent, (epsilon, delta)):
                 raise PcqrError(f"--epsilon/--delta {pair(epsilon, delta)} is below what {label} has already "
                                 f"spent {pair(*spent)}; see {budget_command('show', label, self.path)}")
             if name is not None:
@@ -175,7 +171,7 @@ class Ledger:
         epsilon, delta = record["epsilon"], record["delta"]
         spent, budget = self.store.spent(identity), self.store.budget(identity)
         total = (spent[0] + epsilon, spent[1] + delta)
-        if budget is not None and (_exceeds(total[0], budget[0]) or _exceeds(total[1], budget[1])):
+        if budget is not None and exceeds(total, budget):
             raise PcqrError(f"privacy budget of {label} exceeded: spent {pair(*spent)} + this job "
                             f"{pair(epsilon, delta)} > budget {pair(*budget)}; "
                             f"see {budget_command('show', label, self.path)}")

@@ -71,23 +71,28 @@ def driver() -> Any:
 
 
 def connect(url: str, timeouts: Timeouts | None = None) -> Any:
-    """An autocommit connection to ``url`` whose statements and lock waits are bounded (the URL's own
-    ``options`` come first), or a one-line error naming the server (without password)."""
+    """An autocommit connection to ``url`` (:func:`_open`), or a one-line error naming the server
+    (without password)."""
     psycopg = driver()
-    timeouts = timeouts or Timeouts.configured()
     try:
-        given = psycopg.conninfo.conninfo_to_dict(url)
-        options = str(given.get("options") or "")
-        settings = (("statement_timeout", f"{round(1000 * timeouts.statement)}ms"),
-                    ("lock_timeout", f"{round(1000 * timeouts.lock)}ms"),
-                    ("search_path", "pg_catalog"))  # no object an analyst created elsewhere is ever picked up
-        limits = " ".join(f"-c {name}={value}" for name, value in settings if name not in options)
-        added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
-        added = {k: v for k, v in added.items() if k not in given}
-        return psycopg.connect(psycopg.conninfo.make_conninfo(url, **added, options=f"{options} {limits}".strip()),
-                               autocommit=True)
+        return _open(psycopg, url, timeouts or Timeouts.configured())
     except psycopg.Error as exc:
         raise PcqrError(f"ledger {shown(url)}: cannot connect ({_first_line(exc, url)})") from None
+
+
+def _open(psycopg: Any, url: str, timeouts: Timeouts) -> Any:
+    """An autocommit connection to ``url`` whose statements and lock waits are bounded; the URL's own
+    libpq parameters and ``options`` come first."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    options = str(given.get("options") or "")
+    settings = (("statement_timeout", f"{round(1000 * timeouts.statement)}ms"),
+                ("lock_timeout", f"{round(1000 * timeouts.lock)}ms"),
+                ("search_path", "pg_catalog"))  # no object an analyst created elsewhere is ever picked up
+    limits = " ".join(f"-c {name}={value}" for name, value in settings if name not in options)
+    added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
+    added = {k: v for k, v in added.items() if k not in given}
+    return psycopg.connect(psycopg.conninfo.make_conninfo(url, **added, options=f"{options} {limits}".strip()),
+                           autocommit=True)
 
 
 def _first_line(exc: BaseException, url: str = "") -> str:
@@ -151,11 +156,6 @@ class PostgresStore(LedgerStore):
     @property
     def role(self) -> str:
         return self._role
-
-    @property
-    def owner(self) -> str:
-        """The role that owns the ledger and sets its budgets."""
-        return self._owner
 
     def budget_setter(self) -> str | None:
         return None if self._role == self._owner else self._owner
@@ -258,12 +258,12 @@ class PostgresStore(LedgerStore):
         deadline = time.monotonic() + patience
         while True:
             try:
-                self._conn = connect(self.location, self._timeouts)
+                self._conn = _open(self._psycopg, self.location, self._timeouts)
                 return
-            except PcqrError as exc:
+            except self._psycopg.OperationalError as exc:
                 if time.monotonic() > deadline:
-                    reason = str(exc).rsplit("cannot connect (", 1)[-1].rstrip(")")
-                    raise PcqrError(f"ledger {self.name}: the server is unreachable ({reason})") from None
+                    raise PcqrError(f"ledger {self.name}: the server is unreachable "
+                                    f"({_first_line(exc, self.location)})") from None
                 time.sleep(0.5)
 
     def _call(self, what: str, sql: str, parameters: tuple[Any, ...], locked: bool = False) -> list[tuple[Any, ...]]:

@@ -18,9 +18,9 @@ import math
 import os
 from typing import Any
 
-from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE, exceeds
 from pcqr.pipeline.budget.ledger import Ledger
-from pcqr.pipeline.budget.postgres_functions import ANALYST_FUNCTIONS, MIGRATED_ROLE, SCHEMA
+from pcqr.pipeline.budget.postgres_functions import MIGRATED_ROLE, SCHEMA
 from pcqr.pipeline.budget.postgres_schema import (
     ANALYSTS, ESCALATIONS, MALFORMED_SKETCHES, SCHEMA_VERSION, UPGRADABLE, grants, statements, upgrade_statements,
 )
@@ -38,8 +38,6 @@ def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
         raise PcqrError(f"--admin-url {shown(admin_url)}: give the server's postgresql:// URL, as the budget owner")
     admin_url = check_server_url(admin_url, "--admin-url")
     conn = connect(admin_url)  # first: without the driver, one line saying how to install it
-    from psycopg import sql
-
     try:
         owner = str(conn.info.user)
         check_analyst(conn, analyst, owner, "--analyst")
@@ -55,8 +53,7 @@ def init_ledger(admin_url: str, analyst: str) -> dict[str, Any]:
                                 f"not {owner}; run pcqr ledger init with its owner's URL")
             else:
                 done.update(_upgrade(conn))
-            for statement in grants(sql.Identifier(analyst).as_string(conn)):
-                conn.execute(statement)  # type: ignore[arg-type]
+            _grant(conn, analyst)
     finally:
         conn.close()
     PostgresStore(admin_url).close()  # the schema is one this pcqr can use
@@ -82,6 +79,14 @@ def check_analyst(conn: Any, analyst: str, owner: str, option: str) -> None:
                         "without them (ALTER ROLE ... NOCREATEROLE, REVOKE ... FROM ...)")
 
 
+def _grant(conn: Any, analyst: str) -> None:
+    """Give role ``analyst`` exactly an analyst's rights (its name quoted as an identifier)."""
+    from psycopg import sql
+
+    for statement in grants(sql.Identifier(analyst).as_string(conn)):
+        conn.execute(statement)  # type: ignore[arg-type]  # our own text, the name quoted
+
+
 def _upgrade(conn: Any) -> dict[str, Any]:
     """Bring the ledger to this pcqr's schema version, inside the caller's transaction: what changed."""
     version = int(conn.execute(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'").fetchone()[0])
@@ -93,11 +98,8 @@ def _upgrade(conn: Any) -> dict[str, Any]:
     analysts = [str(r[0]) for r in conn.execute(ANALYSTS).fetchall()]
     for statement in upgrade_statements():
         conn.execute(statement)  # type: ignore[arg-type]  # our own text, no user input
-    from psycopg import sql
-
     for analyst in analysts:
-        for statement in grants(sql.Identifier(analyst).as_string(conn)):
-            conn.execute(statement)  # type: ignore[arg-type]
+        _grant(conn, analyst)
     removed = conn.execute(f"DELETE FROM {SCHEMA}.sketches WHERE {MALFORMED_SKETCHES} RETURNING kind, label").fetchall()
     unsketched = conn.execute(
         f"SELECT b.label FROM {SCHEMA}.budgets b WHERE b.identity LIKE 'rows:%' AND NOT EXISTS (SELECT 1 FROM "
@@ -154,8 +156,7 @@ def _sessions_role(old: SQLiteStore, conn: Any, analyst: str | None, owner: str)
                             "the role that registered it alone)")
         return MIGRATED_ROLE
     check_analyst(conn, analyst, owner, "--analyst")
-    if not conn.execute(f"SELECT has_function_privilege(%s, '{SCHEMA}.{ANALYST_FUNCTIONS[1]}', 'EXECUTE')",
-                        (analyst,)).fetchone()[0]:
+    if analyst not in {str(r[0]) for r in conn.execute(ANALYSTS).fetchall()}:
         raise PcqrError(f"--analyst {analyst}: is not an analyst of this ledger; grant it first with "
                         "pcqr ledger init --admin-url URL --analyst ROLE")
     return analyst
@@ -244,6 +245,6 @@ def verify(location: str) -> dict[str, Any]:
         identities = sorted(store.identities())
         for identity in identities:
             budget, spent = store.budget(identity), store.spent(identity)
-            if budget is not None and any(s > b * (1 + RELATIVE_TOLERANCE) for s, b in zip(spent, budget)):
+            if budget is not None and exceeds(spent, budget):
                 problems.append(f"{identity}: spent {spent} is more than its budget {budget}")
     return {"ledger": ledger.path, **chain, "datasets": len(identities), "problems": problems}

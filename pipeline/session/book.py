@@ -54,7 +54,7 @@ import numpy as np
 from pcqr.pipeline.session.commit import PENDING_DIR
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.budget.bounds import RELATIVE_TOLERANCE
+from pcqr.pipeline.budget.bounds import exceeds
 from pcqr.pipeline.budget.ledger import Ledger, failed_after_charge, refund_charge
 from pcqr.pipeline.budget.location import ledger_exists, ledger_location, shown
 from pcqr.pipeline.budget.store import Position, now
@@ -255,8 +255,7 @@ def _check_paid(row: dict[str, Any], session: SessionState, state_dir: str, ledg
                         f"and only that role may answer with it (this is role {role})")
     proven = session.plan().certificate()
     paid = (row["paid_epsilon"], row["paid_delta"])
-    if paid[0] is None or not (proven["proven_epsilon"] <= paid[0] * (1 + RELATIVE_TOLERANCE)
-                               and proven["proven_delta"] <= paid[1] * (1 + RELATIVE_TOLERANCE)):
+    if paid[0] is None or exceeds((proven["proven_epsilon"], proven["proven_delta"]), paid):
         raise PcqrError(f"--state {state_dir}: its parameters certify ({proven['proven_epsilon']:.6g}, "
                         f"{proven['proven_delta']:.6g}), more than the charge the ledger {ledger.path} records for "
                         f"session {session.session_id} paid; the state is refused")
