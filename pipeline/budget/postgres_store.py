@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from pcqr.pipeline.budget.bounds import charge_problem
 from pcqr.pipeline.budget.chain import ENTRY_FIELDS, broken_entry
 from pcqr.pipeline.budget.location import shown
+from pcqr.pipeline.budget.postgres_connection import connect, driver, first_line, open_connection
 from pcqr.pipeline.budget.postgres_functions import LOCK_KEY, MIGRATED_ROLE, SCHEMA
 from pcqr.pipeline.budget.postgres_schema import ESCALATIONS, SCHEMA_VERSION, UPGRADABLE
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, LedgerStore, Position, Receipt
@@ -59,47 +60,6 @@ _HOLDER = f"""SELECT a.usename, a.pid, extract(epoch FROM clock_timestamp() - a.
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = {LOCK_KEY} AND l.objsubid = 1
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1"""
-
-
-def driver() -> Any:
-    """psycopg, or a one-line error saying how to install it."""
-    try:
-        import psycopg
-    except ImportError:
-        raise PcqrError("a postgresql:// ledger needs the PostgreSQL driver: pip install 'pcqr[postgresql]'") from None
-    return psycopg
-
-
-def connect(url: str, timeouts: Timeouts | None = None) -> Any:
-    """An autocommit connection to ``url`` (:func:`_open`), or a one-line error naming the server
-    (without password)."""
-    psycopg = driver()
-    try:
-        return _open(psycopg, url, timeouts or Timeouts.configured())
-    except psycopg.Error as exc:
-        raise PcqrError(f"ledger {shown(url)}: cannot connect ({_first_line(exc, url)})") from None
-
-
-def _open(psycopg: Any, url: str, timeouts: Timeouts) -> Any:
-    """An autocommit connection to ``url`` whose statements and lock waits are bounded; the URL's own
-    libpq parameters and ``options`` come first."""
-    given = psycopg.conninfo.conninfo_to_dict(url)
-    options = str(given.get("options") or "")
-    settings = (("statement_timeout", f"{round(1000 * timeouts.statement)}ms"),
-                ("lock_timeout", f"{round(1000 * timeouts.lock)}ms"),
-                ("search_path", "pg_catalog"))  # no object an analyst created elsewhere is ever picked up
-    limits = " ".join(f"-c {name}={value}" for name, value in settings if name not in options)
-    added = {"connect_timeout": str(max(1, round(timeouts.connect))), "application_name": "pcqr"}
-    added = {k: v for k, v in added.items() if k not in given}
-    return psycopg.connect(psycopg.conninfo.make_conninfo(url, **added, options=f"{options} {limits}".strip()),
-                           autocommit=True)
-
-
-def _first_line(exc: BaseException, url: str = "") -> str:
-    """The first line of a driver's error, with anything of the URL's password taken out."""
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line.replace(url, shown(url)) if url else line
 
 
 class PostgresStore(LedgerStore):
@@ -218,7 +178,7 @@ class PostgresStore(LedgerStore):
             yield
         except psycopg.errors.InsufficientPrivilege as exc:
             raise PcqrError(f"ledger {self.name}: the server refused {what} to role {self.role} "
-                            f"({_first_line(exc)})") from None
+                            f"({first_line(exc)})") from None
         except psycopg.errors.LockNotAvailable:
             raise PcqrError(f"ledger {self.name}: {what} waited {self._timeouts.lock:g} s for a lock held by "
                             f"{self._holder()} (pcqr.ledger-timeouts.lock in cluster.yaml)") from None
@@ -228,11 +188,11 @@ class PostgresStore(LedgerStore):
         except psycopg.OperationalError as exc:
             if retryable and (self._conn.closed or self._conn.broken):
                 raise
-            raise PcqrError(f"ledger {self.name}: the connection was lost during {what} ({_first_line(exc)}); "
+            raise PcqrError(f"ledger {self.name}: the connection was lost during {what} ({first_line(exc)}); "
                             "its effect is unknown: see pcqr budget show") from None
         except psycopg.Error as exc:
             if exc.sqlstate and exc.sqlstate.startswith("PX"):
-                raise PcqrError(f"ledger {self.name}: the server refused {what}: {_first_line(exc)}") from None
+                raise PcqrError(f"ledger {self.name}: the server refused {what}: {first_line(exc)}") from None
             raise
 
     def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -258,12 +218,12 @@ class PostgresStore(LedgerStore):
         deadline = time.monotonic() + patience
         while True:
             try:
-                self._conn = _open(self._psycopg, self.location, self._timeouts)
+                self._conn = open_connection(self._psycopg, self.location, self._timeouts)
                 return
             except self._psycopg.OperationalError as exc:
                 if time.monotonic() > deadline:
                     raise PcqrError(f"ledger {self.name}: the server is unreachable "
-                                    f"({_first_line(exc, self.location)})") from None
+                                    f"({first_line(exc, self.location)})") from None
                 time.sleep(0.5)
 
     def _call(self, what: str, sql: str, parameters: tuple[Any, ...], locked: bool = False) -> list[tuple[Any, ...]]:

@@ -24,7 +24,8 @@ from pcqr.pipeline.budget.postgres_functions import MIGRATED_ROLE, SCHEMA
 from pcqr.pipeline.budget.postgres_schema import (
     ANALYSTS, ESCALATIONS, MALFORMED_SKETCHES, SCHEMA_VERSION, UPGRADABLE, grants, statements, upgrade_statements,
 )
-from pcqr.pipeline.budget.postgres_store import PostgresStore, connect
+from pcqr.pipeline.budget.postgres_connection import connect
+from pcqr.pipeline.budget.postgres_store import PostgresStore
 from pcqr.pipeline.budget.sqlite_store import SQLiteStore
 from pcqr.pipeline.budget.location import check_server_url, is_server, shown
 from pcqr.pipeline.budget.store import SESSION_COLUMNS, now
