@@ -1,6 +1,6 @@
 """The answer loop's reads (pcqr.pipeline.session.query_batches, datasets.read_chunks): chunks of
-exactly --batch-size rows whatever the row groups, the driver's re-read checked against the rows
-voted on, and a `pcqr answer` that imports no scikit-learn for array-counted models."""
+exactly --batch-size rows whatever the row groups, the driver's read checked against the validation
+pass's, and a `pcqr answer` that imports no scikit-learn for array-counted models."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ from pcqr.pipeline.data.datasets import Part, open_dataset, read_chunks
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble, LinearVotes
 from pcqr.pipeline.public_log.answered import row_keys
-from pcqr.pipeline.session.query_batches import check_same_rows, query_chunks, read_ahead, table_keys, vote_batch
+from pcqr.pipeline.session.query_batches import check_queries, count_votes, query_chunks, read_ahead
 
 FEATURES = ["x0", "x1", "x2"]
 
@@ -42,48 +42,58 @@ def test_read_chunks_are_exact_slices(tmp_path: Path, rows: int, row_group: int,
 
 
 def test_query_chunks_number_rows_from_the_part_start(tmp_path: Path) -> None:
-    path, _ = _queries(tmp_path, 500, 120)
+    path, X = _queries(tmp_path, 500, 120)
     (part,) = open_dataset(str(path), "queries").parts(10**9)
-    ids = np.concatenate([t.column("query_id").to_numpy() for t in query_chunks(part, FEATURES, None, 100, 37)])
-    np.testing.assert_array_equal(ids, np.arange(37, 500))
+    chunks = list(query_chunks(part, FEATURES, None, 100, 5, 37))
+    np.testing.assert_array_equal(np.concatenate([t.column("query_id").to_numpy() for t, _, _ in chunks]),
+                                  np.arange(37, 500))
+    assert [t.num_rows for t, _, _ in chunks] == [63, 100, 100, 100, 100]  # the validation pass's chunks
+    np.testing.assert_array_equal(np.vstack([x for _, x, _ in chunks]), X[37:])
+    np.testing.assert_array_equal(np.concatenate([k for _, _, k in chunks]), row_keys(X[37:], 5))
 
 
-def test_votes_and_keys_of_a_part_match_the_whole_table(tmp_path: Path) -> None:
-    path, X = _queries(tmp_path, 1000, 130)
-    (part,) = open_dataset(str(path), "queries").parts(10**9)
+def test_count_votes_is_the_ensembles_count(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
+    X = rng.normal(size=(1000, 3))
     ensemble = Ensemble.of(LinearVotes(rng.normal(size=(9, 3)), rng.normal(size=9)))
-    votes, keys = vote_batch(part, FEATURES, ensemble, seed=11, rows=256)
-    np.testing.assert_array_equal(votes, ensemble.count_ones(X))
-    np.testing.assert_array_equal(keys, row_keys(X, 11))
+    np.testing.assert_array_equal(count_votes(ensemble, X), ensemble.count_ones(X))
 
 
-def test_a_batch_whose_rows_changed_is_refused(tmp_path: Path) -> None:
-    """The driver's re-read of a batch must be the rows the workers voted on, to the bit."""
-    path, X = _queries(tmp_path, 50, 50)
+def test_a_chunk_that_changed_after_the_validation_pass_is_refused(tmp_path: Path) -> None:
+    """The driver's read of a batch must be the rows the validation pass checked, to the bit: a file
+    changed between the two reads is refused at the first chunk that differs, before it is yielded."""
+    path, X = _queries(tmp_path, 300, 300)
     (part,) = open_dataset(str(path), "queries").parts(10**9)
-    (table,) = query_chunks(part, FEATURES, None, 50)
-    own = table_keys(table, FEATURES, 5)
-    check_same_rows(own, row_keys(X, 5), str(path))  # the same rows: passes
+    shares = check_queries(part, FEATURES, None, 100)[5]
+    assert shares.shape == (3,)
+    assert len(list(query_chunks(part, FEATURES, None, 100, 5, 0, shares))) == 3  # unchanged: every chunk
     changed = X.copy()
-    changed[17, 1] = np.nextafter(changed[17, 1], np.inf)
-    with pytest.raises(PcqrError, match="changed while its queries were being answered"):
-        check_same_rows(own, row_keys(changed, 5), str(path))
+    changed[217, 1] = np.nextafter(changed[217, 1], np.inf)
+    pq.write_table(pa.table({n: changed[:, j] for j, n in enumerate(FEATURES)}), path, row_group_size=300)
+    got = []
+    with pytest.raises(PcqrError, match="changed after its queries were checked"):
+        for table, _, _ in query_chunks(part, FEATURES, None, 100, 5, 0, shares):
+            got.append(table.num_rows)
+    assert got == [100, 100]  # the chunks before the changed one
+    with pytest.raises(PcqrError, match="changed after its queries were checked"):  # from a resume point too
+        list(query_chunks(part, FEATURES, None, 100, 5, 250, shares))
 
 
 def test_read_ahead_yields_every_batch_in_order_and_raises_at_the_bad_one(tmp_path: Path) -> None:
     path, X = _queries(tmp_path, 1000, 90)
     parts = open_dataset(str(path), "queries").parts(200)
-    got = list(read_ahead(parts, FEATURES, None, 64, 130, seed=3))
-    ids = np.concatenate([t.column("query_id").to_numpy() for _, t, _ in got])
+    shares = {p.start: check_queries(p, FEATURES, None, 64)[5] for p in parts}
+    got = list(read_ahead(parts, FEATURES, None, 64, 130, seed=3, shares=shares))
+    ids = np.concatenate([b.table.column("query_id").to_numpy() for b in got])
     np.testing.assert_array_equal(ids, np.arange(130, 1000))
-    np.testing.assert_array_equal(np.concatenate([k for _, _, k in got]), row_keys(X[130:], 3))
-    assert [i for i, _, _ in got] == sorted(i for i, _, _ in got)
+    np.testing.assert_array_equal(np.concatenate([b.keys for b in got]), row_keys(X[130:], 3))
+    np.testing.assert_array_equal(np.vstack([b.X for b in got]), X[130:])
+    assert [b.part for b in got] == sorted(b.part for b in got)
     gone = [parts[0], Part(str(tmp_path / "gone.parquet"), (0,), 10, parts[0].rows)]
     seen = []
     with pytest.raises(PcqrError, match="gone.parquet"):  # the thread's error, raised in the caller
-        for i, _, _ in read_ahead(gone, FEATURES, None, 64, 0, seed=3):
-            seen.append(i)
+        for batch in read_ahead(gone, FEATURES, None, 64, 0, seed=3):
+            seen.append(batch.part)
     assert set(seen) == {0}  # every batch of the readable part came first
 
 

@@ -111,6 +111,13 @@ class Gate(Protocol):
         """All T instances are spent: every later query is refused whatever its votes."""
         ...
 
+    @property
+    def capacity(self) -> int:
+        """How many more fresh queries the gate may test (0 once halted): a :meth:`release` reads
+        the votes of at most this many of its first queries and refuses the rest whatever their
+        votes, so the answer loop computes no others (issue 47)."""
+        ...
+
     def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
         """Decide one batch of fresh queries, in order.
 

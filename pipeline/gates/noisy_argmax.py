@@ -71,6 +71,11 @@ class NoisyArgmax:
         return self.state.bottoms >= self.params.cutoff
 
     @property
+    def capacity(self) -> int:
+        """Fresh queries it may still test (pcqr.pipeline.gates.gate.Gate.capacity)."""
+        return 0 if self.halted else max(0, self.params.cutoff - self.state.bottoms)
+
+    @property
     def stream(self) -> KeyedStream:
         return self._stream
 

@@ -340,6 +340,11 @@ class GuessGate:
         return self.sparse_vector.halted
 
     @property
+    def capacity(self) -> int:
+        """Fresh queries it may still test (pcqr.pipeline.gates.gate.Gate.capacity)."""
+        return self.sparse_vector.capacity
+
+    @property
     def student(self) -> Student:
         """g as it stands: the student rebuilt from the log's first ``record.batches`` batches, then
         taught every label this gate releases."""

@@ -137,6 +137,11 @@ class SparseVector:
     def halted(self) -> bool:
         return self.state.bottoms >= self.params.cutoff
 
+    @property
+    def capacity(self) -> int:
+        """Fresh queries it may still test (pcqr.pipeline.gates.gate.Gate.capacity)."""
+        return 0 if self.halted else max(0, self.params.queries_max - self.state.queries_seen)
+
     def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
         """The stability gate on one batch (:meth:`process`; the features are not read): every
         query's source is ``sparse_vector``, each abstention spends one of the T instances."""

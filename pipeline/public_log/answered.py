@@ -1,18 +1,22 @@
-"""The answered-queries index: a repeated query gets its logged answer, at no privacy cost.
+"""The answered-queries index: a repeated query gets its logged outcome, at no privacy cost.
 
-Within a session, a query whose feature vector equals one already ANSWERED in an earlier log
-batch is answered with the logged label (post-processing of a released value: no test, no
-noise, no budget) and logged with ``source = duplicate``. Abstained and refused queries are
-not in the index: asked again, they are tested again like any new query.
+Within a session, a query whose feature vector equals one already answered or abstained on
+(earlier in the stream: an earlier batch, or earlier in its own batch, which the answer loop
+settles itself) gets that outcome again: the logged label, or the logged abstention
+(post-processing of a released value: no test, no noise, no budget), logged with ``source =
+duplicate`` (issue 47: before, an abstained query asked again was tested again, so 20 copies of
+one query could spend all T = 20 instances). Refused queries are not in the index: a session
+refuses only once it can test no more queries, so a copy is refused too (or answered by the
+after-halt student, whose answers are indexed).
 
 Keys are 64-bit keyed hashes of the feature rows (-0.0 folded into 0.0), computed by the
 workers; the key is a secret per-session seed in session.json, so nobody can craft colliding
-queries. The index compares a key's upper 63 bits: two distinct rows collide with probability
-2^-63 per pair (for 10^7 answered queries about 5e-6 per session): a collision would hand one
+queries. The index compares a key's upper 62 bits: two distinct rows collide with probability
+2^-62 per pair (for 10^7 answered queries about 1e-5 per session): a collision would hand one
 query the other's answer -- an accuracy error, never a privacy one, since every answer handed
 out is already public.
 
-The index is sorted runs of packed (key, label) entries, 8 bytes per answered query, merged
+The index is sorted runs of packed (key, outcome) entries, 8 bytes per answered query, merged
 geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (4 MiB) live in
 the driver's memory; beyond that the runs spill to files in a private folder (mode 0700, in the
 session's state folder, removed with the index -- :class:`pcqr.pipeline.data.private_folder.PrivateFolder`
@@ -73,8 +77,10 @@ def row_keys(X: np.ndarray, seed: int) -> np.ndarray:
     return column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed)
 
 
-_LABEL_BIT = np.uint64(1)
-_KEY_BITS = ~_LABEL_BIT  # a key's upper 63 bits
+#: An entry's outcome, in its two lowest bits: the released label 0 or 1, or an abstention.
+ABSTAINED_OUTCOME = 2
+_OUTCOME_BITS = np.uint64(3)
+_KEY_BITS = ~_OUTCOME_BITS  # a key's upper 62 bits
 #: The most entries the index keeps in memory (4 MiB); more spill to disk.
 MEMORY_ENTRIES = 2**19
 #: Entries per read of a run on disk (512 KiB), and per fence.
@@ -83,11 +89,11 @@ _ENTRY = np.dtype(np.uint64)
 
 
 def _match(run: np.ndarray, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray) -> None:
-    """Mark the sorted ``needles`` found in the sorted ``run`` (upper 63 bits equal) and take their labels."""
+    """Mark the sorted ``needles`` found in the sorted ``run`` (upper 62 bits equal) and take their outcomes."""
     entry = run[np.minimum(np.searchsorted(run, needles), run.shape[0] - 1)]
     hit = ~hits & ((entry & _KEY_BITS) == needles)
     hits |= hit
-    labels[hit] = (entry[hit] & _LABEL_BIT).astype(np.int8)
+    labels[hit] = (entry[hit] & _OUTCOME_BITS).astype(np.int8)
 
 
 class DiskRun:
@@ -109,7 +115,7 @@ class DiskRun:
                 # the entries at positions 0, CHUNK, 2 CHUNK, ... (copied: a view would keep the chunk alive)
                 fences.append(chunk[(-size) % CHUNK::CHUNK].copy())
                 size += chunk.shape[0]
-        # a fence is compared with needles (labels cleared): an entry with label 1 is above its needle
+        # a fence is compared with needles (outcomes cleared): an entry with outcome > 0 is above its needle
         return cls(path, size, (np.concatenate(fences) if fences else np.zeros(0, _ENTRY)) & _KEY_BITS)
 
     def chunk(self, number: int, buffer: np.ndarray) -> np.ndarray:
@@ -157,8 +163,8 @@ def _merged(one: DiskRun, two: DiskRun) -> Iterator[np.ndarray]:
 
 
 class AnsweredIndex:
-    """Sorted runs of packed entries, one uint64 per answered query: the row key's upper 63 bits,
-    the released label in the lowest bit. Runs are merged geometrically; at most
+    """Sorted runs of packed entries, one uint64 per answered (or abstained) query: the row key's
+    upper 62 bits, the outcome (label 0 or 1, :data:`ABSTAINED_OUTCOME`) in the two lowest. Runs are merged geometrically; at most
     :data:`MEMORY_ENTRIES` entries stay in memory (8 bytes each, about twice that while merging), the
     rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index)."""
 
@@ -184,7 +190,7 @@ class AnsweredIndex:
         return sum(run.size for run in self._disk) * _ENTRY.itemsize
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found, label) per key; label is 0 where not found."""
+        """(found, outcome) per key: the label 0 or 1 or :data:`ABSTAINED_OUTCOME`; 0 where not found."""
         found = np.zeros(keys.shape[0], dtype=bool)
         label = np.zeros(keys.shape[0], dtype=np.int8)
         if not (self._runs or self._disk) or not keys.shape[0]:
@@ -204,18 +210,20 @@ class AnsweredIndex:
         return found, label
 
     def add(self, keys: np.ndarray, labels: np.ndarray, absent: bool = False) -> None:
-        """Insert answered queries (keys already present are ignored; of equal keys, the first's label).
+        """Insert answered or abstained queries with their outcomes (``labels``: 0, 1 or
+        :data:`ABSTAINED_OUTCOME`; keys already present are ignored; of equal keys, the first's).
         ``absent``: the caller has just looked every key up and found none (the answer loop's fresh
         answers), so the lookup is not repeated."""
         if keys.shape[0] == 0:
             return
         upper = keys & _KEY_BITS
-        run = np.sort(upper | (np.asarray(labels) != 0).astype(np.uint64))  # ~1 ms per 10^5 keys
-        if np.any((run[1:] & _KEY_BITS) == (run[:-1] & _KEY_BITS)):  # a key twice: keep the first's label
+        outcomes = _outcomes(labels)
+        run = np.sort(upper | outcomes)  # ~1 ms per 10^5 keys
+        if np.any((run[1:] & _KEY_BITS) == (run[:-1] & _KEY_BITS)):  # a key twice: keep the first's outcome
             upper, first = np.unique(upper, return_index=True)  # a stable sort: ~10 ms per 10^5 keys
-            run = upper | (np.asarray(labels)[first] != 0).astype(np.uint64)
+            run = upper | outcomes[first]
         if not absent:
-            known, _ = self.lookup(run)  # (lookup compares the upper 63 bits)
+            known, _ = self.lookup(run)  # (lookup compares the upper 62 bits)
             run = run[~known]
         while self._runs and self._runs[-1].shape[0] <= 2 * run.shape[0]:
             run = np.concatenate((self._runs.pop(), run))
@@ -253,9 +261,30 @@ class AnsweredIndex:
             self._folder.close()
 
 
+def first_occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows by their keys, as the index compares them: the positions of each distinct key's first
+    row, ascending, and for every row the position of its key's first row (itself for a first)."""
+    _, first, inverse = np.unique(np.asarray(keys, dtype=np.uint64) & _KEY_BITS, return_index=True,
+                                  return_inverse=True)
+    return np.sort(first), first[inverse.reshape(-1)]
+
+
+def compared(keys: np.ndarray) -> np.ndarray:
+    """The bits of row keys the index compares (two rows are the same query iff these are equal)."""
+    return np.asarray(keys, dtype=np.uint64) & _KEY_BITS
+
+
+def _outcomes(labels: np.ndarray) -> np.ndarray:
+    """Outcomes as entry bits, refusing anything but 0, 1 and :data:`ABSTAINED_OUTCOME`."""
+    outcomes = np.asarray(labels, dtype=np.int64)
+    if outcomes.size and (outcomes.min() < 0 or outcomes.max() > ABSTAINED_OUTCOME):
+        raise ValueError("an answered query's outcome is 0, 1 or ABSTAINED_OUTCOME")
+    return outcomes.astype(np.uint64)
+
+
 def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str,
                    spill: str | None = None) -> AnsweredIndex:
-    """The index of the first ``batches`` batch files of a session's log (answered rows only),
+    """The index of the first ``batches`` batch files of a session's log (answered and abstained rows),
     served only once their hash chain is verified (issue 11: verified before served).
 
     Each file's SHA-256 must be the one the next file records as its predecessor, and the last
@@ -283,11 +312,16 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
         if recorded != previous:
             raise _tampered(_blame(files, number, digest, batches, last_hash))
         previous = digest
-        answered = np.asarray(table.column("status").to_numpy(zero_copy_only=False) == "answered")
-        if answered.any():
-            X = feature_matrix(table.filter(answered), features, path)
-            labels = np.asarray(table.filter(answered).column("answer").to_numpy(zero_copy_only=False), dtype=np.int8)
-            index.add(row_keys(X, seed), labels)
+        status = table.column("status").to_numpy(zero_copy_only=False)
+        kept = (status == "answered") | (status == "abstained")
+        if kept.any():
+            rows = table.filter(kept)
+            X = feature_matrix(rows, features, path)
+            answer = rows.column("answer").fill_null(0).to_numpy(zero_copy_only=False)
+            if np.any((answer != 0) & (answer != 1)):  # not what pcqr writes
+                raise _tampered(path)
+            outcome = np.where(status[kept] == "abstained", ABSTAINED_OUTCOME, answer).astype(np.int8)
+            index.add(row_keys(X, seed), outcome)
     if previous != last_hash:
         raise _tampered(files.get(batches - 1, log_dir))
     return index

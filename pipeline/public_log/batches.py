@@ -43,6 +43,9 @@ from pcqr.pipeline.data.parquet_opener import read_parquet
 ANSWERED, ABSTAINED, REFUSED = 0, 1, 2  # a query's status in the log
 STATUS_NAMES = ("answered", "abstained", "refused")
 PROVENANCE_KEY = b"pcqr.provenance"
+#: The session's claim on its log (pcqr.pipeline.public_log.owner; a leading underscore: not a batch,
+#: skipped by Parquet dataset readers).
+CLAIM_FILE = "_session.json"
 PREV_HASH_KEY = b"pcqr.prev_sha256"
 SPARSE_VECTOR = "sparse_vector"
 RELEASED_MODEL = "released_model"

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.user_files import MODEL_JSON_LIMIT, parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, PROVENANCE_KEY, SPENDING_SOURCES, batch_files, sha256
+from pcqr.pipeline.public_log.batches import CLAIM_FILE, DUPLICATE, PREV_HASH_KEY, PROVENANCE_KEY, SPENDING_SOURCES, batch_files, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, parquet_file, read_parquet
 
 ANSWER_COLUMNS = ("query_id", "answer", "status", "source", "batch")
@@ -114,7 +114,7 @@ def verify_log(log_dir: str, expected_last_hash: str | None = None) -> LogReport
         raise PcqrError(f"{log_dir}: no such log directory")
     files = batch_files(log_dir)
     names = {posixpath.basename(path) for _, path in files}
-    other = sorted(name for name in locations.names_in(log_dir) if name not in names)
+    other = sorted(name for name in locations.names_in(log_dir) if name not in names and name != CLAIM_FILE)
     problems: list[tuple[int, str]] = []
 
     # 1. batch numbers contiguous from 0
@@ -295,8 +295,10 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
         return f"{altered}: its status column holds {bad[0]!r}"
     # instances spent: abstentions, the guess gate's flipped answers, the gnmax gate's answers (its
     # refusals after the halt carry the source gnmax too, and spend nothing)
-    spending = np.isin(table.column("source").to_numpy(zero_copy_only=False), SPENDING_SOURCES)
-    batch.abstained = int(np.count_nonzero(status == "abstained")) + int(
+    source = table.column("source").to_numpy(zero_copy_only=False)
+    spending = np.isin(source, SPENDING_SOURCES)
+    # an abstention repeated for a copy of an abstained query (source duplicate) spends nothing
+    batch.abstained = int(np.count_nonzero((status == "abstained") & (source != DUPLICATE))) + int(
         np.count_nonzero(spending & (status == "answered")))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()

@@ -24,7 +24,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.session_plan import SessionPlan
-from pcqr.pipeline.public_log.batches import GATED_SOURCES, SOURCE_NAMES, SPENDING_SOURCES, STUDENT, batch_files
+from pcqr.pipeline.public_log.batches import DUPLICATE, GATED_SOURCES, SOURCE_NAMES, SPENDING_SOURCES, STUDENT, batch_files
 from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
@@ -220,7 +220,8 @@ def _over_the_stream(log_dir: str, answers: Any, certificate: dict[str, Any], fi
     label = answers.column("answer").to_numpy(zero_copy_only=False)
     edges = stream_edges(status.size, bins)
     answered = status == "answered"
-    spent = (status == "abstained") | (answered & np.isin(source, SPENDING_SOURCES))
+    tested_abstention = (status == "abstained") & (source != DUPLICATE)  # a copy's repeated abstention: free
+    spent = tested_abstention | (answered & np.isin(source, SPENDING_SOURCES))
     after_halt = np.flatnonzero((status == "refused") | (answered & (source == STUDENT)))
     return SessionReport(
         log=log_dir, files_read=list(files), certificate=certificate,
@@ -228,7 +229,7 @@ def _over_the_stream(log_dir: str, answers: Any, certificate: dict[str, Any], fi
         statuses={name: _per_bin(status == name, edges) for name in STATUSES},
         sources={name: _per_bin(answered & (source == name), edges) for name in _in_order_of_appearance(source[answered])},
         ones=_per_bin(answered & (label == 1), edges), spent_at=np.flatnonzero(spent) + 1,
-        tested=int(np.count_nonzero((status == "abstained") | (answered & np.isin(source, GATED_SOURCES)))),
+        tested=int(np.count_nonzero(tested_abstention | (answered & np.isin(source, GATED_SOURCES)))),
         halt_at=int(after_halt[0]) + 1 if after_halt.size else None,
     )
 

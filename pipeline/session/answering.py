@@ -28,13 +28,14 @@ from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.report.evaluation import load_truth
 from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.public_log.batches import batch_files
+from pcqr.pipeline.public_log.owner import check_owner, claim
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (
     gate_chosen, odometer, one_label_warning, plan_training, say_gate_chosen, session_charge, session_summary,
     train_session, trains_by_arrays,
 )
 from pcqr.pipeline.session.query_release import (
-    EarlyVotes, ReleaseCounts, release_answers, session_gate, validate_queries,
+    ReleaseCounts, release_answers, session_gate, validate_queries,
 )
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import (
@@ -51,15 +52,18 @@ from pcqr.pipeline.session.state import (
 
 
 def check_log_dir(log_dir: str | None, session: SessionState | None) -> str:
-    """The log directory this run appends to: a new session's must be empty, an old one's its own."""
+    """The log directory this run appends to: a new session's must be empty, an old one's its own;
+    never one another session has claimed or written (public_log/owner.py). A session that has
+    written no batch yet may be given another --log than the one it recorded."""
     stored = session.log_dir if session is not None else None
     written = session.next_batch if session is not None else 0
     if log_dir is None:
         if stored is None:
             raise PcqrError("--log is required: the public directory for the answered-query log")
-        return stored
-    if stored is not None and locations.absolute(log_dir) != locations.absolute(stored):
+        log_dir = stored
+    elif stored is not None and written and locations.absolute(log_dir) != locations.absolute(stored):
         raise PcqrError(f"--log {log_dir}: this session writes its log to {stored}")
+    check_owner(log_dir, session.session_id if session is not None else None)
     existing = batch_files(log_dir)
     if len(existing) != written:
         raise PcqrError(
@@ -189,18 +193,17 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         if not answering.private_log:
             own = own_fingerprint(training.ledger, plan.private if plan else None, client)
             guard = overlap_check(queries, "--queries", guard_ledger(training.ledger), own, own_label)
-        # a continuing session's first parts are voted on the same read (one read of a ~10^6-query stream)
-        early = (EarlyVotes(client, ensemble, session.dedupe_seed)
-                 if session is not None and ensemble is not None and session.universal is None else None)
-        identity, found = validate_queries(client, queries, queries.parts(answering.batch_size), answering.batch_size,
-                                           guard.reach if guard is not None else None, early)
-        start = start_point(session, queries, identity, reporter)  # before any charge
+        parts = queries.parts(answering.batch_size)
+        with reporter.progress(len(parts), "checking queries") as bar:
+            validated = validate_queries(client, queries, parts, answering.batch_size,
+                                         guard.reach if guard is not None else None, on_part=bar.update)
+        start = start_point(session, queries, validated.identity, reporter)  # before any charge
         if start.answered is not None:  # answered in full before: nothing is asked again
             assert session is not None
             return _nothing_asked(session, start.answered, queries, log_dir, state, answering, student, reporter)
         skip = start.skip
         if guard is not None:  # the guard's verdicts, before any charge
-            guard.verdict(found or [], answering.allow_private_overlap, note)
+            guard.verdict(validated.found or [], answering.allow_private_overlap, note)
         if answering.truth and not answering.private_log:
             check_public_overlap(scan_dataset(answering.truth, "truth"), "--truth", answering.allow_private_overlap,
                                  guard_ledger(training.ledger), own, own_label, note, client)
@@ -216,9 +219,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
             noise = noise_source(session.seed, session.seed is not None, session.noise_state)
         if plan is not None:
             save_models(state, ensemble)
+        claim(log_dir, session.session_id)  # before any query is asked: one session per log
         session.log_dir = locations.absolute(log_dir)  # the state works from any directory
         if skip == 0:
-            begin_input(session, queries, identity)
+            begin_input(session, queries, validated.identity)
         save_session(state, session)
         assert book is not None  # the ledger row every commit of this run advances
         with reporter.progress(queries.rows - skip, "answering queries") as bar:
@@ -226,8 +230,8 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 client, session, state, ensemble, queries, answering.batch_size, noise,
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
-                skip=skip, book=book, index=answered, modules=modules,
-                after_halt=student, early=early,
+                skip=skip, book=book, validated=validated, index=answered, modules=modules,
+                after_halt=student,
             )
     spent = (f"m = {session.params.cutoff} noisy-majority answers" if session.params.gate == "gnmax" else
              f"{session.params.cutoff} abstentions reached the cutoff T")

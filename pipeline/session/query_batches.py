@@ -1,40 +1,36 @@
-"""The answer loop's reads: the worker tasks that check a query part and count its votes, and the
-driver's own read of the same rows for the log.
+"""The answer loop's reads: the workers' validation pass over a query part, the driver's own read
+of the same rows for the log, and the vote task.
 
-A task runs on a Dask worker, on one part of the query dataset (public), with the session's
-ensemble (private: the k models) as an argument, and returns one small array per query (vote
-counts ct(1), or h_priv's labels) and the queries' row keys
-(:func:`pcqr.pipeline.public_log.answered.column_keys`). The driver reads the part again, in log
-batches (:func:`query_chunks`), rather than receiving the rows: the transfer is then 12 bytes a
-query, and the driver's memory is one log batch whatever the files' row-group size. Before a
-batch is released the driver checks the keys of the rows it read against the keys of the rows
-the votes were counted on (:func:`check_same_rows`; the driver reads ahead in a thread: :func:`read_ahead`): a file changed between the two reads is
-refused, so every logged query is the one that was voted on.
+The validation pass (:func:`check_queries`) runs on the workers, on every part of the query
+dataset (public), before anything is released: values, ids, the queries' content identity (and
+each chunk's share of it) and the misuse guard's hashes, on one read. The driver then reads the
+stream itself, in log batches (:func:`read_ahead`, a thread a few batches ahead), checks each chunk
+against the validation pass's share of it (:func:`verified_chunks`: a file changed between the two
+reads is refused before any of its rows is released, so every logged query passed the validation
+and the guard), and decides which rows need the k models' votes: only fresh queries the gate can
+still test (issue 47). Those rows alone go to a vote task (:func:`count_votes`, with the
+session's ensemble, private, held on the cluster), which returns ct(1) for each: 4 bytes a query.
+A repeat, a query past m or after the halt costs no model evaluation.
 
-Parts are streamed in chunks of ``rows`` on the workers too. This module imports only what the
-tasks need (no scikit-learn, no session state), so a fresh worker process starts at once;
-:mod:`pcqr.pipeline.session.query_release` submits the tasks and owns everything after.
+This module imports only what the tasks need (no scikit-learn, no session state), so a fresh
+worker process starts at once; :mod:`pcqr.pipeline.session.query_release` owns everything after.
 """
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from pcqr.pipeline.data.arrow_types import as_float64
-from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
+from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, id_values, read_chunks
 from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.public_log.answered import column_keys
-
-#: What a task's values are: vote counts ct(1), nothing (a halted session refuses), h_priv's labels.
-VOTES, REFUSED_ALL, LABELS = "votes", "refused", "labels"
-
-Values = tuple[np.ndarray, np.ndarray]  # per-query values, row keys
 
 
 #: The key of the queries' content identity (:func:`content_sum`): public and fixed, since the
@@ -52,14 +48,17 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
     return int(np.sum(keys, dtype=np.uint64))
 
 
-Checked = tuple[int, int, "int | None", "int | None", "list[Found] | None"]
+#: A part's validation: rows, content share, smallest and largest id, the guard's findings, and the
+#: content share of each chunk of ``rows`` rows from the part's start (uint64, for the driver's read).
+Checked = tuple[int, int, "int | None", "int | None", "list[Found] | None", np.ndarray]
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int,
                   reach: Reach | None = None) -> Checked:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
     features, missing, out-of-range or repeated ids raise, naming the file and column); the part's
-    row count, its share of the queries' content identity (:func:`content_sum`) and its smallest and
+    row count, its share of the queries' content identity (:func:`content_sum`), each chunk's share
+    (for :func:`verified_chunks`: 8 bytes a batch) and its smallest and
     largest id (None without ``id_column``: row positions never repeat), for the driver's check
     across parts (:func:`overlapping_groups`, then :func:`part_ids` of those parts only). The ids
     themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
@@ -69,42 +68,37 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None, ro
     return _checked(part, features, id_column, rows, reach)
 
 
-def check_and_vote(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None,
-                   ensemble: Ensemble, seed: int) -> tuple[Checked, Values]:
-    """Worker: :func:`check_queries` and :func:`vote_batch` on one read of the part (the first parts of a
-    continuing session's stream: pcqr.pipeline.session.query_release.EarlyVotes). The votes are
-    private and go to the coordinator only, which releases nothing before the whole pass is done."""
-    pieces: list[Values] = []
-    checked = _checked(part, features, id_column, rows, reach,
-                       lambda table: pieces.append(_chunk_values(table, features, part.file, seed, ensemble.count_ones)))
-    return checked, _joined(pieces)
-
-
-def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None,
-             each: Callable[[pa.Table], None] | None = None) -> Checked:
-    """:func:`check_queries`'s pass, calling ``each`` on every chunk once it is checked."""
+def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None) -> Checked:
+    """:func:`check_queries`'s pass."""
     columns = list(dict.fromkeys([*features, *([id_column] if id_column else []), *(reach.needed if reach else ())]))
     count, total = 0, 0
     found: list[np.ndarray] = []
     seen: list[Found] = []
+    shares: list[int] = []
     for table in read_chunks(part, columns, rows):
-        values = check_features(table, features, part.file)
-        positions = np.arange(part.start + count, part.start + count + table.num_rows, dtype=np.int64)
-        ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
+        ids, share = _chunk_share(table, check_features(table, features, part.file), id_column, part, count)
         if id_column is not None:
             found.append(ids)
-        total = (total + content_sum(values, ids, positions)) % 2**64
+        shares.append(share)
+        total = (total + share) % 2**64
         count += table.num_rows
         if reach is not None:
             seen.append(reach.in_range(table))
-        if each is not None:
-            each(table)
     ids = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
     if id_column is not None and (repeated := repeated_id(ids)) is not None:
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
                         "each query needs its own id (the log and --truth join answers by it)")
     return (count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None),
-            seen if reach is not None else None)
+            seen if reach is not None else None, np.array(shares, dtype=np.uint64))
+
+
+def _chunk_share(table: pa.Table, values: Sequence[np.ndarray], id_column: str | None, part: Part,
+                 offset: int) -> tuple[np.ndarray, int]:
+    """A chunk's ids (its ``--id-column``'s, else the rows' positions) and its content share; the
+    chunk starts ``offset`` rows into ``part``."""
+    positions = np.arange(part.start + offset, part.start + offset + table.num_rows, dtype=np.int64)
+    ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
+    return ids, content_sum(values, ids, positions)
 
 
 def part_ids(part: Part, id_column: str, rows: int) -> np.ndarray:
@@ -135,55 +129,52 @@ def repeated_id(ids: np.ndarray) -> int | None:
     return int(ids[twice[0]]) if twice.size else None
 
 
-def _chunk_values(table: pa.Table, features: Sequence[str], file: str, seed: int, values: Any) -> Values:
-    """``values(X)`` of one chunk's feature matrix X, and its rows' keys."""
-    X = feature_matrix(table, features, file)
-    return values(X), column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed)
+def count_votes(ensemble: Ensemble, X: np.ndarray) -> np.ndarray:
+    """Worker: ct(1) of the k models for each row of X, the fresh queries the gate can still test
+    (private: to the coordinator only)."""
+    return ensemble.count_ones(X)
 
 
-def _joined(pieces: Sequence[Values]) -> Values:
-    """The chunks' values and keys, concatenated."""
-    if not pieces:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
-    return np.concatenate([v for v, _ in pieces]), np.concatenate([k for _, k in pieces])
+@dataclass(frozen=True)
+class Batch:
+    """A log batch as the driver read it: its part (an index into the loop's parts), its rows (the
+    features and the ids the log records), their feature matrix and their row keys."""
+
+    part: int
+    table: pa.Table
+    X: np.ndarray
+    keys: np.ndarray
 
 
-def _per_chunk(part: Part, features: Sequence[str], rows: int, seed: int, values: Any) -> Values:
-    """``values(X)`` and the row keys of each chunk of the part, concatenated."""
-    return _joined([_chunk_values(table, features, part.file, seed, values)
-                    for table in read_chunks(part, features, rows)])
-
-
-def vote_batch(part: Part, features: Sequence[str], ensemble: Ensemble, seed: int, rows: int) -> Values:
-    """Worker: the part's private vote counts ct(1) and its row keys."""
-    return _per_chunk(part, features, rows, seed, ensemble.count_ones)
-
-
-def refused_batch(part: Part, features: Sequence[str], seed: int, rows: int) -> Values:
-    """Worker: a part of a halted session: no votes are needed (only repeats get answers)."""
-    return _per_chunk(part, features, rows, seed, lambda X: np.zeros(X.shape[0], dtype=np.int32))
-
-
-def model_batch(part: Part, features: Sequence[str], hypothesis: Any, seed: int, rows: int) -> Values:
-    """Worker: h_priv's labels on the part (universal mode after the switch: post-processing)."""
-    return _per_chunk(part, features, rows, seed, lambda X: np.asarray(hypothesis.predict(X), dtype=np.int8))
-
-
-def query_chunks(part: Part, features: Sequence[str], id_column: str | None, rows: int,
-                 skip: int = 0) -> Iterator[pa.Table]:
-    """Driver: the part's queries after its first ``skip`` rows, in tables of ``rows`` rows, each
-    with the ids the log records (``--id-column``'s, or the row's position in the dataset)."""
+def query_chunks(part: Part, features: Sequence[str], id_column: str | None, rows: int, seed: int,
+                 skip: int = 0, shares: np.ndarray | None = None) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+    """Driver: the part's queries after its first ``skip`` rows, in the validation pass's chunks of
+    ``rows`` rows from the part's start (the first one after ``skip`` cut short): each as (the table
+    with the ids the log records, ``--id-column``'s or the row's position in the dataset; its
+    feature matrix; its row keys). With ``shares`` (the pass's :func:`check_queries` chunk shares),
+    a chunk whose content is not the one validated is refused before it is yielded."""
     columns = [*features] + ([id_column] if id_column else [])
-    start = part.start + skip
-    for table in read_chunks(part, columns, rows, skip):
+    offset = 0
+    for number, table in enumerate(read_chunks(part, columns, rows)):
+        n = table.num_rows
+        if offset + n <= skip:  # committed by an earlier run: not released again
+            offset += n
+            continue
+        values = check_features(table, features, part.file)
+        ids, share = _chunk_share(table, values, id_column, part, offset)
+        if shares is not None and (number >= shares.shape[0] or share != int(shares[number])):
+            raise PcqrError(f"{part.file}: changed after its queries were checked (the rows read for the log are "
+                            "not the rows validated); nothing of this batch was released: run the command again")
         if id_column is None:
-            ids = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
-            table = table.append_column(QUERY_ID, ids)
+            table = table.append_column(QUERY_ID, pa.array(ids))
         else:
-            table = table.set_column(table.schema.get_field_index(id_column), id_column,
-                                     id_values(table, id_column, part.file))
-        start += table.num_rows
-        yield table
+            table = table.set_column(table.schema.get_field_index(id_column), id_column, pa.array(ids))
+        X = np.empty((n, len(values)), dtype=np.float64, order="F")
+        for j, column in enumerate(values):
+            X[:, j] = column
+        drop = max(0, skip - offset)
+        yield table.slice(drop), X[drop:], column_keys(values, n, seed)[drop:]
+        offset += n
 
 
 def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarray:
@@ -192,16 +183,18 @@ def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarra
 
 
 def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,
-               seed: int, depth: int = 2) -> Generator[tuple[int, pa.Table, np.ndarray], None, None]:
-    """Driver: (part index, batch table, its row keys) for every batch after the stream's first
-    ``skip`` rows, in order, read and hashed by a thread up to ``depth`` batches ahead of the
-    caller (pyarrow and NumPy release the GIL: the read overlaps the coordinator and the log
-    writes). An error in the thread is raised here, at the batch it concerns; the thread stops
-    when the caller stops iterating."""
-    ahead: queue.Queue[tuple[int, pa.Table, np.ndarray] | BaseException | None] = queue.Queue(depth)
+               seed: int, shares: Mapping[int, np.ndarray] | None = None,
+               depth: int = 2) -> Generator[Batch, None, None]:
+    """Driver: every :class:`Batch` after the stream's first ``skip`` rows, in order, read, checked
+    against the validation pass (``shares``: each part's chunk shares by its start,
+    :func:`query_chunks`) and hashed by a thread up to ``depth`` batches ahead of the caller (pyarrow
+    and NumPy release the GIL: the read overlaps the coordinator and the log writes). An error in
+    the thread is raised here, at the batch it concerns; the thread stops when the caller stops
+    iterating."""
+    ahead: queue.Queue[Batch | BaseException | None] = queue.Queue(depth)
     stop = threading.Event()
 
-    def put(item: tuple[int, pa.Table, np.ndarray] | BaseException | None) -> bool:
+    def put(item: Batch | BaseException | None) -> bool:
         while not stop.is_set():
             try:
                 ahead.put(item, timeout=0.1)
@@ -213,8 +206,10 @@ def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | 
     def read() -> None:
         try:
             for i, part in enumerate(parts):
-                for table in query_chunks(part, features, id_column, rows, max(0, skip - part.start)):
-                    if not put((i, table, table_keys(table, features, seed))):
+                expected = None if shares is None else shares[part.start]
+                for table, X, keys in query_chunks(part, features, id_column, rows, seed,
+                                                   max(0, skip - part.start), expected):
+                    if not put(Batch(i, table, X, keys)):
                         return
             put(None)
         except BaseException as exc:  # noqa: BLE001 -- handed to the caller, raised there
@@ -230,11 +225,3 @@ def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | 
     finally:
         stop.set()
         thread.join()
-
-
-def check_same_rows(own: np.ndarray, keys: np.ndarray, file: str) -> None:
-    """Driver: refuse a batch whose rows (keys ``own``, from the driver's read) are not the ones
-    the workers voted on (``keys``)."""
-    if not np.array_equal(own, keys):
-        raise PcqrError(f"{file}: changed while its queries were being answered (the rows read for the log "
-                        "are not the rows voted on); nothing of this batch was released: run the command again")

@@ -1,32 +1,35 @@
 """Subsample-and-aggregate, answering side: votes on the workers, the coordinator in the driver.
 
-Algorithm 5, steps 6-11 of papers/001. Query batches are read and voted on by
-Dask tasks, pipelined a few batches ahead; their vote counts come back to the
-driver and pass, strictly in query order, through the session's one gate (whichever
-``params.gate`` names: :mod:`pcqr.pipeline.gates.registry`). A query equal to one
-already answered gets the logged answer instead (:mod:`pcqr.pipeline.public_log.answered`). Each
+Algorithm 5, steps 6-11 of papers/001. The driver reads the query batches (public) a few ahead;
+a query equal to an earlier one of the session's stream, in an earlier batch or its own, gets that
+query's outcome (:mod:`pcqr.pipeline.public_log.answered`: no test, no budget); of the rest, the
+ones the gate can still test (:attr:`pcqr.pipeline.gates.gate.Gate.capacity`, less the fresh
+queries of the batches ahead of them) are voted on by Dask tasks (:func:`plan_votes`: a query
+the gate will not use costs no model evaluation, issue 47). Vote counts come back to the driver and
+pass, strictly in query order, through the session's one gate (whichever ``params.gate`` names:
+:mod:`pcqr.pipeline.gates.registry`). Each
 batch is committed in the order of :mod:`pcqr.pipeline.session.commit` (pending copy, state,
 public log), so whatever instant the process dies nothing released is ever
 re-answered differently, c never goes backwards and a threshold is never reused.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
-from distributed import Client, Future
+from distributed import Client, as_completed
 
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.allocators import TRIM_EVERY, trim_free_memory
-from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
+from pcqr.pipeline.public_log.answered import ABSTAINED_OUTCOME, AnsweredIndex, first_occurrences, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.committer import Committer, Handover
-from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part, feature_matrix
+from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part
 from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.evaluation import score
@@ -49,10 +52,8 @@ from pcqr.pipeline.public_log.batches import (
 )
 from pcqr.pipeline.privacy.keyed_draws import SSPP, KeyedWords
 from pcqr.pipeline.privacy.noise import NoiseSource
-from pcqr.pipeline.session.query_batches import (
-    LABELS, REFUSED_ALL, VOTES, Values, check_and_vote, check_queries, check_same_rows, model_batch,
-    overlapping_groups, part_ids, read_ahead, refused_batch, repeated_id, vote_batch,
-)
+from pcqr.pipeline.session.query_batches import Batch, check_queries, overlapping_groups, part_ids, read_ahead, repeated_id
+from pcqr.pipeline.session.vote_demand import Planned, VoteDemand
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.gates.gate import Gate, PublicRecord
 from pcqr.pipeline.gates.registry import open_gate
@@ -61,6 +62,9 @@ from pcqr.pipeline.models.votes import Ensemble
 
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
+#: The most query rows of the batches in flight (read ahead, voted on, not yet released; at least two
+#: batches): the driver holds their tables and feature matrices.
+WINDOW_ROWS = 2**19
 _GATED = tuple(SOURCE_NAMES.index(name) for name in GATED_SOURCES)  # the codes of the teacher's answers
 
 
@@ -79,6 +83,7 @@ class ReleaseCounts:
     evaluated: int = 0  # answered queries the truth covers
     truth_missing: int = 0  # answered queries the truth does not cover
     halted: bool = False
+    voted: int = 0  # queries whose votes the workers counted (fresh ones the gate could still test)
 
     def add(self, status: np.ndarray, source: np.ndarray) -> None:
         self.answered += int(np.count_nonzero(status == ANSWERED))
@@ -91,72 +96,37 @@ class ReleaseCounts:
         self.batches += 1
 
 
-#: Queries of a stream's first parts whose votes are counted on the validation pass's read (12 bytes a
-#: query held until the loop takes them: at most 24 MiB; the rest are read again by the loop's tasks).
-EARLY_ROWS = 2**21
+@dataclass(frozen=True)
+class Validated:
+    """What the validation pass found: the queries' content identity
+    (:func:`pcqr.pipeline.session.inputs.content_identity`), the misuse guard's findings (None
+    without a guard) and each part's chunk shares by its start (the answer loop's read is checked
+    against them: :func:`pcqr.pipeline.session.query_batches.query_chunks`)."""
 
-
-class EarlyVotes:
-    """The votes and row keys of a continuing session's first query parts (up to EARLY_ROWS queries),
-    counted on the validation pass's own read (:func:`pcqr.pipeline.session.query_batches.check_and_vote`),
-    so that a stream of about 10^6 queries is read once on the workers (issue 32). They are private and
-    reach the coordinator only, in the answer loop, after the whole pass, the misuse guard and every
-    other check: nothing is released earlier than before. ``shared`` is the ensemble held on the
-    cluster, which the loop's own vote tasks use too."""
-
-    def __init__(self, client: Client, ensemble: Ensemble, seed: int) -> None:
-        self.shared, self.seed = hold(client, ensemble), seed
-        self._by_start: dict[int, Values] = {}
-
-    def parts(self, parts: list[Part]) -> set[int]:
-        """The indices of ``parts`` voted on the validation pass: the first ones, up to EARLY_ROWS queries."""
-        chosen, rows = set(), 0
-        for i, part in enumerate(parts):
-            rows += part.rows
-            if rows > EARLY_ROWS:
-                break
-            chosen.add(i)
-        return chosen
-
-    def keep(self, part: Part, values: Values) -> None:
-        self._by_start[part.start] = values
-
-    def take(self, part: Part) -> Values | None:
-        """The part's votes and keys if the validation pass counted them (once: then forgotten)."""
-        return self._by_start.pop(part.start, None)
-
-
-class _Ready:
-    """A task result already in hand, in place of its future."""
-
-    def __init__(self, values: Values) -> None:
-        self.values = values
-
-    def result(self) -> Values:
-        return self.values
+    identity: str
+    found: list[Found] | None
+    shares: dict[int, np.ndarray]
 
 
 def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int,
-                     reach: Reach | None = None, early: EarlyVotes | None = None) -> tuple[str, list[Found] | None]:
+                     reach: Reach | None = None, on_part: Callable[[int], None] | None = None) -> Validated:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
-    released; the queries' content identity (:func:`pcqr.pipeline.session.inputs.content_identity`)
-    and, with ``reach``, the misuse guard's findings per chunk, from the same read
-    (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). With ``early``, the first
-    parts' votes are counted on that read too and kept there for the answer loop."""
-    args = (queries.features, queries.id_column, rows, reach)
-    voted = early.parts(parts) if early is not None else set()
-    futures = [client.submit(check_and_vote, part, *args, early.shared, early.seed, pure=False)  # type: ignore[union-attr]
-               if i in voted else client.submit(check_queries, part, *args, pure=False) for i, part in enumerate(parts)]
-    counted = []
-    for i, result in enumerate(client.gather(futures)):
-        if i in voted:  # (checked, the part's votes and keys)
-            early.keep(parts[i], result[1])  # type: ignore[union-attr]
-            result = result[0]
-        counted.append(result)
+    released: the queries' content identity, each chunk's share of it and, with ``reach``, the
+    misuse guard's findings per chunk, from the same read
+    (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). ``on_part(1)`` as each
+    part is checked (the progress of a long pass)."""
+    futures = [client.submit(check_queries, part, queries.features, queries.id_column, rows, reach, pure=False)
+               for part in parts]
+    done = {}
+    for future, result in as_completed(futures, with_results=True):
+        done[future.key] = result
+        if on_part is not None:
+            on_part(1)
+    counted = [done[future.key] for future in futures]
     # an id can repeat across parts only where their id ranges overlap: only those parts' ids are read
     # again and come to the driver (none when the ids ascend through the files), so neither the
     # workers' memory nor the driver's grows with the queries
-    for group in overlapping_groups([(lo, hi) for _, _, lo, hi, _ in counted]):
+    for group in overlapping_groups([(c[2], c[3]) for c in counted]):
         assert queries.id_column is not None  # row positions never overlap
         ids = np.sort(np.concatenate(client.gather(client.map(part_ids, [parts[i] for i in group],
                                                               id_column=queries.id_column, rows=rows, pure=False))))
@@ -164,7 +134,8 @@ def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: 
             raise PcqrError(f"--queries {queries.uri}: --id-column {queries.id_column!r} repeats query id {repeated} "
                             "across files or parts; each query needs its own id (the log and --truth join answers by it)")
     identity = content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
-    return identity, (None if reach is None else [found for c in counted for found in c[4]])
+    return Validated(identity, None if reach is None else [found for c in counted for found in c[4]],
+                     {part.start: c[5] for part, c in zip(parts, counted)})
 
 
 class UniversalSwitch:
@@ -283,9 +254,8 @@ class AfterHalt:
 def refuses_every_query(gate: Gate) -> bool:
     """Whether the gate refuses every later fresh query whatever its votes: its T instances are
     spent (halted), or it has tested its m = queries_max queries (``--labels M``: after the first M;
-    each gate's test caps its queries at m: pcqr.pipeline.gates.sparse_vector.SparseVector._run).
-    The votes of such a part are then not computed: only its repeats get (logged) answers."""
-    return gate.halted or gate.state.queries_seen >= gate.params.queries_max
+    each gate's test caps its queries at m: pcqr.pipeline.gates.sparse_vector.SparseVector._run)."""
+    return gate.capacity == 0
 
 
 def release_answers(
@@ -304,18 +274,18 @@ def release_answers(
     extra_provenance: dict[str, Any] | None = None,
     *,
     book: SessionBook,
+    validated: Validated,
     index: AnsweredIndex | None = None,
     modules: tuple[str, ...] = (),
     after_halt: dict[str, Any] | None = None,
-    early: EarlyVotes | None = None,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
-    keep the session's state. ``index``: the answered queries of the session's verified log
-    (:func:`pcqr.pipeline.public_log.answered.index_from_log`; built here if not given).
+    keep the session's state. ``validated``: the validation pass's findings (every batch read here
+    is checked against its chunk shares). ``index``: the answered queries of the session's verified
+    log (:func:`pcqr.pipeline.public_log.answered.index_from_log`; built here if not given).
     ``after_halt``: the learner ({"name", "params"}) of the student that answers what the halted
-    session would refuse (:class:`AfterHalt`); None: refused. ``early``: the first parts' votes,
-    counted on the validation pass's read (:class:`EarlyVotes`).
+    session would refuse (:class:`AfterHalt`); None: refused.
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes). ``modules``: the operator's allowed learner modules
@@ -333,15 +303,13 @@ def release_answers(
         index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
                                spill=state_dir)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
-    assert early is None or switch is None  # early votes are for the coordinator's own stream (not universal mode)
-    shared = (early.shared if early is not None else hold(client, ensemble)) if switch is None or not switch.done else None
-    # Parts in flight: at least one more than the workers' threads (none idles), at most 2 per
-    # thread + 2, and beyond the first ones no more rows than that many log batches: the vote
-    # counts waiting in the driver stay bounded however large the files' row groups are.
+    shared = hold(client, ensemble) if switch is None or not switch.done else None
+    # Batches in flight (read, their votes asked for, not yet released): enough that no worker
+    # thread idles, few enough that the driver holds a bounded number of batches.
     threads = max(1, sum(client.nthreads().values()))
-    most_parts, most_rows = 2 * threads + 2, (2 * threads + 2) * batch_rows
-    pending: list[tuple[Future | _Ready, str, int]] = []
-    ahead = 0  # parts submitted so far
+    demand = VoteDemand(client, shared, threads, index)
+    window: collections.deque[Planned] = collections.deque()
+    depth = min(threads + 2, max(2, WINDOW_ROWS // batch_rows))
     counts = ReleaseCounts()
     provenance = session.provenance()
     provenance["fallback_label"] = fallback_label
@@ -350,23 +318,11 @@ def release_answers(
     features = list(queries.features)
     seed = session.dedupe_seed
 
-    def fill() -> None:
-        nonlocal ahead
-        while ahead < len(parts) and (len(pending) <= threads or (
-                len(pending) < most_parts and sum(p[2] for p in pending) + parts[ahead].rows <= most_rows)):
-            submit(ahead)
-            ahead += 1
-
-    def submit(i: int) -> None:
-        part, rows = parts[i], dict(seed=seed, rows=batch_rows, pure=False)
+    def plan(batch: Batch) -> Planned:
         if switch is not None and switch.done:
-            pending.append((client.submit(model_batch, part, features, switch.hypothesis, **rows), LABELS, part.rows))
-        elif refuses_every_query(gate):  # refused whatever the votes: do not compute them
-            pending.append((client.submit(refused_batch, part, features, **rows), REFUSED_ALL, part.rows))
-        elif early is not None and (counted := early.take(part)) is not None:  # on the validation pass's read
-            pending.append((_Ready(counted), VOTES, part.rows))
-        else:
-            pending.append((client.submit(vote_batch, part, features, shared, **rows), VOTES, part.rows))
+            return demand.plan(batch, 0)
+        before = switch.rows_before() if switch is not None else None
+        return demand.plan(batch, gate.capacity, before)
 
     def emit(table: pa.Table, status: np.ndarray, label: np.ndarray, source: np.ndarray, keys: np.ndarray) -> None:
         """One log batch, handed to the committer (pcqr.pipeline.session.committer: the steps of
@@ -383,9 +339,9 @@ def release_answers(
         _advance(session, status, label, source, noise)
         # committed in the committer's thread, from a copy of the session as this batch leaves it
         committer.put(Handover(log, batch_provenance, copy.deepcopy(session)))
-        if keys.shape[0]:
-            fresh = (status == ANSWERED) & (source != DUPLICATE_CODE)  # test() found none of them in the index
-            index.add(keys[fresh], label[fresh], absent=True)
+        if keys.shape[0]:  # the batch's fresh outcomes (test() found none of them in the index)
+            kept = np.flatnonzero(((status == ANSWERED) | (status == ABSTAINED)) & (source != DUPLICATE_CODE))
+            index.add(keys[kept], np.where(status[kept] == ABSTAINED, ABSTAINED_OUTCOME, label[kept]), absent=True)
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
@@ -396,19 +352,35 @@ def release_answers(
         if on_batch is not None:
             on_batch(len(status))
 
-    def test(table: pa.Table, values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Repeats get their logged answer; every other query goes through the session's gate."""
-        found, logged = index.lookup(keys)
-        status = np.full(values.shape[0], ANSWERED, dtype=np.int8)
-        label = logged.copy()
-        source = np.full(values.shape[0], DUPLICATE_CODE, dtype=np.int8)
-        X = functools.cache(lambda: feature_matrix(table, features, "query batch"))  # converted once, if needed
-        fresh = np.flatnonzero(~found)
-        if fresh.size:
-            released = gate.release(values[fresh], ensemble.size, lambda: X()[fresh])
-            status[fresh], label[fresh], source[fresh] = released.status, released.label, released.source
-        if late is not None and np.any(status == REFUSED):
-            student_answers(X(), status, label, source)
+    def test(X: np.ndarray, values: np.ndarray, voted: np.ndarray, keys: np.ndarray, found: np.ndarray,
+             outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A query equal to an earlier one of the stream gets its outcome; every other one goes
+        through the session's gate (its copies later in the batch get what it got)."""
+        n = values.shape[0]
+        status = np.where(found & (outcome == ABSTAINED_OUTCOME), ABSTAINED, ANSWERED).astype(np.int8)
+        label = np.where(found & (outcome != ABSTAINED_OUTCOME), outcome, 0).astype(np.int8)
+        source = np.full(n, DUPLICATE_CODE, dtype=np.int8)
+        rest = np.flatnonzero(~found)
+        if not rest.size:
+            return status, label, source
+        firsts, origin = first_occurrences(keys[rest])
+        tested = rest[firsts]
+        capacity = gate.capacity
+        if not voted[tested[:capacity]].all():  # pcqr.pipeline.session.vote_demand's promise
+            raise RuntimeError("internal error: the gate would test a query whose votes were not counted; "
+                               "nothing of this batch was released")
+        released = gate.release(values[tested], ensemble.size, lambda: X[tested])
+        if np.any((released.status != REFUSED) & ~voted[tested]):
+            raise RuntimeError("internal error: the gate tested a query whose votes were not counted; "
+                               "nothing of this batch was released")
+        status[tested], label[tested], source[tested] = released.status, released.label, released.source
+        if late is not None and np.any(released.status == REFUSED):
+            student_answers(X, status, label, source)
+        copies = rest[origin != np.arange(rest.size)]
+        if copies.size:  # the same query again in this batch: what its first row got
+            first = rest[origin[origin != np.arange(rest.size)]]
+            status[copies], label[copies] = status[first], label[first]
+            source[copies] = np.where(status[first] == REFUSED, source[first], DUPLICATE_CODE)
         return status, label, source
 
     def student_answers(X: np.ndarray, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
@@ -423,27 +395,33 @@ def release_answers(
         if late.model is not None:
             status[refused], label[refused], source[refused] = ANSWERED, late.predict(X[refused]), STUDENT_CODE
 
-    def release(table: pa.Table, values: np.ndarray, kind: str, keys: np.ndarray) -> None:
-        """Queries in order: through the coordinator until the switch, by h_priv after it."""
+    def release(planned: Planned) -> None:
+        """A planned batch's queries in order: through the coordinator until the switch, by h_priv after it."""
+        demand.released(planned)
+        batch = planned.batch
+        table, X, keys = batch.table, batch.X, batch.keys
+        values, voted = planned.votes()
+        found, outcome = planned.settled(index)
         start = 0
         while start < table.num_rows:
             if switch is not None and switch.done:
-                rest = table.slice(start)
-                labels = values[start:] if kind == LABELS else switch.hypothesis.predict(
-                    feature_matrix(rest, features, "query batch"))
-                n = rest.num_rows
-                emit(rest, np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
+                n = table.num_rows - start
+                labels = switch.hypothesis.predict(X[start:])
+                emit(table.slice(start), np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
                      np.full(n, RELEASED_MODEL_CODE, dtype=np.int8), np.zeros(0, dtype=np.uint64))
                 return
             before = switch.rows_before() if switch is not None else None
             take = table.num_rows - start if before is None else min(table.num_rows - start, before)
-            status, label, source = test(table.slice(start, take), values[start : start + take],
-                                         keys[start : start + take])
-            emit(table.slice(start, take), status, label, source, keys[start : start + take])
+            rows = slice(start, start + take)
+            status, label, source = test(X[rows], values[rows], voted[rows], keys[rows], found[rows], outcome[rows])
+            emit(table.slice(start, take), status, label, source, keys[rows])
             start += take
             if switch is not None and switch.due():
                 settle()  # the switch reads T_pub from the log and saves the session
                 switch.run()
+        if gate.capacity == 0:  # halted (or m tested): the votes of the batches ahead will not be read
+            for later in window:
+                demand.cancel(later)
 
     def settle() -> None:
         """Every batch handed over committed; the session's hash chain as the log holds it."""
@@ -451,26 +429,19 @@ def release_answers(
         session.last_hash = committer.last_hash
 
     trim_free_memory()  # what the validation pass freed
-    fill()
-    at, start = -1, 0  # the part whose task results are in hand; its next row
     committer = Committer(state_dir, log_dir, book, session.last_hash, DURABLE)
-    # a task reads whole row groups; log batches are --batch-size queries, read here again (ahead)
-    with contextlib.closing(committer), \
-            contextlib.closing(read_ahead(parts, features, queries.id_column, batch_rows, skip, seed)) as batches:
-        for i, table, own in batches:
-            while at < i:  # the first batch of part i: its task's results, in submission order
-                future, kind, _ = pending.pop(0)
-                values, keys = future.result()
-                fill()
-                at += 1
-                start = max(0, skip - parts[at].start)  # the first rows were committed by an earlier run
-            end = start + table.num_rows
-            check_same_rows(own, keys[start:end], parts[i].file)
-            release(table, values[start:end], kind, keys[start:end])
-            start = end
+    with contextlib.closing(committer), contextlib.closing(
+            read_ahead(parts, features, queries.id_column, batch_rows, skip, seed, validated.shares)) as batches:
+        for batch in batches:
+            window.append(plan(batch))
+            while len(window) >= depth:
+                release(window.popleft())
+        while window:
+            release(window.popleft())
         settle()
     counts.halted = gate.halted and (switch is None or not switch.done)
     counts.student_taught = late.taught if late is not None and late.provenance else None
+    counts.voted = demand.voted
     return counts
 
 
