@@ -3,7 +3,6 @@
 Run through benchmarks/run.py (``--only driver_memory``); benchmarks/README.md says what each figure means."""
 from __future__ import annotations
 
-import os
 import shutil
 from typing import Any
 
@@ -66,17 +65,10 @@ def bench_driver_memory(quick: bool) -> dict[str, Any]:
             queries = str(first_file) if n == small else _folder_of(work, files[:n // small], n)
             log(f"driver_memory: answering {n:,} queries")
             ledger = copy_session(work, "state0", f"state-{n}")
-            # the loop's memory against the stream's length: every part voted inside the loop (by
-            # default a stream's first 2^21 queries are voted on the validation pass, before the
-            # loop's peak mark, which would leave the 10^6 run's votes out of its loop figure)
-            os.environ["PCQR_BENCH_EARLY_VOTES"] = "off"
-            try:
-                wall, summary, report = pcqr_instrumented(
-                    work, f"answer-{n}", "answer", "--state", str(work / f"state-{n}"), "--queries", queries,
-                    "--log", f"log-{n}", "--cluster", cluster, *ledger,
-                )
-            finally:
-                os.environ.pop("PCQR_BENCH_EARLY_VOTES", None)
+            wall, summary, report = pcqr_instrumented(
+                work, f"answer-{n}", "answer", "--state", str(work / f"state-{n}"), "--queries", queries,
+                "--log", f"log-{n}", "--cluster", cluster, *ledger,
+            )
             total = summary["answered"] + summary["abstained"] + summary["refused"]
             result["runs"][str(n)] = {
                 "queries": total,

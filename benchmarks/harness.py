@@ -93,8 +93,7 @@ timed(pcqr.pipeline.session.planning, "_relabel", "relabel")
 timed(pcqr.pipeline.session.planning, "train_models_on", "train_models_on_resampled")
 timed(pcqr.pipeline.session.answering, "train_session", "train_session")  # imported by name there
 import contextlib, os
-if os.environ.get("PCQR_BENCH_EARLY_VOTES") == "off":  # driver_memory: every part voted inside the loop
-    qr.EARLY_ROWS = 0
+timed(qr.AfterHalt, "fit", "student_fit")  # work_past_m: the after-halt student's fit
 if os.environ.get("PCQR_BENCH_SAFETY") == "off":  # the durability benchmark's baseline
     qr.DURABLE = False  # log batch written straight after the session save (no pending copy)
     class NoBook:  # no ledger row: commits advance nothing

@@ -33,6 +33,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
                         two encodings, an imbalanced corner task and XOR, beside DP logistic regression (diffprivlib,
                         in a side environment), DP-EBM (the ``bench`` extra), the majority class and non-private
                         models; every cell a range over 3 runs (utility_report.py prints the tables)
+* ``work_past_m``       issue 47: a 200,000-query stream on a stability session of ~12,000 trees whose m is
+                        10,000, beside its first 10,000 queries alone, and the finished stream's re-run
 * ``imbalance``         issue 29, item 4: gnmax's teachers offline (no session) where each sees few positives:
                         class-weighted trees and public vote thresholds, with and without the certified noise
 
@@ -77,6 +79,7 @@ from safety_overhead import bench_safety_overhead
 from sharded_em import bench_sharded_em
 from sspp_intervals import bench_sspp_intervals
 from training_speedup import bench_training_speedup
+from work_past_m import bench_work_past_m
 from utility import bench_utility
 from harness import ROOT, log, machine_info
 
@@ -85,7 +88,7 @@ BENCHMARKS = (
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
     "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
-    "practical_sanitizers",
+    "practical_sanitizers", "work_past_m",
 )
 
 
@@ -114,6 +117,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "labels": bench_labels,
     "ledger_cost": bench_ledger_cost,
     "practical_sanitizers": bench_practical_sanitizers,
+    "work_past_m": bench_work_past_m,
 }
 
 
@@ -327,6 +331,16 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         for t in r["sample_complexity"]["table"]:
             rows.append(("bns_thresholds", f"mean true error, 2^32 domain, {t['rows']:,} rows: RecConcave / EM",
                          f"{_fmt(t['rec_concave_mean_error'])} / {_fmt(t['em_mean_error'])}", ""))
+    r = results.get("work_past_m")
+    if r:
+        for name, v in r["runs"].items():
+            rows.append(("work_past_m", f"{name}: wall s (validation / loop / student fit)",
+                         f"{_fmt(v['wall_seconds'])} ({_fmt(v['validate_seconds'])} / {_fmt(v['loop_seconds'])} / "
+                         f"{_fmt(v['student_fit_seconds'])})", ""))
+        rows.append(("work_past_m", f"stream of {r['stream']:,} / (first 10,000 + student fit)",
+                     _fmt(r["stream_over_first_plus_student"]), "<= 1.3"))
+        rows.append(("work_past_m", "re-run of the finished stream / its first run", _fmt(r["rerun_over_stream"]),
+                     "<= 0.10"))
     for name, v in results.items():
         if isinstance(v, dict) and "error" in v:
             rows.append((name, "FAILED", v["error"].splitlines()[0][:60], ""))

@@ -63,8 +63,9 @@ from pcqr.pipeline.models.votes import Ensemble
 #: The crash-safe commit of pcqr.pipeline.session.commit. Only the overhead benchmark turns it off.
 DURABLE = True
 #: The most query rows of the batches in flight (read ahead, voted on, not yet released; at least two
-#: batches): the driver holds their tables and feature matrices.
-WINDOW_ROWS = 2**19
+#: batches): the driver holds their tables and feature matrices. Two batches of the default 10^5 rows:
+#: one released while the next one's votes are counted (a batch's votes are split among the threads).
+WINDOW_ROWS = 2**18
 _GATED = tuple(SOURCE_NAMES.index(name) for name in GATED_SOURCES)  # the codes of the teacher's answers
 
 
