@@ -76,7 +76,8 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert first["profile"] == "tight" and first["lambda"] == SESSION.lam  # the default profile, named
     assert first["accuracy"] > 0.95 and first["answered"] > 1900  # w certifiable and still answering
     # row groups of 700, 700, 600 queries in log batches of at most 300: 3 + 3 + 2 files
-    sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))]
+    sizes = [pq.read_metadata(str(data / "log" / f)).num_rows for f in sorted(os.listdir(data / "log"))
+             if f.startswith("batch-")]
     assert sizes == [300, 300, 100, 300, 300, 100, 300, 300]
     # the same command again: the queries were answered in full, nothing is asked, the log stays
     code, out, err = run(capsys, *answer_args(data, thread_cluster_yaml, "--truth", str(data / "truth"),
@@ -89,7 +90,7 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert f"all 2,000 queries of {data / 'queries'} were already answered in {data / 'log'} (batches 0-7); " \
         "nothing asked" in err
     assert "continuing the session" in err  # --private and the training options are not used
-    assert sorted(os.listdir(data / "log")) == [f"batch-{i:08d}.parquet" for i in range(8)]
+    assert sorted(os.listdir(data / "log")) == ["_session.json", *(f"batch-{i:08d}.parquet" for i in range(8))]
     # continue with a new query file (the same rows, reversed): same state, no training, the log
     # grows, repeats of answered queries get their logged answers and the budget carries over
     reverse = pq.read_table(str(data / "queries")).take(np.arange(1999, -1, -1))
@@ -99,7 +100,8 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert code == 0, err
     second = last_json(out)
     assert second["resumed_after"] == 0 and "already_answered" not in second  # another input: asked from its start
-    assert second["duplicates"] == first["answered"]  # repeats of answered queries: logged answers, free
+    # repeats of answered or abstained queries: their logged outcomes, free (issue 47: abstentions too)
+    assert second["duplicates"] == first["answered"] + first["abstained"]
     assert second["budget_used"] - first["budget_used"] <= first["abstained"] + first["refused"]
     assert second["session_totals"]["answered"] == first["answered"] + second["answered"]
     meter = second["odometer"]  # repeats spend nothing: only the first run's queries were tested
@@ -115,7 +117,7 @@ def test_one_shot_answer_then_continue_the_session(data, capsys, thread_cluster_
     assert status["answered"] == second["session_totals"]["answered"]
     code, out, err = run(capsys, "status", "--state", str(data / "nowhere"))
     assert code == 2 and "no session here" in err
-    files = sorted(os.listdir(data / "log"))
+    files = sorted(f for f in os.listdir(data / "log") if f.startswith("batch-"))  # not the claim
     assert len(files) == 9  # one more batch: the default batch size holds all 2000
     log = pq.read_table(str(data / "log"))
     assert log.num_rows == 4000 and set(log.column("status").to_pylist()) <= {"answered", "abstained", "refused"}
@@ -244,7 +246,8 @@ def test_train_says_in_one_line_when_k_is_too_few(data, capsys, thread_cluster_y
     assert f"k >= {expected} " in warnings[0], warnings[0]
     code, out, err = run(capsys, "train", "--private", str(data / "private"), "--state", str(data / "st2"),
                          "--cluster", thread_cluster_yaml, "--json", *PARAMS)
-    assert code == 0 and "warning: " not in err, err  # MECHANICS: k = 50 is enough there
+    # MECHANICS: k = 50 is enough there (its delta 1e-3, above 1/n, is warned of: tests/test_delta_rule.py)
+    assert code == 0 and not [line for line in err.splitlines() if line.startswith("warning: ") and "1/n" not in line], err
 
 
 @pytest.mark.parametrize(

@@ -85,8 +85,9 @@ def _state(root: Path) -> dict:
 
 
 def _visible(log: Path) -> list[str]:
-    """Visible names of the log: batch files only (temporaries of atomic writes start with '.')."""
-    names = [n for n in os.listdir(log) if not n.startswith(".")] if log.exists() else []
+    """Visible names of the log: batch files only (temporaries of atomic writes start with '.'; the
+    session's claim, _session.json, is not a batch)."""
+    names = [n for n in os.listdir(log) if not n.startswith(".") and n != "_session.json"] if log.exists() else []
     for name in names:
         assert _BATCH_FILE.match(name), f"unexpected visible file {name}"
     return names
@@ -168,14 +169,14 @@ def test_sigkill_with_the_log_in_a_bucket_then_resume(s3, tmp_path: Path, capsys
     argv = _answer_argv(root, cluster, log)
     seen: dict[int, str] = {}
     kills, in_loop, c = _kill_and_check(root, argv, BUCKET_KILLS, BUCKET_QUERIES, random.Random(20261128),
-                                        lambda: len(s3.keys("log/")), lambda c: _check_bucket(root, s3, seen, c))
+                                        lambda: len(_batch_keys(s3)), lambda c: _check_bucket(root, s3, seen, c))
     assert kills == BUCKET_KILLS and in_loop >= 3, (kills, in_loop)
     finish = [*argv]  # the rest in larger batches, as above
     finish[finish.index("--batch-size") + 1] = str(FINISH_BATCH)
     done = subprocess.run(pcqr_command(finish), capture_output=True, text=True, env=cli_env())
     assert done.returncode == 0, done.stderr
     c = _check_bucket(root, s3, seen, c)
-    ids = [i for key in s3.keys("log/") for i in Batch(s3.read(key)).ids]
+    ids = [i for key in _batch_keys(s3) for i in Batch(s3.read(key)).ids]
     assert sorted(ids) == list(range(BUCKET_QUERIES))  # every query answered exactly once
     assert not os.listdir(root / "state" / "pending")
     capsys.readouterr()
@@ -183,11 +184,18 @@ def test_sigkill_with_the_log_in_a_bucket_then_resume(s3, tmp_path: Path, capsys
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["queries"] == BUCKET_QUERIES
 
 
+def _batch_keys(s3) -> list[str]:
+    """The log's batch objects (not the session's claim, _session.json)."""
+    return [key for key in s3.keys("log/") if not key.endswith("/_session.json")]
+
+
 def _check_bucket(root: Path, s3, seen: dict[int, str], last_c: int) -> int:
     """The bucket's log after a kill: what _check asserts of a folder (seen: each batch's first digest)."""
     batches = {}
     for key in s3.keys("log/"):
         name = key.rsplit("/", 1)[1]
+        if name == "_session.json":  # the session's claim on its log, not a batch
+            continue
         assert _BATCH_FILE.match(name), f"unexpected object {key}"
         batch = batches[int(name[6:14])] = Batch(s3.read(key))  # parses in full: never half-written
         assert seen.setdefault(int(name[6:14]), batch.digest) == batch.digest, f"{key} changed"

@@ -198,7 +198,7 @@ def _answer(root: Path, cluster: Path, state: str, log: str) -> list[str]:
 
 
 def _batches(log: Path) -> list[str]:
-    return sorted(n for n in os.listdir(log) if not n.startswith(".")) if log.exists() else []
+    return sorted(n for n in os.listdir(log) if n.startswith("batch-")) if log.exists() else []
 
 
 @pytest.mark.slow

@@ -33,6 +33,13 @@ def _counted(ensemble, X):
     return _COUNT_VOTES(ensemble, X)
 
 
+@pytest.fixture(autouse=True)
+def own_ledger(tmp_path, monkeypatch) -> None:
+    """A ledger of this test's own: the suite's shared one knows other tests' private rows, which
+    the misuse guard would find among these generated queries."""
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+
+
 @pytest.fixture
 def voted(monkeypatch) -> list[int]:
     VOTED.clear()
@@ -186,3 +193,19 @@ def test_a_finished_streams_rerun_and_a_halted_sessions_queries_vote_nothing(
     more = _answer(capsys, state, _stream(tmp_path / "q2", _distinct(100, 12), first_id=1000), tmp_path / "log",
                    thread_cluster_yaml, "--after-halt", "refuse")
     assert more["refused"] == 100 and sum(voted) == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_origins_name_each_rows_first_row_of_its_key(seed: int) -> None:
+    """pcqr.pipeline.public_log.answered.origins against a dictionary of first rows (keys drawn from
+    few values, so most rows are copies; and the two bits the index ignores varied)."""
+    from pcqr.pipeline.public_log.answered import origins
+
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2**63, size=7, dtype=np.uint64) & ~np.uint64(3)
+    keys = base[rng.integers(0, 7, size=500)] | rng.integers(0, 4, size=500).astype(np.uint64)
+    first: dict[int, int] = {}
+    expected = [first.setdefault(int(k) >> 2, i) for i, k in enumerate(keys)]
+    np.testing.assert_array_equal(origins(keys), expected)
+    unique = rng.permutation(np.arange(100, dtype=np.uint64) << np.uint64(2))
+    np.testing.assert_array_equal(origins(unique), np.arange(100))

@@ -45,18 +45,23 @@ def test_query_chunks_number_rows_from_the_part_start(tmp_path: Path) -> None:
     path, X = _queries(tmp_path, 500, 120)
     (part,) = open_dataset(str(path), "queries").parts(10**9)
     chunks = list(query_chunks(part, FEATURES, None, 100, 5, 37))
-    np.testing.assert_array_equal(np.concatenate([t.column("query_id").to_numpy() for t, _, _ in chunks]),
+    np.testing.assert_array_equal(np.concatenate([t.column("query_id").to_numpy() for t, _ in chunks]),
                                   np.arange(37, 500))
-    assert [t.num_rows for t, _, _ in chunks] == [63, 100, 100, 100, 100]  # the validation pass's chunks
-    np.testing.assert_array_equal(np.vstack([x for _, x, _ in chunks]), X[37:])
-    np.testing.assert_array_equal(np.concatenate([k for _, _, k in chunks]), row_keys(X[37:], 5))
+    assert [t.num_rows for t, _ in chunks] == [63, 100, 100, 100, 100]  # the validation pass's chunks
+    np.testing.assert_array_equal(
+        np.vstack([np.column_stack([t.column(n) for n in FEATURES]) for t, _ in chunks]), X[37:])
+    np.testing.assert_array_equal(np.concatenate([k for _, k in chunks]), row_keys(X[37:], 5))
 
 
-def test_count_votes_is_the_ensembles_count(tmp_path: Path) -> None:
+def test_count_votes_is_the_ensembles_count_and_a_batch_gives_the_rows_asked(tmp_path: Path) -> None:
+    path, X = _queries(tmp_path, 1000, 130)
+    parts = open_dataset(str(path), "queries").parts(10**9)
     rng = np.random.default_rng(4)
-    X = rng.normal(size=(1000, 3))
     ensemble = Ensemble.of(LinearVotes(rng.normal(size=(9, 3)), rng.normal(size=9)))
     np.testing.assert_array_equal(count_votes(ensemble, X), ensemble.count_ones(X))
+    batch = next(read_ahead(parts, FEATURES, None, 256, 0, seed=11))
+    np.testing.assert_array_equal(batch.matrix(np.array([2, 5])), X[[2, 5]])
+    np.testing.assert_array_equal(batch.matrix(slice(10, 20)), X[10:20])
 
 
 def test_a_chunk_that_changed_after_the_validation_pass_is_refused(tmp_path: Path) -> None:
@@ -64,7 +69,7 @@ def test_a_chunk_that_changed_after_the_validation_pass_is_refused(tmp_path: Pat
     changed between the two reads is refused at the first chunk that differs, before it is yielded."""
     path, X = _queries(tmp_path, 300, 300)
     (part,) = open_dataset(str(path), "queries").parts(10**9)
-    shares = check_queries(part, FEATURES, None, 100)[5]
+    shares = check_queries(part, FEATURES, None, 100, None, 5)[5]
     assert shares.shape == (3,)
     assert len(list(query_chunks(part, FEATURES, None, 100, 5, 0, shares))) == 3  # unchanged: every chunk
     changed = X.copy()
@@ -72,22 +77,31 @@ def test_a_chunk_that_changed_after_the_validation_pass_is_refused(tmp_path: Pat
     pq.write_table(pa.table({n: changed[:, j] for j, n in enumerate(FEATURES)}), path, row_group_size=300)
     got = []
     with pytest.raises(PcqrError, match="changed after its queries were checked"):
-        for table, _, _ in query_chunks(part, FEATURES, None, 100, 5, 0, shares):
+        for table, _ in query_chunks(part, FEATURES, None, 100, 5, 0, shares):
             got.append(table.num_rows)
     assert got == [100, 100]  # the chunks before the changed one
     with pytest.raises(PcqrError, match="changed after its queries were checked"):  # from a resume point too
         list(query_chunks(part, FEATURES, None, 100, 5, 250, shares))
+    ids = pa.table({**{n: X[:, j] for j, n in enumerate(FEATURES)}, "qid": np.arange(300)})
+    pq.write_table(ids, path)
+    shares = check_queries(part, FEATURES, "qid", 100, None, 5)[5]
+    pq.write_table(ids.set_column(3, "qid", pa.array(np.r_[np.arange(150), np.arange(151, 301)])), path)
+    with pytest.raises(PcqrError, match="changed after its queries were checked"):  # an id changed, not a value
+        list(query_chunks(part, FEATURES, "qid", 100, 5, 0, shares))
+    pq.write_table(ids.set_column(0, FEATURES[0], pa.array(["a"] * 300)), path)
+    with pytest.raises(PcqrError, match="changed after its queries were checked"):  # a column's type changed
+        list(query_chunks(part, FEATURES, "qid", 100, 5, 0, shares))
 
 
 def test_read_ahead_yields_every_batch_in_order_and_raises_at_the_bad_one(tmp_path: Path) -> None:
     path, X = _queries(tmp_path, 1000, 90)
     parts = open_dataset(str(path), "queries").parts(200)
-    shares = {p.start: check_queries(p, FEATURES, None, 64)[5] for p in parts}
+    shares = {p.start: check_queries(p, FEATURES, None, 64, None, 3)[5] for p in parts}
     got = list(read_ahead(parts, FEATURES, None, 64, 130, seed=3, shares=shares))
     ids = np.concatenate([b.table.column("query_id").to_numpy() for b in got])
     np.testing.assert_array_equal(ids, np.arange(130, 1000))
     np.testing.assert_array_equal(np.concatenate([b.keys for b in got]), row_keys(X[130:], 3))
-    np.testing.assert_array_equal(np.vstack([b.X for b in got]), X[130:])
+    np.testing.assert_array_equal(np.vstack([b.matrix() for b in got]), X[130:])
     assert [b.part for b in got] == sorted(b.part for b in got)
     gone = [parts[0], Part(str(tmp_path / "gone.parquet"), (0,), 10, parts[0].rows)]
     seen = []

@@ -178,10 +178,10 @@ def test_submit_runs_the_job_on_the_external_workers(
     assert summary["answered"] >= 1900 and summary["accuracy"] >= 0.99, summary
     log = _log(tmp_path / "log")
     assert sorted(log.column("query_id").to_pylist()) == list(range(2000))
-    assert sorted(os.listdir(tmp_path / "log")) == [f"batch-{i:08d}.parquet" for i in range(4)]
+    assert sorted(os.listdir(tmp_path / "log")) == ["_session.json", *(f"batch-{i:08d}.parquet" for i in range(4))]
     # the work ran on the external scheduler's workers, not on a cluster started here
     after = _computed(shared)
-    assert all(after.get(kind, 0) > before.get(kind, 0) for kind in ("load_part", "train_block", "vote_batch")), after
+    assert all(after.get(kind, 0) > before.get(kind, 0) for kind in ("load_part", "train_block", "count_votes")), after
     assert shared.scheduler is not None and shared.scheduler.poll() is None  # not ours to shut down
     assert all(proc.poll() is None for proc in shared.workers)
 

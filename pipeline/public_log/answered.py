@@ -189,14 +189,16 @@ class AnsweredIndex:
         """The bytes of the entries spilled to disk."""
         return sum(run.size for run in self._disk) * _ENTRY.itemsize
 
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found, outcome) per key: the label 0 or 1 or :data:`ABSTAINED_OUTCOME`; 0 where not found."""
+    def lookup(self, keys: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(found, outcome) per key: the label 0 or 1 or :data:`ABSTAINED_OUTCOME`; 0 where not found.
+        ``order``: :func:`key_order` of ``keys``, if the caller has it (else sorted here)."""
         found = np.zeros(keys.shape[0], dtype=bool)
         label = np.zeros(keys.shape[0], dtype=np.int8)
         if not (self._runs or self._disk) or not keys.shape[0]:
             return found, label
         needles = keys & _KEY_BITS
-        order = np.argsort(needles)  # sorted needles: the binary searches walk each run in order (2-3x faster)
+        if order is None:  # sorted needles: the binary searches walk each run in order (2-3x faster)
+            order = np.argsort(needles)
         needles = needles[order]
         hits = np.zeros(keys.shape[0], dtype=bool)
         labels = np.zeros(keys.shape[0], dtype=np.int8)
@@ -261,12 +263,25 @@ class AnsweredIndex:
             self._folder.close()
 
 
-def first_occurrences(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows by their keys, as the index compares them: the positions of each distinct key's first
-    row, ascending, and for every row the position of its key's first row (itself for a first)."""
-    _, first, inverse = np.unique(np.asarray(keys, dtype=np.uint64) & _KEY_BITS, return_index=True,
-                                  return_inverse=True)
-    return np.sort(first), first[inverse.reshape(-1)]
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """The stable order that sorts rows by the bits of their keys the index compares (equal keys keep
+    their rows' order): :meth:`AnsweredIndex.lookup` and :func:`origins` both take it."""
+    return np.argsort(compared(keys), kind="stable")
+
+
+def origins(keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """For every row, the position of the first row with the same key, as the index compares them
+    (itself for a first): one sort (``order``, :func:`key_order`, if the caller has it)."""
+    n = keys.shape[0]
+    order = key_order(keys) if order is None else order
+    ranked = compared(keys)[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = ranked[1:] != ranked[:-1]
+    if starts.all():
+        return np.arange(n)
+    origin = np.empty(n, dtype=np.int64)
+    origin[order] = order[np.flatnonzero(starts)][np.cumsum(starts) - 1]  # a run's first is its earliest row
+    return origin
 
 
 def compared(keys: np.ndarray) -> np.ndarray:

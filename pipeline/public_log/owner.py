@@ -15,16 +15,18 @@ The claim is public: a session's id is in every batch's provenance already.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+from typing import Iterator
 
 from pcqr.pipeline.data import locations, object_store
 from pcqr.pipeline.data.atomic import fsync_directory, write_atomic
 from pcqr.pipeline.data.parquet_opener import schema_of
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.public_log.batches import CLAIM_FILE, PROVENANCE_KEY, batch_path
+from pcqr.pipeline.public_log.batches import CLAIM_FILE, PROVENANCE_KEY, batch_files, batch_path
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 _CLAIM_LIMIT = 4096
@@ -69,6 +71,31 @@ def claim(log_dir: str, session_id: str, option: str = "--log") -> None:
         created = _link_once(path, data)
     if not created:
         check_owner(log_dir, session_id, option)
+
+
+@contextlib.contextmanager
+def claimed(log_dir: str, session_id: str) -> Iterator[None]:
+    """The block runs with the session's claim on ``log_dir``; if it fails before the log holds a
+    batch, the claim is given back (and the folder removed if it is left empty), so the session, or a
+    retry as a new session, may take that folder again."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError, PcqrError):
+            _unclaim(log_dir, session_id)
+        raise
+
+
+def _unclaim(log_dir: str, session_id: str) -> None:
+    if batch_files(log_dir) or _claimed(log_dir) != session_id:
+        return
+    path = locations.join(log_dir, CLAIM_FILE)
+    if locations.is_uri(log_dir):
+        object_store.delete(path)
+        return
+    os.unlink(path)
+    with contextlib.suppress(OSError):  # only if empty
+        os.rmdir(log_dir)
 
 
 def _claimed(log_dir: str) -> str | None:

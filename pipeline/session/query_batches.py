@@ -49,38 +49,36 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
 
 
 #: A part's validation: rows, content share, smallest and largest id, the guard's findings, and the
-#: content share of each chunk of ``rows`` rows from the part's start (uint64, for the driver's read).
+#: read check of each chunk of ``rows`` rows from the part's start (uint64, for the driver's read).
 Checked = tuple[int, int, "int | None", "int | None", "list[Found] | None", np.ndarray]
 
 
 def check_queries(part: Part, features: Sequence[str], id_column: str | None, rows: int,
-                  reach: Reach | None = None) -> Checked:
+                  reach: Reach | None = None, seed: int = 0) -> Checked:
     """Worker: the validation pass over queries before any answer is released (NaN / inf / null
     features, missing, out-of-range or repeated ids raise, naming the file and column); the part's
-    row count, its share of the queries' content identity (:func:`content_sum`), each chunk's share
-    (for :func:`verified_chunks`: 8 bytes a batch) and its smallest and
+    row count, its share of the queries' content identity (:func:`content_sum`), each chunk's read
+    check (:func:`read_check` under the session's row-key ``seed``: 8 bytes a batch, against which
+    the driver checks its own read, :func:`query_chunks`) and its smallest and
     largest id (None without ``id_column``: row positions never repeat), for the driver's check
     across parts (:func:`overlapping_groups`, then :func:`part_ids` of those parts only). The ids
     themselves are not kept: held for every part until the pass ends, they were 8 bytes a query
     of the workers' memory (issue 32). With ``reach``, on the same read, what the misuse guard
     needs of the rows (:class:`pcqr.pipeline.budget.overlap.Reach`), chunk by chunk: the file is read
     once for both."""
-    return _checked(part, features, id_column, rows, reach)
-
-
-def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: int, reach: Reach | None) -> Checked:
-    """:func:`check_queries`'s pass."""
     columns = list(dict.fromkeys([*features, *([id_column] if id_column else []), *(reach.needed if reach else ())]))
     count, total = 0, 0
     found: list[np.ndarray] = []
     seen: list[Found] = []
-    shares: list[int] = []
+    checks: list[int] = []
     for table in read_chunks(part, columns, rows):
-        ids, share = _chunk_share(table, check_features(table, features, part.file), id_column, part, count)
+        values = check_features(table, features, part.file)
+        positions = np.arange(part.start + count, part.start + count + table.num_rows, dtype=np.int64)
+        ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
         if id_column is not None:
             found.append(ids)
-        shares.append(share)
-        total = (total + share) % 2**64
+        total = (total + content_sum(values, ids, positions)) % 2**64
+        checks.append(read_check(column_keys(values, table.num_rows, seed), ids, seed))
         count += table.num_rows
         if reach is not None:
             seen.append(reach.in_range(table))
@@ -89,16 +87,18 @@ def _checked(part: Part, features: Sequence[str], id_column: str | None, rows: i
         raise PcqrError(f"{part.file}: --id-column {id_column!r} repeats query id {repeated}; "
                         "each query needs its own id (the log and --truth join answers by it)")
     return (count, total, (int(ids[0]) if ids.size else None), (int(ids[-1]) if ids.size else None),
-            seen if reach is not None else None, np.array(shares, dtype=np.uint64))
+            seen if reach is not None else None, np.array(checks, dtype=np.uint64))
 
 
-def _chunk_share(table: pa.Table, values: Sequence[np.ndarray], id_column: str | None, part: Part,
-                 offset: int) -> tuple[np.ndarray, int]:
-    """A chunk's ids (its ``--id-column``'s, else the rows' positions) and its content share; the
-    chunk starts ``offset`` rows into ``part``."""
-    positions = np.arange(part.start + offset, part.start + offset + table.num_rows, dtype=np.int64)
-    ids = positions if id_column is None else id_values(table, id_column, part.file).to_numpy()
-    return ids, content_sum(values, ids, positions)
+def read_check(keys: np.ndarray, ids: np.ndarray, seed: int) -> int:
+    """A chunk's read check: the sum mod 2^64 of its rows' keys (the session's keyed row hashes,
+    :func:`pcqr.pipeline.public_log.answered.column_keys`) and of keyed hashes of its ids. The driver
+    computes the keys anyway; a chunk whose rows or ids changed between two reads differs (but for
+    a 2^-64 chance: the key is the session's secret)."""
+    bits = np.asarray(ids, dtype=np.int64).view(np.uint64)
+    halves = [(bits >> np.uint64(32)).astype(np.float64), (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)]
+    id_keys = column_keys(halves, bits.shape[0], seed ^ 0x6964)  # "id"
+    return (int(np.sum(keys, dtype=np.uint64)) + int(np.sum(id_keys, dtype=np.uint64))) % 2**64
 
 
 def part_ids(part: Part, id_column: str, rows: int) -> np.ndarray:
@@ -129,30 +129,41 @@ def repeated_id(ids: np.ndarray) -> int | None:
     return int(ids[twice[0]]) if twice.size else None
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A log batch as the driver read it (checked against the validation pass): its part (an index
+    into the loop's parts), its rows (the features and the ids the log records) and their row keys.
+    The feature matrix is made only where it is needed (:meth:`matrix`): the rows to vote on, and the
+    batch's rows when a gate or the student reads the features."""
+
+    part: int
+    table: pa.Table
+    keys: np.ndarray
+    features: tuple[str, ...]
+
+    def matrix(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The feature matrix of ``rows`` (float64, column-major; the values were checked on the read)."""
+        columns = [as_float64(self.table.column(name))[rows] for name in self.features]
+        X = np.empty((columns[0].shape[0] if columns else 0, len(columns)), dtype=np.float64, order="F")
+        for j, column in enumerate(columns):
+            X[:, j] = column
+        return X
+
+
 def count_votes(ensemble: Ensemble, X: np.ndarray) -> np.ndarray:
     """Worker: ct(1) of the k models for each row of X, the fresh queries the gate can still test
     (private: to the coordinator only)."""
     return ensemble.count_ones(X)
 
 
-@dataclass(frozen=True)
-class Batch:
-    """A log batch as the driver read it: its part (an index into the loop's parts), its rows (the
-    features and the ids the log records), their feature matrix and their row keys."""
-
-    part: int
-    table: pa.Table
-    X: np.ndarray
-    keys: np.ndarray
-
-
 def query_chunks(part: Part, features: Sequence[str], id_column: str | None, rows: int, seed: int,
-                 skip: int = 0, shares: np.ndarray | None = None) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+                 skip: int = 0, shares: np.ndarray | None = None) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Driver: the part's queries after its first ``skip`` rows, in the validation pass's chunks of
     ``rows`` rows from the part's start (the first one after ``skip`` cut short): each as (the table
-    with the ids the log records, ``--id-column``'s or the row's position in the dataset; its
-    feature matrix; its row keys). With ``shares`` (the pass's :func:`check_queries` chunk shares),
-    a chunk whose content is not the one validated is refused before it is yielded."""
+    with the ids the log records, ``--id-column``'s or the row's position in the dataset; its row
+    keys under ``seed``). With
+    ``shares`` (the pass's :func:`check_queries` read checks under the same seed), a chunk whose
+    rows or ids are not the ones validated is refused before it is yielded."""
     columns = [*features] + ([id_column] if id_column else [])
     offset = 0
     for number, table in enumerate(read_chunks(part, columns, rows)):
@@ -160,21 +171,37 @@ def query_chunks(part: Part, features: Sequence[str], id_column: str | None, row
         if offset + n <= skip:  # committed by an earlier run: not released again
             offset += n
             continue
-        values = check_features(table, features, part.file)
-        ids, share = _chunk_share(table, values, id_column, part, offset)
-        if shares is not None and (number >= shares.shape[0] or share != int(shares[number])):
-            raise PcqrError(f"{part.file}: changed after its queries were checked (the rows read for the log are "
-                            "not the rows validated); nothing of this batch was released: run the command again")
-        if id_column is None:
-            table = table.append_column(QUERY_ID, pa.array(ids))
-        else:
-            table = table.set_column(table.schema.get_field_index(id_column), id_column, pa.array(ids))
-        X = np.empty((n, len(values)), dtype=np.float64, order="F")
-        for j, column in enumerate(values):
-            X[:, j] = column
+        expected = None if shares is None else (int(shares[number]) if number < shares.shape[0] else -1)
+        table, keys = _checked_chunk(table, part, features, id_column, offset, seed, expected)
         drop = max(0, skip - offset)
-        yield table.slice(drop), X[drop:], column_keys(values, n, seed)[drop:]
+        yield table.slice(drop), keys[drop:]
         offset += n
+
+
+def _checked_chunk(table: pa.Table, part: Part, features: Sequence[str], id_column: str | None, offset: int,
+                   seed: int, expected: int | None) -> tuple[pa.Table, np.ndarray]:
+    """A chunk read ``offset`` rows into the part: the table with the ids the log records and its row
+    keys, refused unless its read check is ``expected`` (None: not checked)."""
+    n = table.num_rows
+    # the validation pass checked these values; a changed file is caught by the read check
+    try:
+        keys = column_keys([as_float64(table.column(name)) for name in features], n, seed)
+    except (pa.ArrowException, ValueError, TypeError):  # a column no longer of a feature's type
+        raise _changed(part) from None
+    if id_column is None:
+        ids = pa.array(np.arange(part.start + offset, part.start + offset + n, dtype=np.int64))
+        table = table.append_column(QUERY_ID, ids)
+    else:
+        ids = id_values(table, id_column, part.file)
+        table = table.set_column(table.schema.get_field_index(id_column), id_column, ids)
+    if expected is not None and read_check(keys, ids.to_numpy(), seed) != expected:
+        raise _changed(part)
+    return table, keys
+
+
+def _changed(part: Part) -> PcqrError:
+    return PcqrError(f"{part.file}: changed after its queries were checked (the rows read for the log are not "
+                     "the rows validated); nothing of this batch was released: run the command again")
 
 
 def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarray:
@@ -184,7 +211,7 @@ def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarra
 
 def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,
                seed: int, shares: Mapping[int, np.ndarray] | None = None,
-               depth: int = 2) -> Generator[Batch, None, None]:
+               depth: int = 1) -> Generator[Batch, None, None]:
     """Driver: every :class:`Batch` after the stream's first ``skip`` rows, in order, read, checked
     against the validation pass (``shares``: each part's chunk shares by its start,
     :func:`query_chunks`) and hashed by a thread up to ``depth`` batches ahead of the caller (pyarrow
@@ -207,9 +234,9 @@ def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | 
         try:
             for i, part in enumerate(parts):
                 expected = None if shares is None else shares[part.start]
-                for table, X, keys in query_chunks(part, features, id_column, rows, seed,
-                                                   max(0, skip - part.start), expected):
-                    if not put(Batch(i, table, X, keys)):
+                for table, keys in query_chunks(part, features, id_column, rows, seed,
+                                                max(0, skip - part.start), expected):
+                    if not put(Batch(i, table, keys, tuple(features))):
                         return
             put(None)
         except BaseException as exc:  # noqa: BLE001 -- handed to the caller, raised there

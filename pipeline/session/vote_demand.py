@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed import Client, Future
 
-from pcqr.pipeline.public_log.answered import AnsweredIndex, compared, first_occurrences
+from pcqr.pipeline.public_log.answered import AnsweredIndex, compared, key_order, origins
 from pcqr.pipeline.session.query_batches import Batch, count_votes
 
 #: The fewest rows a vote task is given when a batch's fresh queries are split among the workers'
@@ -44,8 +44,10 @@ class Planned:
     found: np.ndarray  # bool: in the index when planned
     outcome: np.ndarray  # int8: their outcome (label 0/1, ABSTAINED_OUTCOME)
     carried: np.ndarray  # bool: equal to a fresh query of a batch ahead, looked up again when released
+    origin: np.ndarray  # int64: each row's first row of the same key in the batch (itself for a first)
     fresh: int  # the batch's fresh queries (first of their key, in neither of the above)
     voted: np.ndarray  # the positions of the rows voted on
+    pieces: list[np.ndarray] = field(default_factory=list)  # the voted positions, one array per vote task
     futures: list[Future] = field(default_factory=list)
 
     @property
@@ -57,9 +59,9 @@ class Planned:
         results, in order."""
         values = np.zeros(self.rows, dtype=np.int32)
         mask = np.zeros(self.rows, dtype=bool)
-        if self.futures:
-            values[self.voted] = np.concatenate([f.result() for f in self.futures])
-            mask[self.voted] = True
+        for piece, future in zip(self.pieces, self.futures):
+            values[piece] = future.result()
+            mask[piece] = True
         return values, mask
 
     def settled(self, index: AnsweredIndex) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +80,7 @@ class VoteDemand:
 
     def __init__(self, client: Client, shared: Future | None, threads: int, index: AnsweredIndex) -> None:
         self.client, self.shared, self.threads, self.index = client, shared, max(1, threads), index
-        self._ahead: deque[np.ndarray] = deque()  # per planned batch: its fresh queries' compared keys
+        self._ahead: deque[np.ndarray] = deque()  # per planned batch: its fresh queries' compared keys, sorted
         self.fresh_ahead = 0  # fresh queries of the planned batches not yet released
         self.rows_ahead = 0  # rows of the planned batches not yet released
         self.voted = 0  # queries voted on so far
@@ -88,23 +90,31 @@ class VoteDemand:
         ``before_switch``: universal mode, the stream's rows still to pass through the coordinator
         (counted from the first batch not yet released), None otherwise."""
         keys = batch.keys
-        found, outcome = self.index.lookup(keys)
-        ahead = np.concatenate(self._ahead) if self._ahead else np.zeros(0, np.uint64)
-        carried = ~found & np.isin(compared(keys), ahead)
-        candidates = np.flatnonzero(~found & ~carried)
-        firsts = candidates[first_occurrences(keys[candidates])[0]] if candidates.size else candidates
+        order = key_order(keys)  # one sort: the index's lookup and the batch's copies
+        found, outcome = self.index.lookup(keys, order)
+        carried = np.zeros(keys.shape[0], dtype=bool)
+        ranked = compared(keys)
+        needles = ranked[order]  # sorted: the searches walk each array in order
+        for ahead in self._ahead:  # each sorted: a batch ahead's fresh keys
+            if ahead.size:
+                carried[order] |= ahead[np.minimum(np.searchsorted(ahead, needles), ahead.size - 1)] == needles
+        carried &= ~found
+        origin = origins(keys, order)  # rows of one key are alike: all found, all carried, or neither
+        firsts = np.flatnonzero(~found & ~carried & (origin == np.arange(keys.shape[0])))
         room = max(0, capacity - self.fresh_ahead)
         if before_switch is not None:  # the rows at or past the switch are h_priv's
             room = min(room, int(np.searchsorted(firsts, max(0, before_switch - self.rows_ahead))))
         voted = firsts[:room] if self.shared is not None else firsts[:0]  # none after universal's switch
-        self._ahead.append(compared(keys[firsts]))
+        self._ahead.append(np.sort(ranked[firsts]))
         self.fresh_ahead += firsts.size
         self.rows_ahead += batch.table.num_rows
-        planned = Planned(batch, found, outcome, carried, int(firsts.size), voted)
+        planned = Planned(batch, found, outcome, carried, origin, int(firsts.size), voted)
         if voted.size:
             pieces = max(1, min(self.threads, voted.size // PIECE_ROWS))
-            planned.futures = [self.client.submit(count_votes, self.shared, batch.X[rows], pure=False)
-                               for rows in np.array_split(voted, pieces)]
+            X = batch.matrix(_rows(voted))  # the fresh rows only (public queries), split among the threads
+            planned.pieces = np.array_split(voted, pieces)
+            planned.futures = [self.client.submit(count_votes, self.shared, rows, pure=False)
+                               for rows in np.array_split(X, pieces)]
             self.voted += int(voted.size)
         return planned
 
@@ -119,4 +129,11 @@ class VoteDemand:
         if planned.futures:
             self.client.cancel(planned.futures)
             self.voted -= int(planned.voted.size)
-            planned.futures, planned.voted = [], planned.voted[:0]
+            planned.futures, planned.pieces, planned.voted = [], [], planned.voted[:0]
+
+
+def _rows(positions: np.ndarray) -> np.ndarray | slice:
+    """Ascending row positions, as a slice when they are consecutive (no index array to gather by)."""
+    if positions.size and int(positions[-1]) - int(positions[0]) + 1 == positions.size:
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
