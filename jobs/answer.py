@@ -16,6 +16,7 @@ from pcqr.jobs.common import (
     ledger_option, wait_option,
 )
 from pcqr.jobs.options import check_labels_alone, privacy_options
+from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.state_lock import lock_state
@@ -63,5 +64,8 @@ def answer_session(options: dict[str, Any]) -> dict[str, Any]:
     (``pcqr replay --into`` answers through it too). Returns the summary."""
     training, answering = TrainingOptions.from_values(options), AnswerOptions.from_values(options)
     creates = training.private is not None  # the one-shot form may create the session
+    # outputs on inputs: refused before the lock (which may make --state)
+    check_session_paths(training.state, answering.log_dir, private=training.private, queries=answering.queries,
+                        truth=answering.truth, ledger=training.ledger, cluster=training.cluster)
     with lock_state(training.state, options["wait"], create=creates, command="pcqr answer"):
         return answer_stream(training, answering, connect_to(training.cluster), CLI_REPORTER)

@@ -72,7 +72,7 @@ def command(kind: str, rows: int, features: int, queries: int, seed: int, noise:
     """
     spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, integer_scale,
                      positive_rate)
-    check_out(out, overwrite)
+    check_out(out, overwrite, [("--cluster", cluster)])
     started = time.perf_counter()
     # array work (numpy draws, Parquet writes): a local cluster of threads, 2.3-2.9 s for the README's
     # 3 x 10^6 rows against 3.0-3.9 s with worker processes

@@ -14,7 +14,10 @@ from typing import Any
 
 import click
 
-from pcqr.jobs.common import allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note
+from pcqr.jobs.common import (
+    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, overwrite_option,
+)
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.mechanisms.private_learners import ALGORITHMS
 
 
@@ -50,7 +53,8 @@ from pcqr.pipeline.mechanisms.private_learners import ALGORITHMS
               "the class, 'x > theta' (up, the default) or 'x <= theta' (down).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
 @click.option("--delta", type=float, default=1e-6, show_default=True, help="--algorithm point / learn-thresholds / "
-              "rectangle: delta (A_dist's probability of releasing an unstable answer, and the composition's).")
+              "rectangle: delta (A_dist's probability of releasing an unstable answer, and the composition's); below 0.01 "
+              "(refused otherwise) and, to mean something, below 1/n of the private rows (warned of otherwise).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="--algorithm point / learn-thresholds / "
               "rectangle / label-private: target error alpha (learn-thresholds: RecConcave's approximation is "
               "alpha/2; rectangle: each edge cuts about alpha m / 4d positive rows; point: only the reported sample "
@@ -63,6 +67,7 @@ from pcqr.pipeline.mechanisms.private_learners import ALGORITHMS
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
 @allow_overlap_option
+@overwrite_option
 @ledger_option
 @cluster_option
 @json_option
@@ -97,6 +102,8 @@ def learn_command(**o: Any) -> None:
     pipeline/mechanisms/label_private.py)."""
     from pcqr.pipeline.mechanisms.private_learners import learn_private_classifier
 
+    check_outputs([Output("--out", o["out"])], [("--private", o["private"]), ("--public", o["public_uri"]),
+                                                ("--ledger", o["ledger"]), ("--cluster", o["cluster"])], o["overwrite"])
     summary = learn_private_classifier(
         o["algorithm"], o["private"], o["out"], public=o["public_uri"], hypothesis=o["hypothesis"], domain=o["domain"],
         direction=o["direction"], first_rows=o["first_rows"], features_are_public=o["features_are_public"],
@@ -113,11 +120,12 @@ def learn_command(**o: Any) -> None:
 @click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
               "else row positions; a column given here must exist.")
 @allow_overlap_option
+@overwrite_option
 @ledger_option
 @cluster_option
 @json_option
 def predict_command(model_path: str, queries: str, out: str, id_column: str | None, allow_private_overlap: bool,
-                    ledger: str | None, cluster: str | None, as_json: bool) -> None:
+                    overwrite: bool, ledger: str | None, cluster: str | None, as_json: bool) -> None:
     """Apply a released model to queries (post-processing: no privacy cost).
 
     MODEL: a released model file (public; pcqr learn's or pcqr distill's). QUERIES: the queries
@@ -126,7 +134,7 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str | No
     those rows, by id) unless --allow-private-overlap."""
     from pcqr.pipeline.models.predictions import predict_queries
 
-    summary = predict_queries(model_path, queries, out, id_column=id_column,
+    summary = predict_queries(model_path, queries, out, id_column=id_column, overwrite=overwrite,
                               allow_private_overlap=allow_private_overlap, ledger=ledger, cluster=cluster, note=note)
     emit_summary(summary, as_json)
 

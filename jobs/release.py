@@ -15,8 +15,9 @@ from typing import Any
 import click
 
 from pcqr.jobs.common import (
-    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, progress,
+    allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, overwrite_option, progress,
 )
+from pcqr.pipeline.data.outputs import Output, check_outputs
 
 
 @click.command("release")
@@ -26,7 +27,7 @@ from pcqr.jobs.common import (
 @click.option("--hypothesis", required=True, help="Query class: threshold, interval, point (one feature) or stump (several).")
 @click.option("--features", default=None, help="Comma-separated feature columns (default: every column of the public data; one of a type pcqr cannot read as a number is refused by name).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, below 0.01 (refused otherwise) and, to mean something, below 1/n of the private rows (warned of otherwise).")
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Target error alpha (PMW runs with alpha/2).")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta (PMW runs with beta/2).")
 @click.option("--pmw-constants", type=click.Choice(["dwork-roth", "calibrated"]), default="dwork-roth", show_default=True,
@@ -36,6 +37,7 @@ from pcqr.jobs.common import (
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
 @allow_overlap_option
+@overwrite_option
 @ledger_option
 @cluster_option
 @json_option
@@ -45,6 +47,8 @@ def release_command(**o: Any) -> None:
     (Dwork-Roth 4.2) on the private rows mapped to representatives. (eps, delta)-DP."""
     from pcqr.pipeline.mechanisms.with_public_data import release_with_public_data
 
+    check_outputs([Output("--out", o["out"])], [("--private", o["private"]), ("--public", o["public_uri"]),
+                                                ("--ledger", o["ledger"]), ("--cluster", o["cluster"])], o["overwrite"])
     summary = release_with_public_data(
         o["private"], o["public_uri"], o["out"], hypothesis=o["hypothesis"], features=o["features"],
         epsilon=o["epsilon"], delta=o["delta"], alpha=o["alpha"], beta=o["beta"], pmw_constants=o["pmw_constants"],

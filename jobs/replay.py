@@ -27,7 +27,8 @@ import click
 import pyarrow as pa
 
 from pcqr.jobs.common import (
-    TRUTH_HELP, allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, wait_option,
+    TRUTH_HELP, allow_overlap_option, cluster_option, emit_summary, json_option, ledger_option, note, overwrite_option,
+    wait_option,
 )
 from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.datasets import scan_dataset
@@ -71,17 +72,18 @@ def run_into(log: str, report: LogReport, answers: pa.Table, into: str, new_log:
               help="The session's last batch hash (last_hash in its session.json): vouches for the last batch, "
               "which no later batch does.")
 @allow_overlap_option
+@overwrite_option
 @ledger_option
 @cluster_option
 @wait_option
 @json_option
 def command(log: str, out: str | None, truth: str | None, into: str | None, new_log: str | None,
-            last_hash: str | None, allow_private_overlap: bool, ledger: str | None, cluster: str | None, wait: bool,
-            as_json: bool) -> None:
+            last_hash: str | None, allow_private_overlap: bool, overwrite: bool, ledger: str | None,
+            cluster: str | None, wait: bool, as_json: bool) -> None:
     """Verify the public log LOG and re-serve its answers (no private data, no budget).
 
     LOG: a session's answered-query log directory (public)."""
-    check_replay_options(log, out, into, new_log)
+    check_replay_options(log, out, into, new_log, truth=truth, overwrite=overwrite, ledger=ledger, cluster=cluster)
     if into is not None and not os.path.exists(os.path.join(into, LOCK_FILE)):
         check_into(into)  # no lock file made in a folder that holds no session
     locked = contextlib.nullcontext() if into is None else lock_state(

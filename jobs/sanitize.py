@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from pcqr.jobs.common import cluster_option, emit_summary, json_option, ledger_option, note
+from pcqr.jobs.common import cluster_option, emit_summary, json_option, ledger_option, note, overwrite_option
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.mechanisms.without_public_data import SANITIZERS
 
 #: ``pcqr sanitize --algorithm``: the practitioner's (issue 31) and Beimel-Nissim-Stemmer's (issue 14).
@@ -38,8 +39,9 @@ ALGORITHMS = SANITIZERS
               "by you, never read from the rows; a row outside it counts in the size and for no point (cdf, san-thresholds: "
               "rows are taken at ceil(x) clipped to LO:HI).")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="Privacy parameter eps.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in (0, 1) "
-              "(cdf is pure eps-DP: it proves delta 0).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, below 0.01 (refused "
+              "otherwise) and, to mean something, below 1/n of the private rows (warned of otherwise); cdf is pure "
+              "eps-DP: it proves delta 0.")
 @click.option("--alpha", type=float, default=None, help="Target error alpha of every query's answer (a share of "
               "the rows; default 0.1); fewer rows are refused with the least number that is certified. Not for "
               "cdf, whose summary reports its noise instead (threshold_noise_sd_share).")
@@ -49,6 +51,7 @@ ALGORITHMS = SANITIZERS
               "database (one Parquet file: the feature column and 'weight').")
 @click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed).")
 @click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private.")
+@overwrite_option
 @ledger_option
 @cluster_option
 @json_option
@@ -59,15 +62,18 @@ def sanitize_command(**o: Any) -> None:
     under (eps, delta)-DP. Charged to the ledger before any row is read.
 
     \b
-    Example:
-      pcqr sanitize --algorithm histogram --private data/private --features x0 --domain 0:4294967295 \\
+    Example (runs as written, in order, in an empty folder):
+      pcqr generate --integer-scale 100 --queries 0 --out counts   # x0 = floor(100 z), an integer
+      pcqr sanitize --algorithm histogram --private counts/private --features x0 --domain -1000:1000 \\
         --epsilon 1 --out points.parquet
       pcqr release-answer points.parquet --query value=42
-      pcqr sanitize --algorithm cdf --private data/private --features x0 --domain 0:4294967295 \\
+      pcqr sanitize --algorithm cdf --private counts/private --features x0 --domain -1000:1000 \\
         --epsilon 1 --out cdf.parquet
       pcqr release-answer cdf.parquet --query threshold=41,direction=down   # the share of rows x <= 41"""
     from pcqr.pipeline.mechanisms.without_public_data import sanitize
 
+    check_outputs([Output("--out", o["out"])], [("--private", o["private"]), ("--ledger", o["ledger"]),
+                                                ("--cluster", o["cluster"])], o["overwrite"])
     summary = sanitize(o["private"], o["out"], domain=o["domain"], algorithm=o["algorithm"], features=o["features"],
                        epsilon=o["epsilon"], delta=o["delta"], alpha=o["alpha"], beta=o["beta"], cluster=o["cluster"],
                        ledger=o["ledger"], seed=o["seed"], insecure_seed=o["insecure_seed"], note=note)

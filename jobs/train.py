@@ -14,6 +14,7 @@ from pcqr.jobs.common import (
     CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, wait_option,
 )
 from pcqr.jobs.options import check_labels_alone, privacy_options
+from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.session.planning import train_new_session
 from pcqr.pipeline.session.state_lock import lock_state
@@ -35,6 +36,8 @@ def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
     check_labels_alone(click.get_current_context())
     training = TrainingOptions.from_values(options)
+    check_session_paths(training.state, None, private=training.private, ledger=training.ledger,
+                        cluster=training.cluster)  # before the lock, which makes --state
     with lock_state(training.state, options["wait"], create=True, command="pcqr train"):
         summary = train_new_session(training, connect_to(training.cluster), CLI_REPORTER)
     emit_summary(summary, options["as_json"])

@@ -253,7 +253,7 @@ def test_refuses_non_empty_out_unless_overwrite(run: Callable[..., Result], tmp_
     before = {p: p.read_bytes() for p in parts(out, "private")}
     (out / "private" / "notes.txt").write_text("keep me")
     result = run(out, **{**SMALL, "seed": 12})
-    assert isinstance(result.exception, PcqrError) and str(result.exception).startswith("--out:")
+    assert isinstance(result.exception, PcqrError) and str(result.exception).startswith(f"--out {out / 'private'}: ")
     assert "--overwrite" in str(result.exception)
     assert {p: p.read_bytes() for p in parts(out, "private")} == before
     ok(run(out, "--overwrite", **{**SMALL, "seed": 12}))

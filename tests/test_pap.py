@@ -235,7 +235,7 @@ def test_table_does_not_depend_on_private_rows_except_answers(files, capsys, thr
     other = write_parquet(str(tmp / "other" / "p.parquet"), {"x0": np.full(1000, 5.0), "b1": np.zeros(1000)})
     assert main(_release(tmp, tmp / "private", thread_cluster_yaml)) == 0
     first = pq.read_table(tmp / "table.parquet")
-    assert main(_release(tmp, tmp / "other", thread_cluster_yaml)) == 0
+    assert main(_release(tmp, tmp / "other", thread_cluster_yaml, "--overwrite")) == 0
     second = pq.read_table(tmp / "table.parquet")
     capsys.readouterr()
     meta = [json.loads(t.schema.metadata[b"pcqr.release"]) for t in (first, second)]

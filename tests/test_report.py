@@ -194,7 +194,8 @@ def test_the_command_writes_a_self_contained_page_and_reads_no_state_unless_aske
     for name in FIGURES:
         assert (root / "out" / f"report-{name}.png").read_bytes().startswith(b"\x89PNG")
     assert str(root / "log") in page and "batch-00000000.parquet" in page  # the files it read
-    assert main(["report", "--log", str(root / "log"), "--state", str(state), "--out", str(out), "--json"]) == 0
+    assert main(["report", "--log", str(root / "log"), "--state", str(state), "--out", str(out), "--overwrite",
+                 "--json"]) == 0
     with_state = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert with_state["read_state"] is True and str(state / "session.json") in with_state["files_read"]
     assert "State summary" in out.read_text()

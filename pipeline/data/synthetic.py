@@ -27,7 +27,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 from distributed import Client, as_completed
 
 from pcqr.pipeline.data import locations
-from pcqr.pipeline.data.atomic import check_writable_directory, write_atomic
+from pcqr.pipeline.data.atomic import write_atomic
+from pcqr.pipeline.data.outputs import Named, Output, check_outputs
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.parquet_opener import schema_of
@@ -316,16 +317,11 @@ def write_part(part: Part, spec: DatasetSpec, concept: Concept) -> int:
     return part.stop - part.start
 
 
-def check_out(out: str, overwrite: bool) -> None:
-    """Refuse an ``out`` whose private/queries/truth folder is not empty, unless overwrite (at an
-    ``s3://`` location: a bucket pcqr cannot write)."""
-    if locations.is_uri(out):
-        check_writable_directory(out, "--out")
-    for path in (out, *(locations.join(out, d) for d in DATASETS)):
-        if not locations.is_uri(path) and os.path.exists(path) and not os.path.isdir(path):
-            raise PcqrError(f"--out: {path} exists and is not a directory")
-        if path != out and locations.names_in(path) and not overwrite:
-            raise PcqrError(f"--out: {path} is not empty; pass --overwrite to replace its files")
+def check_out(out: str, overwrite: bool, inputs: Sequence[Named] = ()) -> None:
+    """The outputs, ``out``'s private/queries/truth folders, through the one rule
+    (:func:`pcqr.pipeline.data.outputs.check_outputs`): not holding or inside one of ``inputs``, writable
+    (at an ``s3://`` location: a bucket pcqr can write), and empty unless ``overwrite``."""
+    check_outputs([Output("--out", locations.join(out, d), folder=True) for d in DATASETS], inputs, overwrite)
 
 
 def _first_missing(path: str) -> str | None:

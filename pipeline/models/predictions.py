@@ -8,6 +8,7 @@ those rows, by id) unless the caller allows the overlap.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -15,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pcqr.pipeline.data import locations
-from pcqr.pipeline.data.atomic import check_writable_directory, write_atomic
+from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import Part, feature_matrix, id_values, open_matching, read_part
-from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.hypotheses.base import Hypothesis
 from pcqr.pipeline.models.released import load_model
 from pcqr.pipeline.models.subsample import PART_ROWS
@@ -34,19 +35,19 @@ def predict_part(part: Part, features: list[str], id_column: str | None, hypothe
     return pa.table({"query_id": ids, "prediction": pa.array(hypothesis.predict(X), type=pa.int8())})
 
 
-def predict_queries(model_path: str, queries: str, out: str, *, id_column: str | None = None,
+def predict_queries(model_path: str, queries: str, out: str, *, id_column: str | None = None, overwrite: bool = False,
                     allow_private_overlap: bool = False, ledger: str | None = None, cluster: str | None = None,
                     note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Apply the released model at ``model_path`` to ``queries`` (Parquet, public; its feature
-    columns) and write the predictions under ``out`` (an empty or new folder). ``id_column``: the
-    query ids (default: ``query_id`` if present, else row positions). Returns the summary."""
+    columns) and write the predictions under ``out`` (an empty or new folder; with ``overwrite``, a
+    folder whose ``part-*.parquet`` files this run replaces, an earlier run's extra parts removed).
+    ``id_column``: the query ids (default: ``query_id`` if present, else row positions). Returns the summary."""
     from pcqr.pipeline.budget.overlap import guard_public_inputs
 
+    check_outputs([Output("--out", out, folder=True)], [("the model", model_path), ("the queries", queries),
+                                                        ("--ledger", ledger), ("--cluster", cluster)], overwrite)
     hypothesis, features, _ = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
-    if locations.names_in(out):
-        raise PcqrError(f"--out {out}: directory is not empty")
-    check_writable_directory(out, "--out")
     load_cluster_config(cluster)
     with open_client(cluster, echo=note, array_work=True) as client:  # a released hypothesis: numpy only
         guard_public_inputs([("QUERIES", dataset)], allow_private_overlap, ledger, client=client, echo=note)
@@ -59,5 +60,15 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
             pq.write_table(table, sink, write_page_checksum=True)
             write_atomic(locations.join(out, f"part-{i:05d}.parquet"), sink.getvalue().to_pybytes())
             total += table.num_rows
+    _remove_stale(out, len(futures))
     return {"out": out, "predictions": total, "model": model_path,
             **({"allow_private_overlap": True} if allow_private_overlap else {})}
+
+
+def _remove_stale(out: str, written: int) -> None:
+    """An earlier run's prediction parts beyond the ``written`` ones of this run (``--overwrite``):
+    left, they would be read as predictions of this run's queries. Nothing else is touched."""
+    for name in locations.names_in(out):
+        match = re.fullmatch(r"part-(\d{5,})\.parquet", name)
+        if match and int(match.group(1)) >= written:
+            locations.remove(locations.join(out, name))

@@ -107,14 +107,23 @@ figcaption{{color:#444;font-size:.9em;max-width:56em}}.tables{{display:flex;gap:
 """
 
 
+def figure_path(out: str, name: str) -> str:
+    """Where the report ``out``'s figure ``name`` goes: beside it, ``<stem>-<name>.png``."""
+    return f"{os.path.splitext(out)[0]}-{name}.png"
+
+
+def report_files(out: str) -> list[str]:
+    """Every file a report at ``out`` may write: the page, then each figure (:data:`DRAW`)."""
+    return [out, *(figure_path(out, name) for name in DRAW)]
+
+
 def write_report(report: SessionReport, out: str) -> list[str]:
     """Write ``out`` (HTML) and, beside it, ``<stem>-<figure>.png``; every file atomically, the
     figures drawn before anything is written. Returns the paths written."""
     drawn = figures(report)
-    stem = os.path.splitext(out)[0]
     written = []
     for name, png in drawn.items():
-        write_atomic(f"{stem}-{name}.png", png)
-        written.append(f"{stem}-{name}.png")
+        write_atomic(figure_path(out, name), png)
+        written.append(figure_path(out, name))
     write_atomic(out, page(report, drawn).encode())
     return [out, *written]

@@ -2,7 +2,8 @@
 (``--into STATE``): the queries fed to that session and how its answers agree with the log's.
 
 The log and the replayed answers are public. The ``--into`` session is private: its state is checked
-to hold a session and to lie outside the log; answering the queries (which spends that session's
+to hold a session and, like ``--out`` and that session's ``--log``, to lie outside the log and the other
+inputs (:func:`pcqr.pipeline.data.outputs.check_outputs`); answering the queries (which spends that session's
 budget and appends to its log) is ``pcqr answer``'s work, run by the caller between
 :func:`write_replay_queries` and :func:`into_agreement`.
 """
@@ -15,37 +16,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pcqr.pipeline.data import locations
-from pcqr.pipeline.data.atomic import check_writable_file
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.data.parquet_opener import metadata_of, read_parquet
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.public_log.replay import LogReport, read_queries, status_counts, verify_log
-from pcqr.pipeline.session.state import check_private_location, has_session
+from pcqr.pipeline.session.state import has_session
 
 #: The --into session's summary keys a replay reports (its budget and certificate).
 INTO_SUMMARY_KEYS = ("budget_used", "budget_spent", "epsilon", "delta", "cutoff", "subsamples", "threshold", "privacy")
 
 
-def _inside(path: str, directory: str) -> bool:
-    path, directory = os.path.abspath(path), os.path.abspath(directory)
-    return os.path.commonpath([path, directory]) == directory
-
-
-def check_replay_options(log: str, out: str | None, into: str | None, new_log: str | None) -> None:
-    """Refuse option combinations that make no sense, before anything is read."""
+def check_replay_options(log: str, out: str | None, into: str | None, new_log: str | None, *,
+                         truth: str | None = None, overwrite: bool = False, ledger: str | None = None,
+                         cluster: str | None = None) -> None:
+    """Refuse option combinations that make no sense, and outputs on inputs, before anything is read:
+    ``--into`` (a session's state, answered into), its ``--log`` and ``--out`` apart from each other, the
+    log and the other inputs; an existing ``--out`` replaced only with ``overwrite``."""
     if new_log is not None and into is None:
         raise PcqrError("--log is the log of the --into session: it needs --into STATE")
-    if out is not None:
-        if os.path.isdir(out):
-            raise PcqrError(f"--out {out}: is a directory; give a Parquet file path")
-        if _inside(out, log):
-            raise PcqrError(f"--out {out}: is inside the log {log}; write the replay elsewhere")
-        check_writable_file(out, "--out")
-    if into is not None:
-        check_private_location(into, [log])
-        if new_log is not None and locations.absolute(new_log) == locations.absolute(log):
-            raise PcqrError(f"--log {new_log}: is the log being replayed; the --into session writes its own log")
+    check_outputs([Output("--into", into, folder=True, appended=True),
+                   Output("--log", new_log, folder=True, appended=True), Output("--out", out)],
+                  [("the log", log), ("--truth", truth), ("--ledger", ledger), ("--cluster", cluster)], overwrite)
 
 
 def check_into(into: str) -> None:
