@@ -54,6 +54,7 @@ class TrainingOptions:
     # what answers after the halt (the one-shot ``pcqr answer``'s --after-halt; PrivateClassifier's):
     # with 'student', a session given neither --gate nor --labels may be planned for fewer labels
     after_halt: str = "student"
+    name: str | None = None  # Python API: what the ledger calls the private data (default: its URI)
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> TrainingOptions:
@@ -63,8 +64,9 @@ class TrainingOptions:
     def public_record(self) -> dict[str, Any]:
         """The public parameters the ledger records with the session's charge."""
         keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "labels", "beta",
-                "profile", "gate", "guess", "subsamples", "threshold", "learner", "features")
-        return {**{k: getattr(self, k) for k in keys}, "state": self.state}
+                "profile", "gate", "guess", "subsamples", "threshold", "learner")
+        return {**{k: getattr(self, k) for k in keys}, "features": recorded_features(self.features),
+                "state": self.state}
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,23 @@ def _pick(cls: type, values: dict[str, Any]) -> dict[str, Any]:
         if name in picked:
             picked[name] = tuple(picked[name] or ())
     return picked
+
+
+#: The feature columns a charge's parameters name; more are recorded as a count (the ledger's record
+#: stays small however wide the data: pcqr.pipeline.budget.bounds).
+RECORDED_FEATURES = 8
+RECORDED_NAME_CHARS = 64
+
+
+def recorded_features(features: str | None) -> str | None:
+    """The ``--features`` text as a charge records it: as given, unless it names more than
+    RECORDED_FEATURES columns or is long; then the first RECORDED_FEATURES names (RECORDED_NAME_CHARS
+    characters each at most) and how many there are (``x0,x1,...,x7,... (10,000 features)``)."""
+    if features is None or (len(features) <= RECORDED_FEATURES * RECORDED_NAME_CHARS
+                            and features.count(",") < RECORDED_FEATURES):
+        return features
+    names = features.split(",")
+    return f"{','.join(name[:RECORDED_NAME_CHARS] for name in names[:RECORDED_FEATURES])},... ({len(names):,} features)"
 
 
 def join_features(features: Sequence[str] | str | None) -> str | None:

@@ -21,6 +21,7 @@ import urllib.parse
 from typing import NamedTuple
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.spelling import spelled
 
 #: How a ledger location names a PostgreSQL server (compared in lower case).
 SERVER_SCHEMES = ("postgresql://", "postgres://")
@@ -171,7 +172,7 @@ def ledger_setting(option: str | None) -> str:
     neither a file nor a server: every command that takes ``--ledger`` and every Python API entry
     point calls this first, before anything is read or charged."""
     if option is not None:
-        return checked_setting(option, "--ledger")
+        return checked_setting(option, spelled("--ledger"))
     named = os.environ.get(LEDGER_VARIABLE)
     if named is None:
         return DEFAULT_LEDGER

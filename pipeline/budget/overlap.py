@@ -55,6 +55,7 @@ from pcqr.pipeline.budget.fingerprint import PART_ROWS, Fingerprint, feature_has
 from pcqr.pipeline.budget.sketch import Containment, Sketch, containment
 from pcqr.pipeline.budget.ledger import FEATURES, LEGACY, ROWS, Ledger, sketch_key, stored_sketch
 from pcqr.pipeline.budget.location import ledger_exists, ledger_location
+from pcqr.pipeline.spelling import spelled
 
 CHUNK_BYTES = 8 * 1024 * 1024
 RARE = 1
@@ -273,10 +274,10 @@ class OverlapCheck:
                       f"dataset {candidate.label}, est. {share:.0%} of the file")
             if not allowed:
                 raise PcqrError(f"{self.option} {self.public.uri}: holds private rows ({detail}); pass "
-                                "--allow-private-overlap if this is intended")
+                                f"{spelled('--allow-private-overlap')} if this is intended")
             if echo is not None:
                 echo(f"warning: {self.option} {self.public.uri} holds private rows ({detail}); allowed by "
-                     "--allow-private-overlap")
+                     f"{spelled('--allow-private-overlap')}")
 
 
 def overlap_check(public: Dataset, option: str, ledger: str | None, own: Fingerprint | None = None,

@@ -34,7 +34,10 @@ from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.privacy.session_plan import default_subsamples
+from pcqr.pipeline.session.arguments import check_arguments
+from pcqr.pipeline.session.progress import ESTIMATOR
 from pcqr.pipeline.session.session import Session, SessionStatus
+from pcqr.pipeline.spelling import python_api
 
 PRIVATE_FILE = "fit-private.parquet"
 LABEL = "label"
@@ -51,6 +54,17 @@ class UnansweredWarning(UserWarning):
 
 class SmallDataWarning(UserWarning):
     """Too few private rows for the default number of models: the answers will be close to random."""
+
+
+#: The keywords ``fit`` may leave None (their defaults are decided from the data or the plan).
+OPTIONAL = ("queries_max", "labels", "subsamples", "profile", "gate", "guess", "learner_params", "state", "log",
+            "fallback_label", "cluster", "ledger", "seed", "student_learner", "name")
+#: The keywords ``fit`` hands to :meth:`pcqr.Session.create` as they are.
+SESSION_KEYWORDS = ("epsilon", "delta", "cutoff", "queries_max", "labels", "after_halt", "profile", "gate", "guess",
+                    "subsamples", "learner", "learner_params", "seed", "insecure_seed", "cluster", "ledger")
+#: The keywords ``predict`` reads (checked again there: ``set_params`` may have changed them after ``fit``).
+ANSWERING = ("fallback_label", "batch_size", "allow_private_overlap", "after_halt", "student_learner", "cluster",
+             "ledger")
 
 
 class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
@@ -82,8 +96,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         k, the number of subsample models (default: the gate's rule, as ``pcqr train``; when the
         data has fewer rows than that k, one row per model, with a :class:`SmallDataWarning`:
         the answers are then close to random). When the models get so few rows that at least a
-        quarter of them see one class only, ``fit`` says so on the ``pcqr`` logger, as ``pcqr
-        train`` does on stderr (pcqr.pipeline.session.planning.few_rows_warning).
+        quarter of them see one class only, ``fit`` says so with a :class:`pcqr.OneClassWarning`, as
+        ``pcqr train`` does on stderr (pcqr.pipeline.session.planning.few_rows_warning).
     profile : {'tight', 'paper'}, optional
         As ``pcqr train --profile`` (default: tight).
     gate : {'stability', 'guess', 'gnmax'}, optional
@@ -107,7 +121,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         is removed with it: it holds ``predict``'s queries, which under cross-validation are
         private rows).
     fallback_label : {0, 1}, optional
-        Return this label instead of NaN for abstained and refused queries (post-processing).
+        Return this label instead of NaN for abstained and refused queries (post-processing); one
+        of ``classes_``.
     batch_size : int
         Queries per log batch.
     cluster, ledger : str, optional
@@ -130,6 +145,15 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         The student's learner (default with ``learner='auto'``: 'cross-validated', the learner
         cross-validation on the released answers picks; else the guess gate's student learner,
         else ``learner``).
+    name : str, optional
+        What the ledger calls the rows a fit is charged to, with the estimator and their shape:
+        ``PrivateClassifier(NAME) 2000x10 (rows x features)`` (``pcqr budget show``); at most 200
+        characters, no control characters. Default: ``PrivateClassifier 2000x10 (rows x features)``.
+
+    Every parameter is checked, by type and range, when ``fit`` starts (``predict`` checks those it
+    reads again), before any row is written or any budget charged: a bad one is a
+    :class:`pcqr.PcqrError` naming it (``queries_max=1.5: expected a whole number ...``). A bool is not
+    a number, and ``fallback_label`` is 0 or 1, never 1.0 or True.
 
     Attributes
     ----------
@@ -159,7 +183,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  fallback_label: int | None = None, batch_size: int = AnswerOptions.batch_size,
                  cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
                  insecure_seed: bool = False, allow_private_overlap: bool = False, after_halt: str = "student",
-                 student_learner: str | None = None) -> None:
+                 student_learner: str | None = None, name: str | None = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.cutoff = cutoff
@@ -182,7 +206,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.allow_private_overlap = allow_private_overlap
         self.after_halt = after_halt
         self.student_learner = student_learner
+        self.name = name
 
+    @python_api
     def fit(self, X: Any, y: Any) -> PrivateClassifier:
         """Create a session on the private rows ``X``, ``y`` (labels 0 or 1), charging the ledger.
 
@@ -205,6 +231,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             Always: what this fit charged to the ledger (every fit of a search is charged).
         SmallDataWarning
             Fewer private rows than the default k needs: one row per model.
+        OneClassWarning
+            The models get so few rows that at least a quarter of them see one class only.
 
         Raises
         ------
@@ -212,27 +240,31 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             Bad input (NaN, infinite values, labels other than 0 and 1, ...), before anything
             is written or charged.
         pcqr.PcqrError
-            A parameter that cannot be certified, named in one line; nothing is charged. Nothing
-            written by this fit is left behind.
+            A parameter of the wrong type or range, or one that cannot be certified, named in one
+            line (its Python name); nothing is charged. A failure after the charge refunds it.
+            Nothing written by this fit is left behind.
         """
+        params = check_arguments("PrivateClassifier", self.get_params(deep=False), OPTIONAL)  # as Python values
         rows_table = self.rows_table(X, y)
-        ledger_setting(self.ledger)  # an empty ledger setting: refused before the rows are written
+        ledger_setting(params["ledger"])  # an empty ledger setting: refused before the rows are written
         self.classes_ = np.array([0, 1])
         self.close()
         rows = rows_table.num_rows  # n is public (replace-one neighbours), as for pcqr train
-        if self.labels is not None and self.queries_max is not None:
+        if params["labels"] is not None and params["queries_max"] is not None:
             raise PcqrError("PrivateClassifier: labels=M replaces queries_max: give one")
-        if self.labels is not None and self.after_halt == "refuse":
+        if params["labels"] is not None and params["after_halt"] == "refuse":
             raise PcqrError("PrivateClassifier: labels=M has the student answer every query after the first M; "
                             "leave after_halt at 'student'")
-        queries_max = (self.queries_max if self.queries_max is not None else TrainingOptions.queries_max
-                       if self.labels is not None else max(rows, TrainingOptions.queries_max))
-        folder = PrivateFolder(owner=self) if self.state is None or self.log is None else None
+        if params["queries_max"] is None:
+            params["queries_max"] = (TrainingOptions.queries_max if params["labels"] is not None
+                                     else max(rows, TrainingOptions.queries_max))
+        folder = PrivateFolder(owner=self) if params["state"] is None or params["log"] is None else None
         try:
-            state = self.state if self.state is not None else folder.join("state")  # type: ignore[union-attr]
-            log = self.log if self.log is not None else folder.join("log")  # type: ignore[union-attr]
-            subsamples = self._subsamples(rows, queries_max)  # 'auto' is resolved at n / k by the planner
-            summary = self._create(state, rows_table, queries_max, subsamples, self.learner, self.learner_params)
+            state = params["state"] if params["state"] is not None else folder.join("state")  # type: ignore[union-attr]
+            log = params["log"] if params["log"] is not None else folder.join("log")  # type: ignore[union-attr]
+            if params["subsamples"] is None:  # 'auto' is resolved at n / k by the planner
+                params["subsamples"] = self._subsamples(rows, params)
+            summary = self._create(state, rows_table, params)
         except BaseException:
             if folder is not None:
                 folder.close()
@@ -241,7 +273,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.state_, self.log_ = state, log
         warnings.warn(f"PrivateClassifier.fit: {_charged(summary)}. Every fit is charged: a cross-validation or a "
                       "search charges each of its fits (pcqr.privacy_cost tells the total before it runs), and a "
-                      "score computed on private labels is not itself private", PrivacyCostWarning, stacklevel=2)
+                      "score computed on private labels is not itself private", PrivacyCostWarning, stacklevel=3)
         return self
 
     def rows_table(self, X: Any, y: Any) -> pa.Table:
@@ -257,43 +289,46 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         names = self._feature_names()
         return pa.table({**{n: X[:, i] for i, n in enumerate(names)}, LABEL: np.asarray(y, dtype=np.int8)})
 
-    def _create(self, state: str, rows: pa.Table, queries_max: int, subsamples: int | None, learner: str,
-                learner_params: dict[str, Any] | None) -> dict[str, Any]:
-        """The session in ``state``: the rows written 0600 where only this fit's workers read them,
-        removed once the models are trained (or the creation failed)."""
+    def _create(self, state: str, rows: pa.Table, params: dict[str, Any]) -> dict[str, Any]:
+        """The session in ``state`` (``params``: the checked parameters, ``queries_max`` resolved): the
+        rows written 0600 where only this fit's workers read them, removed once the models are trained
+        (or the creation failed)."""
         os.makedirs(state, exist_ok=True)
         private = os.path.join(state, PRIVATE_FILE)
         try:
             private_file(private)
             pq.write_table(rows, private)
             with Session.create(
-                state, private, epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff, queries_max=queries_max,
-                labels=self.labels, after_halt=self.after_halt, profile=self.profile, gate=self.gate, guess=self.guess, subsamples=subsamples, learner=learner,
-                learner_params=learner_params, features=rows.column_names[:-1], label=LABEL, seed=self.seed,
-                insecure_seed=self.insecure_seed, cluster=self.cluster, ledger=self.ledger, local_threads=True,
+                state, private, **{k: params[k] for k in SESSION_KEYWORDS}, features=rows.column_names[:-1],
+                label=LABEL, local_threads=True,
+                reporter=ESTIMATOR,  # long work: a line at WARNING after every 15 s of silence (docs/api.md)
+                name=self._charge_label(rows),
             ) as session:
                 return session.last_summary
         finally:
             if os.path.exists(private):
                 os.remove(private)
 
-    def _subsamples(self, rows: int, queries_max: int) -> int | None:
-        """k to ask for: the user's k; else None (the gate's rule), unless the rule's k exceeds the
+    def _charge_label(self, rows: pa.Table) -> str:
+        """What the ledger calls the rows: the estimator, the caller's ``name``, the shape (public:
+        n and the features) -- not the temporary file the workers read, removed once trained."""
+        named = f"({self.name})" if self.name is not None else ""
+        return f"PrivateClassifier{named} {rows.num_rows}x{rows.num_columns - 1} (rows x features)"
+
+    def _subsamples(self, rows: int, params: dict[str, Any]) -> int | None:
+        """k to ask for when none was given: None (the gate's rule), unless the rule's k exceeds the
         rows: then one row per model, and a warning saying what that means."""
-        if self.subsamples is not None:
-            return int(self.subsamples)
-        options = TrainingOptions(state="", epsilon=self.epsilon, delta=self.delta, cutoff=self.cutoff,
-                                  queries_max=queries_max, labels=self.labels, profile=self.profile, gate=self.gate,
-                                  guess=self.guess, after_halt=self.after_halt)
+        options = TrainingOptions.from_values({**params, "state": ""})
         wanted = default_subsamples(options, rows)
         if wanted <= rows:
             return None
         warnings.warn(f"PrivateClassifier: {rows:,} private rows are too few for the {wanted:,} models the defaults "
-                      f"use at epsilon {self.epsilon:g}; training {max(rows, 1):,} models of one row each, whose "
+                      f"use at epsilon {params['epsilon']:g}; training {max(rows, 1):,} models of one row each, whose "
                       "answers will be close to random. More rows, or a larger epsilon, give useful answers",
-                      SmallDataWarning, stacklevel=3)
+                      SmallDataWarning, stacklevel=4)
         return max(rows, 1)
 
+    @python_api
     def predict(self, X: Any) -> np.ndarray:
         """Answer each row of ``X`` through the session; NaN where it abstained or refused.
 
@@ -321,6 +356,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             than the queries it has left (m); checked before any query is answered.
         """
         check_is_fitted(self, "state_")
+        check_arguments("PrivateClassifier", {k: getattr(self, k) for k in ANSWERING}, OPTIONAL)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         if X.shape[0] == 0:
             return np.empty(0)
@@ -329,7 +365,8 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             raise PcqrError("PrivateClassifier: its session was removed (close, or the fitted estimator it was "
                             "copied from was garbage-collected); fit again, or fit with state= to keep a session")
         queries = pa.table({n: X[:, i] for i, n in enumerate(self._feature_names())})
-        with Session.open(self.state_, cluster=self.cluster, ledger=self.ledger, local_threads=True) as session:
+        with Session.open(self.state_, cluster=self.cluster, ledger=self.ledger, local_threads=True,
+                          reporter=ESTIMATOR) as session:
             self._check_budget_left(session.status(), X.shape[0])
             table = session.answer(queries, log=self.log_, batch_size=self.batch_size,
                                    fallback_label=self.fallback_label,
@@ -345,7 +382,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                       "after_halt='student' answers them from the released answers at no privacy cost")
             warnings.warn(f"PrivateClassifier.predict: {refused:,} of {X.shape[0]:,} queries were refused "
                           f"({_spent(status)}); they are {'NaN' if self.fallback_label is None else 'the fallback label'}"
-                          f": {remedy}", UnansweredWarning, stacklevel=2)
+                          f": {remedy}", UnansweredWarning, stacklevel=3)
         return answers
 
     def _check_budget_left(self, status: SessionStatus, asked: int) -> None:
@@ -361,6 +398,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                             f"{left:,} more (queries_max={status.queries_max:,}); fit with a larger queries_max, "
                             "or use after_halt='student'")
 
+    @python_api
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Accuracy of ``predict(X)`` against ``y``; a query that got no answer counts as wrong, and a
         :class:`UnansweredWarning` says how many there were.
@@ -373,7 +411,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         unanswered = int(np.count_nonzero(np.isnan(predicted)))
         if unanswered:
             warnings.warn(f"PrivateClassifier.score: {unanswered:,} of {len(predicted):,} queries got no answer "
-                          "(abstained or refused) and count as wrong", UnansweredWarning, stacklevel=2)
+                          "(abstained or refused) and count as wrong", UnansweredWarning, stacklevel=3)
         correct = (predicted == np.asarray(y, dtype=np.float64)).astype(np.float64)  # NaN is never equal
         return float(np.average(correct, weights=sample_weight))
 

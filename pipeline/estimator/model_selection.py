@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import check_delta
+from pcqr.pipeline.spelling import python_api
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class PrivacyCost:
         return f"{self.fits} fits: (epsilon={self.epsilon:g}, delta={self.delta:g}) in all"
 
 
+@python_api
 def privacy_cost(estimator: Any, cv: Any = None, X: Any = None, y: Any = None, groups: Any = None) -> PrivacyCost:
     """The (epsilon, delta) a ``cross_val_score``, ``cross_validate`` or a search charges, before it runs.
 
@@ -93,6 +96,7 @@ def _fit_cost(estimator: Any) -> tuple[float, float]:
     from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     if isinstance(estimator, PrivateClassifier):
+        check_delta(float(estimator.delta))  # a fit at 0.01 or more would be refused: so is its cost
         return float(estimator.epsilon), float(estimator.delta)
     if isinstance(estimator, Pipeline):
         costs = [_fit_cost(step) for _, step in estimator.steps if _holds_private(step)]
@@ -112,6 +116,7 @@ def _holds_private(estimator: Any) -> bool:
         isinstance(v, PrivateClassifier) for v in getattr(estimator, "get_params", dict)(deep=True).values())
 
 
+@python_api
 def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None = None,
                ledger: str | None = None) -> dict[str, Any]:
     """Give the rows ``X``, ``y`` a total privacy budget in the ledger (``pcqr budget set`` for data in memory).

@@ -30,10 +30,13 @@ from pcqr.pipeline.options import AnswerOptions, TrainingOptions, join_features
 from pcqr.pipeline.session.planning import (
     odometer, one_label_warning, read_state_summary, session_summary, train_new_session,
 )
+from pcqr.pipeline.session.arguments import check_arguments
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import has_session, load_session
 from pcqr.pipeline.session.state_lock import lock_state
+from pcqr.pipeline.data.outputs import Output, check_outputs, check_session_paths
 from pcqr.pipeline.data.parquet_opener import read_parquet
+from pcqr.pipeline.spelling import python_api, spelled_with
 
 QueryInput = Any
 """A pandas DataFrame, a pyarrow Table, a 2-D numpy array (columns: the session's features in
@@ -119,7 +122,7 @@ def session_status(state: str) -> SessionStatus:
     without taking its lock: it may be read while another process answers (``pcqr status``).
     Everything in it is public or a public parameter."""
     if not has_session(state):
-        raise PcqrError(f"--state {state}: no session here")
+        raise PcqrError(f"{spelled_with('--state', state)}: no session here")
     session = load_session(state)
     summary = session_summary(session)
     meter = odometer(session)
@@ -160,7 +163,7 @@ class Session:
         The privacy-budget ledger: a SQLite file or a team's ``postgresql://`` URL; default:
         ``$PCQR_LEDGER`` or the user's ledger.
     reporter : Reporter, optional
-        Where notes and progress go; default: the ``pcqr`` logger, no progress bars.
+        Where notes and progress go; default: the ``pcqr`` logger (INFO: a line every 15 s of a long step).
     local_threads : bool
         A local cluster whose cluster.yaml leaves ``processes: auto`` runs its workers as threads of
         this process for every task, training included (``PrivateClassifier``: its rows are in this
@@ -190,6 +193,7 @@ class Session:
     # -------------------------------------------------------------- opening
 
     @classmethod
+    @python_api
     def create(cls, state: str, private: str, *, epsilon: float = TrainingOptions.epsilon,
                delta: float = TrainingOptions.delta, cutoff: int = TrainingOptions.cutoff,
                queries_max: int = TrainingOptions.queries_max, labels: int | None = None,
@@ -200,7 +204,7 @@ class Session:
                label: str = TrainingOptions.label, features: Sequence[str] | None = None,
                seed: int | None = None, insecure_seed: bool = False, cluster: str | None = None,
                client: Any = None, ledger: str | None = None, wait: bool = False,
-               reporter: Reporter = LOGGING, local_threads: bool = False) -> Session:
+               reporter: Reporter = LOGGING, local_threads: bool = False, name: str | None = None) -> Session:
         """Train a new session on private data, charging its whole (epsilon, delta) to the ledger.
 
         Every parameter is checked against the certificate before any private row is read; one
@@ -275,6 +279,9 @@ class Session:
             As for the class.
         wait : bool
             Wait for another process's lock on ``state`` instead of refusing at once.
+        name : str, optional
+            What the ledger calls the private data of this session's charge (default: ``private``'s
+            path or URI); at most 200 characters, no control characters.
 
         Returns
         -------
@@ -284,17 +291,23 @@ class Session:
         Raises
         ------
         PcqrError
-            One line naming the parameter, file or column; nothing is charged.
+            One line naming the parameter (its Python name: every keyword is checked by type and
+            range first), file or column; nothing is charged. A failure after the charge refunds it.
         """
-        params = _param_items(learner_params)
-        options = TrainingOptions(
-            state=state, private=private, mode=mode, hypothesis=hypothesis, alpha=alpha, epsilon=epsilon,
-            delta=delta, cutoff=cutoff, queries_max=queries_max, labels=labels, after_halt=after_halt, beta=beta, profile=profile, gate=gate, guess=guess,
-            subsamples=subsamples, threshold=threshold, learner=learner, learner_param=params, label=label,
-            features=join_features(features), seed=seed, insecure_seed=insecure_seed, ledger=ledger, cluster=cluster,
-        )
-        session = cls._locked(state, create=True, wait=wait, cluster=cluster, client=client, ledger=ledger,
-                              reporter=reporter, local_threads=local_threads)
+        checked = check_arguments("Session.create", {
+            "state": state, "private": private, "epsilon": epsilon, "delta": delta, "cutoff": cutoff,
+            "queries_max": queries_max, "labels": labels, "after_halt": after_halt, "beta": beta, "profile": profile,
+            "gate": gate, "guess": guess, "subsamples": subsamples, "threshold": threshold, "learner": learner,
+            "learner_params": learner_params, "mode": mode, "hypothesis": hypothesis, "alpha": alpha, "label": label,
+            "features": features, "seed": seed, "insecure_seed": insecure_seed, "cluster": cluster, "ledger": ledger,
+            "wait": wait, "local_threads": local_threads, "name": name,
+        }, optional=_OPTIONAL)  # as Python values: a NumPy integer as an int
+        options = TrainingOptions.from_values({**checked, "learner_param": _param_items(learner_params),
+                                               "features": join_features(features)})
+        state, cluster, ledger = options.state, options.cluster, options.ledger
+        check_session_paths(state, None, private=options.private, ledger=ledger, cluster=cluster)  # before the lock
+        session = cls._locked(state, create=True, wait=checked["wait"], cluster=cluster, client=client, ledger=ledger,
+                              reporter=reporter, local_threads=checked["local_threads"])
         try:
             session.last_summary = train_new_session(options, session._connect, reporter)
         except BaseException:
@@ -303,6 +316,7 @@ class Session:
         return session
 
     @classmethod
+    @python_api
     def open(cls, state: str, *, cluster: str | None = None, client: Any = None, ledger: str | None = None,
              wait: bool = False, reporter: Reporter = LOGGING, local_threads: bool = False) -> Session:
         """Open an existing session (from :meth:`create` or ``pcqr train``) to answer more queries.
@@ -324,11 +338,14 @@ class Session:
         PcqrError
             No session in ``state``, or another process holds it.
         """
+        check_arguments("Session.open", {"state": state, "cluster": cluster, "ledger": ledger, "wait": wait,
+                                         "local_threads": local_threads}, optional=_OPTIONAL)
         session = cls._locked(state, create=False, wait=wait, cluster=cluster, client=client, ledger=ledger,
                               reporter=reporter, local_threads=local_threads)
         if not has_session(state):
             session.close()
-            raise PcqrError(f"--state {state}: no session here (create one with Session.create or 'pcqr train')")
+            raise PcqrError(f"{spelled_with('--state', state)}: no session here (create one with Session.create or "
+                            "'pcqr train')")
         return session
 
     @classmethod
@@ -358,6 +375,7 @@ class Session:
 
     # -------------------------------------------------------------- answering
 
+    @python_api
     def answer(self, queries: QueryInput, *, log: str | None = None, batch_size: int = AnswerOptions.batch_size,
                id_column: str | None = None, fallback_label: int | None = None, truth: str | None = None,
                allow_private_overlap: bool = False, after_halt: str = AnswerOptions.after_halt,
@@ -413,19 +431,22 @@ class Session:
         Raises
         ------
         PcqrError
-            Bad input (wrong columns, NaN, ...), named in one line, before any answer.
+            Bad input (wrong columns, NaN, ...) or a keyword of the wrong type or range, named in
+            one line, before any answer.
         """
         self._check_open()
+        checked = check_arguments("Session.answer", {
+            "log": log, "batch_size": batch_size, "id_column": id_column, "fallback_label": fallback_label,
+            "truth": truth, "allow_private_overlap": allow_private_overlap, "after_halt": after_halt,
+            "student_learner": student_learner, "student_learner_params": student_learner_params,
+            "private_log": private_log,
+        }, optional=_OPTIONAL)  # as Python values: a NumPy integer as an int
         with tempfile.TemporaryDirectory(prefix="pcqr-queries-") as scratch:
             path = queries if isinstance(queries, (str, os.PathLike)) else self._write_queries(queries, scratch)
             before = load_session(self.state).next_batch
             training = TrainingOptions(state=self.state, ledger=self.ledger, cluster=self.cluster)
-            answering = AnswerOptions(queries=os.fspath(path), log_dir=log, id_column=id_column, batch_size=batch_size,
-                                      fallback_label=fallback_label, truth=truth,
-                                      allow_private_overlap=allow_private_overlap, private_log=private_log,
-                                      after_halt=after_halt,
-                                      student_learner=student_learner,
-                                      student_learner_param=_param_items(student_learner_params))
+            answering = AnswerOptions.from_values({**checked, "queries": os.fspath(path), "log_dir": checked["log"],
+                                                   "student_learner_param": _param_items(student_learner_params)})
             named = _naming(self.reporter, None if path is queries else os.fspath(path))
             try:
                 self.last_summary = answer_stream(training, answering, self._connect, named)
@@ -448,6 +469,7 @@ class Session:
 
     # -------------------------------------------------------------- looking
 
+    @python_api
     def status(self) -> SessionStatus:
         """The session's budget, certificate and counts (read from its state; no privacy cost).
 
@@ -458,6 +480,7 @@ class Session:
         self._check_open()
         return session_status(self.state)
 
+    @python_api
     def report(self, out: str, *, truth: str | None = None) -> list[str]:
         """Write the session report (``pcqr report``): a self-contained HTML page ``out`` and PNG
         figures beside it, from the public log (and ``truth``, if given) plus the state's summary.
@@ -479,16 +502,19 @@ class Session:
         PcqrError
             No answers logged yet, or matplotlib missing (``pip install 'pcqr[report]'``).
         """
-        from pcqr.pipeline.report.render import pyplot, write_report
+        from pcqr.pipeline.report.render import pyplot, report_files, write_report
         from pcqr.pipeline.report.contents import session_report
 
         self._check_open()
         log = load_session(self.state).log_dir
         if log is None:
             raise PcqrError(f"the session in {self.state} has answered nothing yet: no log to report on")
+        check_outputs([Output("out", path) for path in report_files(out)],
+                      [("log", log), ("state", self.state), ("truth", truth)], overwrite=True)
         pyplot()
         return write_report(session_report(log, state=read_state_summary(self.state), truth=truth), out)
 
+    @python_api
     def summary(self) -> dict[str, Any]:
         """The session's public parameters and certificate, as ``pcqr train --json`` prints them."""
         self._check_open()
@@ -522,6 +548,11 @@ class Session:
         return f"Session({self.state!r}{', closed' if self._closed else ''})"
 
 
+#: The keywords that may be None (their defaults are decided by the plan, the session or the environment).
+_OPTIONAL = ("labels", "profile", "gate", "guess", "subsamples", "threshold", "learner_params", "hypothesis",
+             "features", "seed", "cluster", "ledger", "name", "log", "id_column", "fallback_label", "truth",
+             "student_learner", "student_learner_params")
+
 _OPEN: set[str] = set()
 _OPEN_GUARD = threading.Lock()
 
@@ -531,7 +562,8 @@ def _claim(state: str) -> Iterator[None]:
     key = os.path.realpath(state)
     with _OPEN_GUARD:
         if key in _OPEN:
-            raise PcqrError(f"--state {state} is in use by another open Session in this process; close it first")
+            raise PcqrError(f"{spelled_with('--state', state)} is in use by another open Session in this process; "
+                            "close it first")
         _OPEN.add(key)
     try:
         yield

@@ -26,6 +26,7 @@ from typing import Iterator
 
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.spelling import spelled, spelled_with
 
 LOCK_FILE = "lock"
 
@@ -84,13 +85,16 @@ def _open(path: str, state_dir: str, option: str, create: bool) -> tuple[int, li
         try:
             os.makedirs(state_dir, exist_ok=True)
         except OSError as exc:
-            raise PcqrError(f"{option} {state_dir}: cannot create the state directory ({exc.strerror})") from None
+            raise PcqrError(f"{spelled_with(option, state_dir)}: cannot create the state directory "
+                            f"({exc.strerror})") from None
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), made
     except FileNotFoundError:
-        raise PcqrError(f"{option} {state_dir}: no session here (no such directory; run 'pcqr train' first)") from None
+        raise PcqrError(f"{spelled_with(option, state_dir)}: no session here (no such directory; run 'pcqr train' "
+                        "first)") from None
     except OSError as exc:
-        raise PcqrError(f"{option} {state_dir}: cannot open its lock file {LOCK_FILE} ({exc.strerror})") from None
+        raise PcqrError(f"{spelled_with(option, state_dir)}: cannot open its lock file {LOCK_FILE} "
+                        f"({exc.strerror})") from None
 
 
 def _acquire(state_dir: str, wait: bool, option: str, create: bool) -> tuple[int, list[str]]:
@@ -105,11 +109,12 @@ def _acquire(state_dir: str, wait: bool, option: str, create: bool) -> tuple[int
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise PcqrError(f"{option} {state_dir}: cannot lock {LOCK_FILE} ({exc.strerror})") from None
+                    raise PcqrError(f"{spelled_with(option, state_dir)}: cannot lock {LOCK_FILE} "
+                                    f"({exc.strerror})") from None
                 holder = _holder(fd)
                 if not wait:
-                    raise PcqrError(f"{option} {state_dir} is in use by {holder}; "
-                                    "wait for it to finish or pass --wait") from None
+                    raise PcqrError(f"{spelled_with(option, state_dir)} is in use by {holder}; "
+                                    f"wait for it to finish or pass {spelled('--wait')}") from None
                 if not noted:
                     print(f"waiting for {option} {state_dir}: in use by {holder}", file=sys.stderr, flush=True)
                     noted = True
@@ -177,8 +182,8 @@ def lock_state(state_dir: str, wait: bool, *, create: bool = False, command: str
     ends or the process dies, however it dies.
     """
     if "://" in str(state_dir):  # os would make a local folder named "s3:": refused, and never supported
-        raise PcqrError(f"{option} {state_dir}: the state folder holds the session's secret key and its private "
-                        "models, so it stays on a local disk the owner controls; give a local path")
+        raise PcqrError(f"{spelled_with(option, state_dir)}: the state folder holds the session's secret key and its "
+                        "private models, so it stays on a local disk the owner controls; give a local path")
     path = os.path.realpath(os.path.join(state_dir, LOCK_FILE))
     with _held_guard:
         if path in _held:
