@@ -28,7 +28,7 @@ def privacy_options(func: F) -> F:
         click.option("--alpha", type=float, default=TrainingOptions.alpha, show_default=True,
                      help="Agnostic and universal modes: target excess error alpha."),
         click.option("--epsilon", type=float, default=TrainingOptions.epsilon, show_default=True, help="Privacy parameter eps of the whole session."),
-        click.option("--delta", type=float, default=TrainingOptions.delta, show_default=True, help="Privacy parameter delta, in (0, 1)."),
+        click.option("--delta", type=float, default=TrainingOptions.delta, show_default=True, help="Privacy parameter delta, below 0.01 (refused otherwise) and, to mean something, below 1/n of the private rows (warned of otherwise)."),
         click.option("--cutoff", "cutoff", type=int, default=TrainingOptions.cutoff, show_default=True, help="T: abstentions (--gate guess: flipped answers) allowed before the session halts; --gate gnmax halts after --queries-max answers instead."),
         click.option("--queries-max", type=int, default=TrainingOptions.queries_max, show_default=True, help="m: the most queries the session will answer "
                      "(universal mode: A_AgPrivCl answers min(m_o, m); if m >= m_o there is no limit)."),

@@ -11,6 +11,7 @@ import click
 
 from pcqr.jobs.common import emit_summary, json_option
 from pcqr.pipeline.mechanisms.sample_bounds import without_public_data_plan
+from pcqr.pipeline.privacy.limits import check_delta
 from pcqr.pipeline.privacy.plan_tables import HYPOTHESES, plan_output
 
 
@@ -23,7 +24,7 @@ from pcqr.pipeline.privacy.plan_tables import HYPOTHESES, plan_output
 @click.option("--alpha", type=float, default=None, help="Excess error alpha, in [1e-300, 1). Required.")
 @click.option("--beta", type=float, default=0.05, show_default=True, help="Failure probability beta, in [1e-300, 1).")
 @click.option("--epsilon", type=float, default=None, help="Privacy parameter eps, in (0, 700]. Required.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in [1e-300, 1).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Privacy parameter delta, in [1e-300, 0.01) (a delta at or above 1/n of --private-rows is warned of).")
 @click.option("--queries-max", type=int, default=None, help="m, the most queries to answer, in [1, 2^53]. Required.")
 @click.option("--gamma", type=float, default=0.0, show_default=True,
               help="Best error in the class (agnostic A_SubSamp's T and error alpha + 3 gamma).")
@@ -68,14 +69,14 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
     For A_SubSamp (realizable, agnostic: BTT18), A_AgPrivCl, A_UnvPrivCl (Nandi-Bassily)
     and A_SSPP (Alon-Bassily-Moran): n, the public n_pub, T, lambda, k, w, eps_hat, ...
     Every figure is marked exact (an explicit formula), O() (constant 1 assumed) or
-    O~() (constant 1, log factors dropped), with the paper and line it comes from.
+    O~() (constant 1, log factors dropped), with the paper and result it comes from (the mechanisms: docs/privacy.md).
     """
+    assert beta is not None and delta is not None
+    check_delta(delta)  # 0.01 or more certifies nothing: refused in every plan
     if without_public_data:
-        assert beta is not None and delta is not None
         out = without_public_data_plan(vc, hypothesis, alpha, beta, epsilon, delta, queries_max, rows_per_model,
                                        private_rows, growth, dimensions, domain)
     else:
-        assert beta is not None and delta is not None
         out = plan_output(vc, hypothesis, features, alpha, beta, epsilon, delta, queries_max, gamma, rows_per_model,
                           cutoff, subsamples, private_rows, dimensions, domain)
     if as_json:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.with_public_data import learn_with_public_data
 from pcqr.pipeline.mechanisms.without_public_data import LEARNERS, learn_without_public_data
+from pcqr.pipeline.privacy.limits import check_delta
 
 #: ``pcqr learn --algorithm``: the semi-private learner, or Beimel-Nissim-Stemmer's learners (issue 14).
 ALGORITHMS = ("sspp", *LEARNERS)
@@ -30,6 +31,7 @@ def learn_private_classifier(
     released model at ``out``; the options are ``pcqr learn``'s. Returns the job's summary."""
     run: dict[str, Any] = {"cluster": cluster, "ledger": ledger, "seed": seed, "insecure_seed": insecure_seed,
                            "note": note}
+    check_delta(delta)  # whichever algorithm: 0.01 or more is a mistake (sspp and label-private spend none)
     if direction is not None and algorithm != "learn-thresholds":
         raise PcqrError("--direction is for --algorithm learn-thresholds")
     if algorithm != "sspp":

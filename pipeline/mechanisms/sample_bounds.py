@@ -22,6 +22,10 @@ from pcqr.pipeline.privacy.plan_tables import PlanOutput, blocks_lines, show
 from pcqr.pipeline.privacy.planner import fig
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
+#: How the plan cites Beimel, Nissim, Stemmer, "Private Learning and Sanitization: Pure vs. Approximate
+#: Differential Privacy" (its lemma and figure numbers).
+BNS13 = "Beimel-Nissim-Stemmer 2013"
+
 
 def without_public_data(epsilon: float, delta: float, alpha: float, beta: float, growth: int,
                         domain: str = "0:4294967295", dimensions: int = 2) -> dict[str, Any]:
@@ -40,18 +44,19 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
     count_range("--dimensions (d)", dimensions, 1, 10**6, "a count")
     thresholds_domain = Domain.parse(domain)
     adist = AdistParameters.create(epsilon, delta)
-    src_point, src_choosing = "002 Lemma 3.2 (pcqr learn --algorithm point)", "002 Fig. 8, Lemmas 4.4-4.5"
+    src_point = f"{BNS13}, Lemma 3.2 (pcqr learn --algorithm point)"
+    src_choosing = f"{BNS13}, Fig. 8, Lemmas 4.4-4.5"
     try:
         certified = ChoosingParameters.least_rows(epsilon, delta, alpha, beta, growth)
         choosing = ChoosingParameters.create(epsilon, delta, alpha, beta, growth, certified)
         choosing_figures = {
             "rows_certified": fig(certified, "exact", src_choosing + ": the least m Lemma 4.4's proof certifies"),
             "proven_delta": fig(choosing.certificate()["proven_delta"], "exact", "at that m"),
-            "rows_for_utility": fig(show_count(choosing.utility_rows()), "exact", "002 Lemma 4.5"),
+            "rows_for_utility": fig(show_count(choosing.utility_rows()), "exact", f"{BNS13}, Lemma 4.5"),
         }
     except (PcqrError, OverflowError) as exc:
         choosing_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_choosing)}
-    src_san = "002 Fig. 9, Theorem 4.6 (pcqr sanitize --algorithm san-points)"
+    src_san = f"{BNS13}, Fig. 9, Theorem 4.6 (pcqr sanitize --algorithm san-points)"
     try:
         least = SanPointsParameters.least_rows(epsilon, delta, alpha, beta)
         san = SanPointsParameters.create(epsilon, delta, alpha, beta, least)
@@ -67,19 +72,20 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
         san_figures = {"rows_certified": fig(f"none ({exc})", "exact", src_san)}
     san_thr_figures = san_thresholds_figures(epsilon, delta, alpha, beta, thresholds_domain)
     histogram_figures, cdf_figures = practical_figures(epsilon, delta, alpha, beta, thresholds_domain)
-    src_thr = "002 Thm 3.18, Fig. 5 (pcqr learn --algorithm learn-thresholds)"
+    src_thr = f"{BNS13}, Thm 3.18, Fig. 5 (pcqr learn --algorithm learn-thresholds)"
     try:
         rec = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1)
         thr_figures = {
-            "recursion_depth": fig(rec.depth, "exact", "002 Observation 3.10: at most log* T"),
-            "mechanisms": fig(rec.mechanisms, "exact", "002 Lemma 3.12: 3N - 2 (an EM per level, two A_dist's but the last)"),
+            "recursion_depth": fig(rec.depth, "exact", f"{BNS13}, Observation 3.10: at most log* T"),
+            "mechanisms": fig(rec.mechanisms, "exact",
+                              f"{BNS13}, Lemma 3.12: 3N - 2 (an EM per level, two A_dist's but the last)"),
             "eps0": fig(rec.eps0, "exact", "each mechanism, by KOV's optimal composition"),
             "proven_delta": fig(rec.certificate()["proven_delta"], "exact", "RecConcave's certificate"),
             "rows_needed": fig(show_count(thresholds_rows(rec, alpha, beta)), "exact", src_thr + "'s proof, our parameters"),
         }
     except (PcqrError, OverflowError, ValueError) as exc:
         thr_figures = {"recursion_depth": fig(f"none ({exc})", "exact", src_thr)}
-    src_box = "002 Thm 3.22; our construction, docs/privacy.md Mechanism 13 (pcqr learn --algorithm rectangle)"
+    src_box = f"{BNS13}, Thm 3.22; our construction, docs/privacy.md Mechanism 13 (pcqr learn --algorithm rectangle)"
     try:
         box = RecConcaveParameters.create(epsilon, delta, thresholds_domain.size, 1, runs=2 * dimensions)
         box_figures = {
@@ -95,7 +101,7 @@ def without_public_data(epsilon: float, delta: float, alpha: float, beta: float,
                    "domain": thresholds_domain.describe(), "dimensions": dimensions},
         "algorithms": {
             "point": {
-                "adist_threshold": fig(adist.threshold, "exact", "002 Prop 2.26, gap sensitivity 2 counted"),
+                "adist_threshold": fig(adist.threshold, "exact", f"{BNS13}, Prop 2.26, gap sensitivity 2 counted"),
                 "proven_delta": fig(adist.certificate()["proven_delta"], "exact", "A_dist's tail P(Z >= t + 1)"),
                 "rows_needed": fig(show_count(point_rows(adist, alpha, beta)), "exact", src_point + ", our constants"),
                 "paper_rows": fig(show_count(paper_rows(epsilon, delta, alpha, beta)), "exact", src_point + ", as stated"),
@@ -147,20 +153,20 @@ def san_thresholds_figures(epsilon: float, delta: float, alpha: float, beta: flo
     """SanThresholds' figures over ``domain``: c, the mechanisms M = c (3N + 1), eps0, the least m
     certified, Claims 4.10-4.11's m as stated; "none (the reason)" when alpha is beyond the exact
     composition (the reason names the smallest alpha that fits)."""
-    src = "002 Fig. 11, Lemma 4.8 (pcqr sanitize --algorithm san-thresholds)"
+    src = f"{BNS13}, Fig. 11, Lemma 4.8 (pcqr sanitize --algorithm san-thresholds)"
     try:
         least = SanThresholdsParameters.least_rows(epsilon, delta, alpha, beta, domain)
         params = SanThresholdsParameters.create(epsilon, delta, alpha, beta, least, domain)
     except (PcqrError, OverflowError, ValueError) as exc:
         return {"rows_certified": fig(f"none ({exc})", "exact", src)}
     return {
-        "calls": fig(params.calls, "exact", "002 Fig. 11: calls initialised to ceil(77/alpha) (Claim 4.11)"),
+        "calls": fig(params.calls, "exact", f"{BNS13}, Fig. 11: calls initialised to ceil(77/alpha) (Claim 4.11)"),
         "mechanisms": fig(params.mechanisms, "exact", "c (2 counts + a choosing mechanism + RecConcave's 3N - 2)"),
         "eps0": fig(params.eps0, "exact", "each mechanism, by KOV's optimal composition"),
         "rows_certified": fig(least, "exact", src + ": the least m whose choosing mechanisms are certified"),
         "proven_delta": fig(params.certificate()["proven_delta"], "exact", "at that m"),
         "paper_rows": fig(show_count(san_thresholds_paper_rows(epsilon, delta, alpha, beta, domain)), "exact",
-                          "002 Claims 4.10-4.11, as stated (log* d of the domain's bits, log base 2)"),
+                          f"{BNS13}, Claims 4.10-4.11, as stated (log* d of the domain's bits, log base 2)"),
     }
 
 

@@ -24,7 +24,7 @@ from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import load_features, open_dataset, open_matching, read_public_features, split_features
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.pmw import PMWParameters
-from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON, MIN_PMW_ALPHA, MIN_PROBABILITY
+from pcqr.pipeline.privacy.limits import MIN_EM_EPSILON, MIN_PMW_ALPHA, MIN_PROBABILITY, check_delta, warn_large_delta
 from pcqr.pipeline.privacy.subsamp import check_epsilon, check_epsilon_delta, check_fraction
 
 Note = Callable[[str], None]
@@ -94,6 +94,7 @@ def release_with_public_data(
     from pcqr.pipeline.models.answer_table import answer_table, public_fingerprint, write_answer_table
     from pcqr.pipeline.privacy.noise import noise_source
 
+    check_delta(delta)  # 0.01 or more certifies nothing: refused before anything is read
     check_epsilon_delta(epsilon, delta)
     check_fraction(alpha, "--alpha", MIN_PMW_ALPHA)  # PMW runs at alpha/2 and beta/2 (pcqr.pipeline.privacy.limits)
     check_fraction(beta, "--beta", 2 * MIN_PROBABILITY)
@@ -158,4 +159,5 @@ def release_with_public_data(
     }
     table = answer_table(release.params, columns, release.result.answers, release.result.updated, release.keys)
     write_answer_table(out, table, metadata)
+    warn_large_delta(delta, dataset.rows, note)  # once it has succeeded: a refusal stays one line
     return summary

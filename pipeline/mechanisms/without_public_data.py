@@ -21,11 +21,12 @@ from typing import Any, Callable, Sequence
 from pcqr.pipeline.budget.charging import provisional_charge
 from pcqr.pipeline.budget.ledger import charge_note
 from pcqr.pipeline.budget.location import ledger_setting
-from pcqr.pipeline.data.atomic import check_writable_file
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.data.cluster import load_cluster_config, open_client
 from pcqr.pipeline.data.datasets import Dataset, load_features, open_dataset, split_features
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.integer_domain import Domain
+from pcqr.pipeline.privacy.limits import check_delta, warn_large_delta
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.subsamp import check_epsilon_delta, check_fraction
 
@@ -69,7 +70,9 @@ def learn_without_public_data(
         The feature column (point, learn-thresholds: ONE; rectangle: one or more; default: every
         column besides ``label``, each of a type pcqr reads as a number).
     epsilon, delta : float
-        The privacy parameters; the job's proven (eps, delta) is charged to the ledger.
+        The privacy parameters; the job's proven (eps, delta) is charged to the ledger. A delta of
+        0.01 or more is refused; one at or above 1/n of the rows is warned of (a
+        :class:`~pcqr.pipeline.privacy.limits.LargeDeltaWarning`, or ``note`` on the command line).
     alpha, beta : float
         Target error and failure probability (``"learn-thresholds"``: RecConcave's approximation is
         alpha/2; ``"label-private"``: Fig. 13's n when ``first_rows`` is not given; all: the reported
@@ -98,6 +101,7 @@ def learn_without_public_data(
         terms, sample sizes...), ``model`` (the path) and ``ledger`` (the charge).
     """
     ledger_setting(ledger)  # an empty ledger setting: refused before anything is read
+    check_delta(delta)  # 0.01 or more certifies nothing: refused before anything is read
     if algorithm not in LEARNERS:
         raise PcqrError(f"--algorithm must be one of {', '.join(LEARNERS)} here, got {algorithm!r}")
     if direction not in ("up", "down"):
@@ -159,7 +163,9 @@ def learn_without_public_data(
             lambda c: learn_thresholds(c, parsed, rec, alpha, noise, up), labelled=True)
         model = threshold_record(learnt, released, list(dataset.features), parsed, rec, alpha, beta,
                                  noise.private)
-    return _written(out, model, charged)
+    written = _written(out, model, charged)
+    warn_large_delta(delta, dataset.rows, note)  # once it has succeeded: a refusal stays one line
+    return written
 
 
 def _written(out: str, model: dict[str, Any], charged: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +254,8 @@ def sanitize(
     features : str or sequence of str, optional
         The ONE feature column (default: the dataset's only column).
     epsilon, delta : float
-        Privacy (``"cdf"`` is pure: it proves delta 0 and ignores ``delta``).
+        Privacy (``"cdf"`` is pure: it proves delta 0 and ignores ``delta``). A delta of 0.01 or more is
+        refused; one at or above 1/n of the rows is warned of, as :func:`learn_without_public_data` does.
     alpha, beta : float, optional
         Every query of the class within alpha with probability 1 - beta (default 0.1 and 0.05;
         SanThresholds: 1 - 3 c beta, Claim 4.11). Fewer rows than certified are refused, before
@@ -268,6 +275,7 @@ def sanitize(
     from pcqr.pipeline.models.synthetic import WEIGHT_COLUMN, write_synthetic
 
     ledger_setting(ledger)  # an empty ledger setting: refused before anything is read
+    check_delta(delta)  # 0.01 or more certifies nothing (cdf's delta is unused: a mistake all the same)
     if algorithm not in SANITIZERS:
         raise PcqrError(f"--algorithm must be one of {', '.join(SANITIZERS)}, got {algorithm!r}")
     if algorithm not in _ALPHA_SANITIZERS:
@@ -300,6 +308,8 @@ def sanitize(
     }
     write_synthetic(out, feature, [v for v, _ in released], [w for _, w in released], noise.private,
                     **{k: v for k, v in summary.items() if k not in ("out", "feature", "privacy")})
+    if proven["proven_delta"] > 0:  # cdf is pure eps-DP: no delta spent, none to warn of
+        warn_large_delta(delta, dataset.rows, note)
     return {**summary, "ledger": charge_note(charged)}
 
 
@@ -373,7 +383,7 @@ def _dataset_and_noise(private: str, out: str, features: str | Sequence[str] | N
     for value, option in ((alpha, "--alpha"), (beta, "--beta")):
         if value is not None:
             check_fraction(value, option)
-    check_writable_file(out, "--out")
+    check_outputs([Output("--out", out)], [("--private", private)], overwrite=True)  # existing: the command said
     noise = noise_source(seed, insecure_seed)
     columns = split_features(features) if isinstance(features, str) or features is None else list(features)
     return open_dataset(private, "private", label=label, features=columns), noise

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from pcqr.pipeline.spelling import spelled, spelled_with
+
 #: Memory one up-front structure of the driver may take (bytes).
 MEMORY_BOUND = 1 << 30
 
@@ -84,7 +86,7 @@ def count_range(option: str, value: int, lowest: int = 1, highest: int = MAX_COU
 
     if not lowest <= value <= highest:
         reason = f" ({why})" if why else ""
-        raise PcqrError(f"{option} must be between {lowest:,} and {highest:,}{reason}, got {value:,}")
+        raise PcqrError(f"{spelled(option)} must be between {lowest:,} and {highest:,}{reason}, got {value:,}")
 
 
 def largest_fitting(fits: Callable[[int], bool], lowest: int, highest: int) -> int | None:
@@ -196,7 +198,8 @@ def check_subsamp_options(epsilon: float, delta: float, cutoff: int, subsamples:
                 if enforce_limits else exact)
     check_overrides(subsamples, threshold, enforce_limits)
     lam = paper_lambda(epsilon, delta, cutoff)
-    where = f"--epsilon {epsilon:g} with --cutoff {cutoff} and --delta {delta:g}"
+    where = (f"{spelled_with('--epsilon', f'{epsilon:g}')} with {spelled_with('--cutoff', cutoff)} and "
+             f"{spelled_with('--delta', f'{delta:g}')}")
     if enforce_limits:
         problem = lambda_problem(lam)
         if problem is not None:
@@ -214,12 +217,12 @@ def fitting_epsilon_or_cutoff(epsilon: float, delta: float, cutoff: int) -> str:
     smallest = math.ceil(exact / step) * step
     while paper_lambda(smallest, delta, cutoff) > top:
         smallest += step
-    advice = f"the smallest --epsilon that fits is {smallest:g}"
+    advice = f"the smallest {spelled('--epsilon')} that fits is {smallest:g}"
     most = min(MAX_CUTOFF, math.floor((top * epsilon) ** 2 / (32 * math.log(2 / delta))))
     while most >= 1 and paper_lambda(epsilon, delta, most) > top:
         most -= 1
     if most >= 1:
-        advice += f" (or --cutoff at most {most:,})"
+        advice += f" (or {spelled('--cutoff')} at most {most:,})"
     return advice
 
 
@@ -255,3 +258,73 @@ def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: 
         return (f"sigma = {sigma:.4g} needs a noise table of {entries:,} entries, above the limit of "
                 f"{MAX_TAIL_ENTRIES:,} (pcqr.pipeline.privacy.limits.MAX_TAIL_ENTRIES)")
     return None
+
+
+# --- a delta that means something (issue 47, item 7) ----------------------------------------------
+
+#: --delta at or above this is refused, wherever a delta is taken from a user (train, answer, learn,
+#: release, sanitize, plan, the Python API): a mechanism that publishes each row with probability
+#: delta is (0, delta)-DP, so such a guarantee allows publishing whole rows. (A budget's delta,
+#: ``pcqr budget set``, is a cap on what jobs spend together, not a guarantee: not refused.) The
+#: audit surface (pcqr.pipeline.audit) builds mechanisms at any delta in (0, 1), on purpose.
+MAX_DELTA = 0.01
+
+
+class LargeDeltaWarning(UserWarning):
+    """delta is at or above 1/n, n the private rows: publishing one row drawn at random is
+    (0, 1/n)-DP, so the guarantee allows a mechanism that publishes a whole row
+    (:func:`delta_note`). The Python API issues it through :mod:`warnings`; the commands write it on
+    stderr, once they have succeeded."""
+
+
+def check_delta(delta: float, option: str = "--delta") -> None:
+    """Refuse a delta in [MAX_DELTA, 1) in one line naming ``option``, before anything is read or
+    charged. Values outside (0, 1), NaN included, are left to the range checks beside each mechanism
+    (:func:`pcqr.pipeline.privacy.subsamp.check_fraction`), which name the range."""
+    from pcqr.pipeline.errors import PcqrError
+    from pcqr.pipeline.spelling import spelled_with
+
+    if MAX_DELTA <= delta < 1:
+        raise PcqrError(f"{spelled_with(option, f'{delta:g}')}: at or above {MAX_DELTA:g} an (eps, delta) "
+                        "guarantee allows publishing whole rows (a mechanism that publishes each row with probability "
+                        "delta is (0, delta)-DP); use a delta below 1/n, n the private rows (e.g. 1e-6 for fewer "
+                        "than a million rows)")
+
+
+def suggested_delta(rows: int) -> float:
+    """The largest power of ten below 1/n (n = ``rows`` >= 1; at most 1e-3, below MAX_DELTA): 10^-d for
+    an n of d digits (10^(d-1) <= n < 10^d, so 10^-d < 1/n <= 10^-(d-1))."""
+    return 10.0 ** -max(len(str(max(rows, 1))), 3)
+
+
+def delta_note(delta: float, rows: int, option: str = "--delta") -> str | None:
+    """One line when ``delta`` is not below 1/n (n = ``rows``, public: replace-one neighbours), saying
+    what such a delta allows and a delta to choose; None otherwise (or with no rows)."""
+    from fractions import Fraction
+
+    from pcqr.pipeline.spelling import spelled_with
+
+    if rows < 1 or not math.isfinite(delta) or Fraction(delta) * rows < 1:  # exact: delta == 1/n is not below it
+        return None
+    where = "is above" if Fraction(delta) * rows > 1 else "equals"
+    return (f"{spelled_with(option, f'{delta:g}')} {where} 1/n = 1/{rows:,} (n the private rows): an (eps, delta) "
+            "guarantee with delta >= 1/n allows a mechanism that publishes one whole row (a row drawn at random: "
+            f"(0, 1/n)-DP); choose a delta below 1/n (e.g. {suggested_delta(rows):.0e})")
+
+
+def warn_large_delta(delta: float, rows: int, note: Callable[[str], None] | None) -> str | None:
+    """Give :func:`delta_note`'s line, once: a :class:`LargeDeltaWarning` to a caller of the Python API
+    (or without ``note``), else ``note("warning: ...")`` (a command's stderr). Returns the line (None:
+    nothing said). Called when the job has succeeded, so a refusal stays one line."""
+    import warnings
+
+    from pcqr.pipeline.spelling import speaking_python
+
+    line = delta_note(delta, rows)
+    if line is None:
+        return None
+    if note is None or speaking_python():
+        warnings.warn(line, LargeDeltaWarning, stacklevel=3)
+    else:
+        note(f"warning: {line}")
+    return line

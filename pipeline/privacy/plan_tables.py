@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.privacy.limits import check_overrides
+from pcqr.pipeline.privacy.limits import check_overrides, delta_note
 from pcqr.pipeline.privacy.planner import TABLE_EPSILONS, check_inputs, gate_table, plan, rows_needed, stump_vc
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 
@@ -19,19 +19,19 @@ HYPOTHESIS_VC: dict[str, int] = {"threshold": 1, "point": 1, "interval": 2, "hal
 HYPOTHESES = (*HYPOTHESIS_VC, "stump")
 
 TITLES = {
-    "subsamp_realizable": "A_SubSamp, realizable (BTT18; Algorithm 5)",
-    "subsamp_agnostic": "A_SubSamp, agnostic (BTT18; Algorithm 5)",
-    "agprivcl": "A_AgPrivCl (Algorithm 3)",
-    "unvprivcl": "A_UnvPrivCl (Algorithm 4: any number of queries)",
-    "sspp": "A_SSPP (ABM19 semi-private learner; public n_pub, private n)",
-    "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class)",
-    "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data)",
-    "choosing": "the choosing mechanism (BNS13 Fig. 8), a k-bounded-growth quality",
-    "histogram": "the stability-based histogram (pcqr sanitize --algorithm histogram): every point query",
-    "cdf": "the hierarchical CDF (pcqr sanitize --algorithm cdf): every threshold query over --domain",
-    "san_points": "SanPoints (BNS13 Fig. 9): a synthetic database for every point query",
-    "san_thresholds": "SanThresholds (BNS13 Fig. 11): a synthetic database for every threshold query over --domain",
-    "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5) over --domain",
+    "subsamp_realizable": "A_SubSamp, realizable (BTT18; Algorithm 5; docs/privacy.md Mechanism 1)",
+    "subsamp_agnostic": "A_SubSamp, agnostic (BTT18; Algorithm 5; docs/privacy.md Mechanism 1)",
+    "agprivcl": "A_AgPrivCl (Algorithm 3), Nandi-Bassily 2020; docs/privacy.md Mechanism 3",
+    "unvprivcl": "A_UnvPrivCl (Algorithm 4: any number of queries), Nandi-Bassily 2020; docs/privacy.md Mechanism 5",
+    "sspp": "A_SSPP (ABM19 semi-private learner; public n_pub, private n; docs/privacy.md Mechanism 4)",
+    "pap": "A_PAP (BCMNUW20 query release with public data: every counting query of the class; docs/privacy.md Mechanism 7)",
+    "point": "POINT_d learner via A_dist (BNS13 Lemma 3.2; no public data; docs/privacy.md Mechanism 8)",
+    "choosing": "the choosing mechanism (BNS13 Fig. 8; docs/privacy.md Mechanism 9), a k-bounded-growth quality",
+    "histogram": "the stability-based histogram (pcqr sanitize --algorithm histogram; docs/privacy.md Mechanism 16): every point query",
+    "cdf": "the hierarchical CDF (pcqr sanitize --algorithm cdf; docs/privacy.md Mechanism 17): every threshold query over --domain",
+    "san_points": "SanPoints (BNS13 Fig. 9; docs/privacy.md Mechanism 10): a synthetic database for every point query",
+    "san_thresholds": "SanThresholds (BNS13 Fig. 11; docs/privacy.md Mechanism 14): a synthetic database for every threshold query over --domain",
+    "learn_thresholds": "LearnThresholds via RecConcave (BNS13 Thm 3.18, Fig. 5; docs/privacy.md Mechanisms 11-12) over --domain",
     "rectangle": "the rectangle learner (BNS13 Thm 3.22; docs/privacy.md Mechanism 13), --dimensions over --domain",
 }
 KINDS = ("exact = an explicit formula of the paper; O() = a big-O bound with constant 1 (its logs "
@@ -76,7 +76,7 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
     out += blocks_lines(summary, f"kinds: {KINDS}")
     out.append("")
     out.append(f"ratio BTT18 agnostic n / A_AgPrivCl n (both O~()): "
-               f"{show(summary['ratio_btt_agnostic_to_agprivcl'])}; 001 Related work (L44) says "
+               f"{show(summary['ratio_btt_agnostic_to_agprivcl'])}; Nandi-Bassily 2020's Related work says "
                f"~max(1, min(sqrt(m alpha), 1/alpha)) = {show(summary['ratio_related_work'])}")
     return out
 
@@ -165,7 +165,8 @@ def plan_output(vc: int | None, hypothesis: str | None, features: int | None, al
         assert epsilon is not None and queries_max is not None
         check_overrides(subsamples, None)
         gates = gate_table(private_rows, epsilon, delta, cutoff, queries_max, beta, subsamples)
-        return PlanOutput(gates, gate_table_lines(gates))
+        warning = delta_note(delta, private_rows)  # n is known: a delta at or above 1/n is said
+        return PlanOutput({**gates, **({"warning": warning} if warning else {})}, gate_table_lines(gates), warning)
     if rows_per_model is not None:
         return _rows_table(rows_per_model, epsilon, delta, cutoff, queries_max, beta, subsamples)
     given = {"--alpha": alpha, "--beta": beta, "--epsilon": epsilon, "--delta": delta, "--queries-max": queries_max}

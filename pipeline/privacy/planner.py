@@ -30,6 +30,12 @@ Figure = dict[str, Any]
 Algorithm = dict[str, Figure]
 _EXACT_INTEGER = math.log(2.0**53)  # integer sizes below e^this are reported exactly
 
+#: How the plan cites the papers (by name, year and result number: a user has the papers, not our copies of
+#: them). Nandi-Bassily's numbers are the arXiv version's, with the ALT 2020 version's where they differ.
+NB20 = "Nandi-Bassily 2020"
+ABM19 = "Alon-Bassily-Moran 2019"
+BCMNUW20 = "Bassily et al. 2020"
+
 
 def fig(value: Any, kind: str, ref: str) -> Figure:
     """One figure of the plan: its value, how exact it is and where the formula is."""
@@ -84,7 +90,7 @@ def _subsamp(epsilon: float, delta: float, cutoff: float, m: int, beta: float) -
     run them (``runs``); all None when the arithmetic or pcqr's composition check
     (SubSampParameters.certify) refuses them (eps >> 1, or T or lambda beyond any float use)."""
     t = max(1, math.ceil(min(cutoff, MAX_COUNT)))
-    src = "Algorithm 5, 001 L376-377 (SubSampParameters.paper)"
+    src = f"{NB20}, Algorithm 5 (docs/privacy.md, Mechanism 1)"
     out = {"cutoff": fig(t, "exact", "ceil(T): c <= T allows the same bottoms")}
     try:
         p = SubSampParameters.paper(epsilon, delta, t, m, beta, enforce_limits=False)
@@ -92,7 +98,7 @@ def _subsamp(epsilon: float, delta: float, cutoff: float, m: int, beta: float) -
         why = str(exc).split(":", 1)[-1].split(";")[0]
         none = fig(None, "exact", "refused by SubSampParameters.certify:" + why)
         return {**out, "lambda": none, "k": none, "w": none, "delta_stability": none, "k_useful": none, "runs": none}
-    stab = "ALGORITHMS.md section 2: smallest w (a multiple of 1/2) with T p1 within delta (pcqr.pipeline.privacy.stability)"
+    stab = "docs/privacy.md, Mechanism 1: the smallest w (a multiple of 1/2) with T p1 within delta"
     return {**out, "lambda": fig(p.lam, "exact", src), "k": fig(p.subsamples, "exact", src),
             "w": fig(p.threshold, "exact", stab),
             "delta_stability": fig(p.delta_terms().stability, "exact", "T p1 at that w"),
@@ -158,7 +164,7 @@ def _with_subsamp(log_n: float, t: float, error: float, ref: str, epsilon: float
 def subsamp_realizable(d: int, alpha: float, beta: float, epsilon: float, delta: float, m: int) -> Algorithm:
     """A_SubSamp realizable (001 Lemma 2.3 L120-122 = 000 Lemma 3 L420; BTT18 Thms 3.2, 3.4):
     n = O~(d/(eps alpha) max(1, sqrt(m alpha))), T = max(1, O~(m alpha)); error alpha."""
-    ref = "001 Lemma 2.3 L122 (000 Lemma 3 L420)"
+    ref = f"{NB20}, Lemma 2.3 (ALT: Lemma 3)"
     log_n = math.log(d) - math.log(epsilon) - math.log(alpha) + _log_max1(0.5 * math.log(m * alpha))
     return _with_subsamp(log_n, max(1.0, m * alpha), alpha, ref, epsilon, delta, m, beta)
 
@@ -168,7 +174,7 @@ def subsamp_agnostic(d: int, alpha: float, beta: float, epsilon: float, delta: f
     """A_SubSamp agnostic (001 Lemma 2.4 L126-128 = 000 Lemma 4 L451; BTT18 Thms 3.2, 3.5):
     n = O~(d/(eps alpha^2) max(1, sqrt(m alpha))), T = max(1, O~(m (alpha + gamma)));
     error alpha + 3 gamma (gamma: the best error in the class)."""
-    ref = "001 Lemma 2.4 L128 (000 Lemma 4 L451)"
+    ref = f"{NB20}, Lemma 2.4 (ALT: Lemma 4)"
     log_n = math.log(d) - math.log(epsilon) - 2 * math.log(alpha) + _log_max1(0.5 * math.log(m * alpha))
     return _with_subsamp(log_n, max(1.0, m * (alpha + gamma)), alpha + 3 * gamma, ref, epsilon, delta, m, beta)
 
@@ -218,7 +224,7 @@ def agprivcl(d: int, alpha: float, beta: float, epsilon: float, delta: float, m:
     (000 L1156): 4096 (d + log(12/beta))/alpha^2. k is Algorithm 5's at (eps_hat, delta_hat, T);
     where it is refused, n'_7200 is left out (and n' says so).
     """
-    ref = "001 Thm 3.3 L189 (000 Thm 7 L706)"
+    ref = f"{NB20}, Theorem 3.3 (ALT: Theorem 7)"
     s1 = agprivcl_step1(alpha, beta, delta, m)
     sub = _subsamp(s1["eps_hat"], s1["delta_hat"], s1["T"], m, beta)
     k = sub["k"]["value"]
@@ -239,17 +245,18 @@ def agprivcl(d: int, alpha: float, beta: float, epsilon: float, delta: float, m:
         n_prime = math.ceil(max(direct))
     n_exact = whole(math.log(56) + log_n_prime - math.log(epsilon),
                     56 * n_prime / epsilon if isinstance(n_prime, int) else None)
-    alg3 = "Algorithm 3 step 1, 001 L177 (000 L671)"
+    alg3 = f"{NB20}, Algorithm 3 step 1 (docs/privacy.md, Mechanism 3)"
     log_m_min = math.log(8) + math.log(-la - math.log(beta)) - la
     return {"n": fig(size(math.log(logs) + log_shape - math.log(epsilon) - 2 * la), "O()", ref),
             "n_otilde": fig(size(math.log(d) - math.log(epsilon) - 2 * la + log_shape), "O~()", ref + ", logs dropped"),
             "n_exact": fig(n_exact, "exact", "n = 56 n'/eps, " + alg3),
             "n_prime": fig(n_prime, "exact", "max of the three n' below" + ("" if k else " (k refused: without n'_7200)")),
-            "n_prime_8000": fig(size(parts["8000"]), "exact", "proof of 001 Lemma 3.5, L235 (000 Lemma 9, L944)"),
-            "n_prime_7200": fig(size(parts["7200"]) if k else None, "exact", "001 L248 (000 L1103), Claim 3.6/10"),
-            "n_prime_4096": fig(size(parts["4096"]), "exact", "Lemma 3.2/6 at (alpha/4, beta/4), 000 L1156"),
+            "n_prime_8000": fig(size(parts["8000"]), "exact", f"{NB20}, proof of Lemma 3.5 (ALT: Lemma 9)"),
+            "n_prime_7200": fig(size(parts["7200"]) if k else None, "exact", f"{NB20}, Claim 3.6 (ALT: Claim 10)"),
+            "n_prime_4096": fig(size(parts["4096"]), "exact", f"{NB20}, Lemma 3.2 (ALT: Lemma 6) at (alpha/4, beta/4)"),
             "subsample_size": fig(size(log_n_prime - math.log(k)) if k else None, "exact", "n'/k rows per model"),
-            "m_min": fig(size(log_m_min), "exact", "001 Lemma 3.5 L215 (000 L848): m >= 8 log(1/(alpha beta))/alpha"),
+            "m_min": fig(size(log_m_min), "exact",
+                         f"{NB20}, Lemma 3.5 (ALT: Lemma 9): m >= 8 log(1/(alpha beta))/alpha"),
             "m_condition_met": fig(math.log(m) >= log_m_min, "exact", "m >= m_min"),
             "error": fig("alpha + gamma", "exact", ref),
             **{key: fig(value, "exact", alg3) for key, value in s1.items()},
@@ -262,7 +269,7 @@ def unvprivcl(d: int, alpha: float, beta: float, epsilon: float, delta: float, m
     n (O()) = Theorem 4.1 with m_o for m and max(1, sqrt(d) alpha log^{1/2}(1/alpha));
     n_otilde = d/(eps alpha^2) max(1, sqrt(d) alpha), independent of m.
     """
-    ref = "001 Thm 4.1 L306 (000 Thm 11 L1400)"
+    ref = f"{NB20}, Theorem 4.1 (ALT: Theorem 11)"
     la = math.log(alpha)
     log_m_o = math.log(32) + math.log(d * -la - math.log(beta)) - la
     m_o = 32 * (d * math.log(1 / alpha) + math.log(1 / beta)) / alpha if log_m_o < 700 else math.inf
@@ -273,7 +280,8 @@ def unvprivcl(d: int, alpha: float, beta: float, epsilon: float, delta: float, m
                      "O()", ref),
             "n_otilde": fig(size(math.log(d) - math.log(epsilon) - 2 * la + _log_max1(0.5 * math.log(d) + la)),
                             "O~()", ref),
-            "m_o": fig(m_o if m_o < math.inf else size(log_m_o), "exact", "Algorithm 4 step 1, 001 L292 (000 L1383)"),
+            "m_o": fig(m_o if m_o < math.inf else size(log_m_o), "exact",
+                       f"{NB20}, Algorithm 4 step 1 (docs/privacy.md, Mechanism 5)"),
             "m_first": fig(m_first, "exact", "min(ceil(m_o), m) queries answered by A_AgPrivCl"),
             "n_exact_first_phase": fig(first["n_exact"]["value"], "exact", "A_AgPrivCl's n_exact at m_first"),
             "uses_sspp": fig(m > m_o, "exact", "queries after m_o are answered by h_priv = A_SSPP"),
@@ -333,11 +341,11 @@ def sspp(d: int, alpha: float, beta: float, epsilon: float) -> Algorithm:
     """A_SSPP (004 Algorithm 1, Thm 3.1 L265-293), pure eps-DP: n_priv = O((d log(1/alpha) +
     log(1/beta)) max(1/alpha^2, 1/(eps alpha))); n_pub = O((d log(1/alpha) + log(1/beta))/alpha)
     and, numerically, from Lemma 3.3."""
-    ref = "004 Thm 3.1 L265-293"
+    ref = f"{ABM19}, Theorem 3.1 (docs/privacy.md, Mechanism 4)"
     la = math.log(alpha)
     log_base = math.log(d * -la - math.log(beta))
     return {"n": fig(size(log_base + max(-2 * la, -math.log(epsilon) - la)), "O()", ref),
-            "n_pub": fig(sspp_public_size(d, alpha, beta), "exact", "004 Lemma 3.3 eq. (1) L395-403, solved"),
+            "n_pub": fig(sspp_public_size(d, alpha, beta), "exact", f"{ABM19}, Lemma 3.3 eq. (1), solved"),
             "n_pub_theorem": fig(size(log_base - la), "O()", ref),
             "error": fig("alpha + gamma", "exact", ref)}
 
@@ -347,14 +355,14 @@ def pap(d: int, alpha: float, beta: float, epsilon: float, delta: float) -> Algo
     L210): n = O((d log(1/alpha) + log(1/beta))^{3/2} sqrt(p log(1/delta)) / (eps alpha^2));
     n_pub: the cover must be an alpha/4-cover w.p. 1 - beta/2 (Lemma 11 = 004 Lemma 3.3), solved.
     2^{d+1} is never formed: its log, (d + 1) log 2, is."""
-    ref = "003 Theorem 10 L427-446, Fact 4 L210"
+    ref = f"{BCMNUW20}, Theorem 10 and Fact 4 (docs/privacy.md, Mechanism 7)"
     la = math.log(alpha)
     log_base = math.log(d * -la - math.log(beta))
     log_n = (1.5 * log_base + 0.5 * ((d + 1) * math.log(2) + math.log(math.log(1 / delta)))
              - math.log(epsilon) - 2 * la)
     return {"n": fig(size(log_n), "O()", ref),
             "n_pub": fig(sspp_public_size(d, alpha / 4, beta / 2), "exact",
-                         "003 Lemma 11 (004 Lemma 3.3 at alpha/4, beta/2), solved"),
+                         f"{BCMNUW20}, Lemma 11 ({ABM19}, Lemma 3.3, at alpha/4, beta/2), solved"),
             "n_pub_theorem": fig(size(log_base - la), "O()", ref),
             "error": fig("alpha (every query of the class)", "exact", ref)}
 

@@ -29,6 +29,7 @@ from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_training_size, count_range
 from pcqr.pipeline.privacy.subsamp import SubSampParameters, check_queries_max
 from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
+from pcqr.pipeline.spelling import spelled, spelled_with
 
 #: The modes (``--mode``), each planned by its own function below.
 MODES = ("realizable", "agnostic", "universal")
@@ -101,7 +102,7 @@ def labelled_options(options: TrainingOptions) -> TrainingOptions:
         return options
     count_range("--labels (M)", options.labels, why="an exact float")
     if options.queries_max != TrainingOptions.queries_max:
-        raise PcqrError("--labels M replaces --queries-max: give one")
+        raise PcqrError(f"{spelled('--labels M')} replaces {spelled('--queries-max')}: give one")
     if options.mode == "universal":
         raise PcqrError("--labels: --mode universal answers every query after its first m_o with A_SSPP's "
                         "released classifier, not a student; use --mode realizable or agnostic")
@@ -122,8 +123,9 @@ def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:
     gate, why = (asked, None) if asked else choose_gate(options, rows)
     params = realizable_parameters(options, gate, rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
-        raise PcqrError(f"--cutoff {options.cutoff}: --gate gnmax spends one unit per answer and halts after "
-                        f"--queries-max answers ({options.queries_max}); leave --cutoff out")
+        raise PcqrError(f"{spelled_with('--cutoff', options.cutoff)}: {spelled_with('--gate', 'gnmax')} spends one "
+                        f"unit per answer and halts after {spelled('--queries-max')} answers ({options.queries_max}); "
+                        f"leave {spelled('--cutoff')} out")
     return SessionPlan("realizable", params, gate_chosen=why)
 
 

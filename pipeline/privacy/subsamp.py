@@ -83,6 +83,7 @@ from pcqr.pipeline.privacy.limits import (
 from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
 from pcqr.pipeline.privacy.gnmax import ACCOUNTANTS, calibrate_sigma, gnmax_guarantee
 from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
+from pcqr.pipeline.spelling import spelled
 
 # Per-query error of DiscreteLaplaceTail (see pcqr.pipeline.privacy.noise): its bits differ
 # from exact discrete-Laplace tails by at most this much in probability.
@@ -137,7 +138,7 @@ def check_epsilon(epsilon: float, option: str = "--epsilon", lowest: float = 0.0
     least ``lowest`` if given) at most MAX_EPSILON (pcqr.pipeline.privacy.limits: e^eps must be a finite float)."""
     if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON and epsilon >= lowest):
         low = f"at least {lowest:g} and " if lowest else "a positive number "
-        raise PcqrError(f"{option} must be {low}at most {MAX_EPSILON:g}, got {epsilon}")
+        raise PcqrError(f"{spelled(option)} must be {low}at most {MAX_EPSILON:g}, got {epsilon}")
 
 
 def check_fraction(value: float, option: str, lowest: float = MIN_PROBABILITY) -> None:
