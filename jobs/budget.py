@@ -66,9 +66,11 @@ def command() -> None:
     """Privacy budgets of private datasets: set a total (eps, delta), show every charge.
 
     \b
-    pcqr budget set data/private --epsilon 3 --delta 3e-6   # jobs together may spend at most this
-    pcqr budget show data/private                            # every charge, the total spent
-    pcqr budget verify                                       # the ledger's chain and every budget
+    Example (runs as written, in order, in an empty folder):
+      pcqr generate --out data                                 # a private dataset to budget
+      pcqr budget set data/private --epsilon 3 --delta 3e-6   # jobs together may spend at most this
+      pcqr budget show data/private                            # every charge, the total spent
+      pcqr budget verify                                       # the ledger's chain and every budget
     """
 
 

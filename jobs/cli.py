@@ -48,12 +48,10 @@ def pcqr() -> None:
     with a proof of differential privacy, as a distributed batch pipeline on Dask.
 
     \b
-    Typical session:
+    Typical session (each line runs as written, in order, in an empty folder):
       pcqr generate --out data                       # synthetic data to try it on
       pcqr train  --private data/private --state st  # k subsample models (private)
       pcqr answer --state st --queries data/queries --log answers   # public log
-      pcqr run jobs/examples/answer.yaml             # the same from a YAML spec
-      pcqr submit job.yaml --cluster cluster.yaml    # the same on an existing cluster
       pcqr demo                                      # all of it on a local cluster
       pcqr plan --hypothesis interval --alpha 0.05 --epsilon 1 --queries-max 10000
                                                      # the sample sizes the papers require
@@ -61,13 +59,20 @@ def pcqr() -> None:
       pcqr learn --private data/private --public pub/private --features x0 --hypothesis threshold --out model.json
       pcqr release --private data/private --public pub/private --features x0 --hypothesis threshold --out table.parquet
       pcqr release-answer table.parquet --query threshold=0.3
-      pcqr sanitize --private data/private --features x0 --domain 0:1000 --out points.parquet
+      pcqr generate --integer-scale 100 --queries 0 --seed 3 --out counts   # integer values of x0
+      pcqr sanitize --private counts/private --features x0 --domain -1000:1000 --out points.parquet
                                                      # a synthetic database, no public data
+      pcqr release-answer points.parquet --query value=0   # the share of rows with x0 = 0
       pcqr replay answers --out replayed.parquet     # verify a log, re-serve its answers
-      pcqr report --log answers --out report.html    # look at a session (pip install 'pcqr[report]')
+      pcqr report --log answers --state st --out report.html   # look at a session (pip install 'pcqr[report]')
       pcqr status --state st                         # the session's privacy odometer (read-only)
-      pcqr distill --log answers --out student.json  # a student of the log's answers (no budget)
+      pcqr distill --log answers --state st --out student.json   # a student of the log's answers (no budget)
       pcqr budget set data/private --epsilon 8 --delta 1e-5   # the dataset's total budget
+
+    \b
+    From a YAML spec (SPEC.yaml: job: and the command's options; examples in pcqr's jobs/examples/):
+      pcqr run SPEC.yaml                             # any job, as its command would run it
+      pcqr submit SPEC.yaml --cluster CLUSTER.yaml   # the same on an existing Dask cluster
 
     Each command's --help says which of its files are private (the private dataset, the state
     directory, the ledger: keep them where the private data lives) and which are public (queries,

@@ -23,9 +23,11 @@ import click
 
 from pcqr.jobs import answer, generate
 from pcqr.jobs.common import cluster_option, emit_summary, json_option, note
-from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.report.sentences import count, plain_sentences, summary_table
-from pcqr.pipeline.session.demo import DELTA, FEATURES, check_options, data_kind, kept_note
+from pcqr.pipeline.session.demo import (
+    FEATURES, REMOVED_NOTE, check_options, data_kind, delta_for, kept_note, own_ledger, removed_summary,
+)
 
 
 def _run(command: click.Command, args: list[str], name: str) -> str:
@@ -41,12 +43,12 @@ def temporary_folder() -> str:
     return tempfile.mkdtemp(prefix="pcqr-demo-")
 
 
-def _workspace(out: str | None, keep: bool) -> tuple[str, bool]:
-    """The demo's folder and whether it stays: --out (kept), else a new temporary one."""
+def _workspace(out: str | None, keep: bool, cluster: str | None) -> tuple[str, bool]:
+    """The demo's folder and whether it stays: --out (kept; new or empty, never holding --cluster), else a
+    new temporary one."""
     if out is None:
         return temporary_folder(), keep
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise PcqrError(f"--out {out}: not an empty folder; the demo needs a new or empty one")
+    check_outputs([Output("--out", out, folder=True)], [("--cluster", cluster)], overwrite=None)
     os.makedirs(out, exist_ok=True)
     return out, True
 
@@ -72,7 +74,7 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
     """Generate data, train, answer and summarise, on a local cluster by default, in a temporary
     folder with its own ledger (your privacy ledger is never charged)."""
     check_options(rows, queries, noise, epsilon, subsamples, cutoff, threshold)  # one line, before anything
-    work, kept = _workspace(out, keep)
+    work, kept = _workspace(out, keep, cluster)
     where = "kept at the end" if kept else "removed at the end (--keep keeps it)"
     note(f"demo: working in {shlex.quote(work)} with its own privacy ledger (yours is not charged); {where}")
     try:
@@ -82,6 +84,9 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
             shutil.rmtree(work, ignore_errors=True)
     if kept:  # on stderr, --json or not: stdout keeps the summary alone
         note(kept_note(work))
+    else:  # nothing of the folder is left to look at: none of its paths is printed
+        summary = removed_summary(summary, work)
+        note(REMOVED_NOTE)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=True, default=str))
         return
@@ -90,7 +95,7 @@ def command(out: str | None, keep: bool, rows: int, queries: int, noise: float, 
     click.echo("")
     table = summary_table(summary)  # the --json line is sorted by key: lead with what matters
     if "ledger" in table:  # the demo's own ledger: no advice to set a budget on a folder about to go
-        table["ledger"] = f"charged {summary['epsilon']:g}, {summary['delta']:g} to the demo's own ledger, not yours"
+        table["ledger"] = own_ledger(summary)
     emit_summary(table, as_json=False)
 
 
@@ -104,12 +109,12 @@ def _demo(work: str, rows: int, queries: int, noise: float, epsilon: float, subs
     _run(generate.command, ["--kind", data_kind(noise), "--rows", str(rows), "--features", str(FEATURES),
                             "--queries", str(queries), "--noise", str(noise), "--seed", "0", "--out", data, *common],
          "pcqr generate")
-    note(f"demo: generated {count(rows)} private rows and {count(queries)} queries in {shlex.quote(data)}")
+    note(f"demo: generated {count(rows)} private rows and {count(queries)} queries")  # where: kept_note, if kept
     args = [
         "--private", os.path.join(data, "private"), "--queries", os.path.join(data, "queries"),
         "--truth", os.path.join(data, "truth"), "--state", os.path.join(work, "state"),
         "--log", os.path.join(work, "log"), "--ledger", os.path.join(work, "ledger.sqlite"),
-        "--epsilon", str(epsilon), "--delta", str(DELTA), "--cutoff", str(cutoff), "--queries-max", str(queries),
+        "--epsilon", str(epsilon), "--delta", str(delta_for(rows)), "--cutoff", str(cutoff), "--queries-max", str(queries),
         "--subsamples", str(subsamples), "--learner", "stump", "--gate", "stability", "--json", *common,
         *(["--threshold", str(threshold)] if threshold is not None else []),
     ]

@@ -24,6 +24,8 @@ from pcqr.jobs.cli import pcqr
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_COMMAND = "pip install '.[test]' && pytest"
 DEMO_COMMAND = "pip install . && pcqr demo"
+#: The report extra, which the session's `pcqr report` needs (tests/test_fresh_install.py runs it).
+REPORT_COMMAND = "pip install '.[report]'"
 SKIP = re.compile(r"<!-- not run by tests/test_readme\.py: .+ -->")
 #: A block another test runs against the real service it needs (a PostgreSQL server).
 ELSEWHERE = re.compile(r"<!-- run by (tests/test_\w+\.py) against .+ -->")
@@ -68,7 +70,7 @@ def test_every_block_is_bash_and_every_skip_says_why() -> None:
     found = blocks(_readme())
     assert found and all(lang == "bash" for lang, _, _ in found), [lang for lang, _, _ in found]
     skipped = [lines for _, run, lines in found if not run]
-    assert skipped == [[DEMO_COMMAND], [TEST_COMMAND], block_run_by("tests/test_object_storage.py"),
+    assert skipped == [[DEMO_COMMAND], [REPORT_COMMAND], [TEST_COMMAND], block_run_by("tests/test_object_storage.py"),
                        block_run_by("tests/test_team_ledger.py")]
     assert len(readme_commands()) >= 10
 

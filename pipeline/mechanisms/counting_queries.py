@@ -105,6 +105,8 @@ def parse_query(text: str, metadata: dict[str, Any]) -> dict[str, Any]:
             key, sep, value = item.partition("=")
             if not sep:
                 raise PcqrError(f"--query {text!r}: expected key=value pairs, got {item!r}")
+            if key.strip() in query:  # as JSON's duplicate keys: never the last one silently
+                raise PcqrError(f"--query {text!r}: the key {key.strip()!r} is given twice; give each key once")
             query[key.strip()] = value.strip()
     table_class = metadata["class"]
     query.setdefault("class", "threshold" if table_class == "stump" else table_class)

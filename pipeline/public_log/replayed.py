@@ -28,16 +28,27 @@ REPLAY_KEY = b"pcqr.replay"
 CSV_COLUMNS = ["query_id", "answer", "status", "source"]
 
 
-def verified(log: str, last_hash: str | None) -> LogReport:
-    """The log's report, or a one-line PcqrError naming the log and the first bad batch."""
+def verified(log: str, last_hash: str | None, named: str | None = None, vouching: str = "--last-hash") -> LogReport:
+    """The log's report, or a one-line PcqrError naming the log (``named``, default ``log LOG``) and the
+    first bad batch.
+
+    ``last_hash`` (from ``vouching``: ``--last-hash``, or a state's session.json) is the session's record
+    of its last batch: a log whose chain does not end there is refused. None: the log is checked against
+    itself only, and the report's notes say so in the one line every command prints (``pcqr replay``,
+    ``pcqr report``, ``pcqr distill``): an altered last batch, or lost batches after it, cannot be seen.
+    A session that has logged no batch has the empty last hash: no log is its log.
+    """
+    named = named or f"log {log}"
+    if last_hash == "" and vouching != "--last-hash":
+        raise PcqrError(f"{named}: the session of {vouching} has logged no batch yet, so this is not its log")
     if last_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", last_hash):
-        raise PcqrError(f"--last-hash {last_hash!r}: expected the 64 hex digits of a SHA-256 "
+        raise PcqrError(f"{vouching} {last_hash!r}: expected the 64 hex digits of a SHA-256 "
                         "(last_hash in the session's session.json)")
     report = verify_log(log, expected_last_hash=last_hash)
     if not report.ok:
         more = len(report.problems) - 1
         tail = f" ({more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
-        raise PcqrError(f"log {log}: {report.problem}{tail}")
+        raise PcqrError(f"{named}: {report.problem}{tail}")
     return report
 
 

@@ -25,7 +25,8 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.session_plan import SessionPlan
 from pcqr.pipeline.public_log.batches import DUPLICATE, GATED_SOURCES, SOURCE_NAMES, SPENDING_SOURCES, STUDENT, batch_files
-from pcqr.pipeline.public_log.replay import STATUSES, read_answers, verify_log
+from pcqr.pipeline.public_log.replay import STATUSES, read_answers
+from pcqr.pipeline.public_log.replayed import verified
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
 CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff", "queries_max", "labels",
@@ -50,10 +51,12 @@ class Truth:
 
 @dataclass(frozen=True)
 class StateSummary:
-    """A state's public summary (its certificate and counts) and the file it was read from."""
+    """A state's public summary (its certificate and counts), the file it was read from, and the hash of
+    the last batch its session logged ('' before the first), which the log must end at."""
 
     summary: dict[str, Any]
     file: str
+    last_hash: str
 
 
 @dataclass
@@ -81,6 +84,8 @@ class SessionReport:
     truth: Truth | None = None
     state_summary: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    log_notes: list[str] = field(default_factory=list)  # the log's verification (pcqr replay's lines)
+    last_vouched: bool = False  # the last batch matched the state's last hash
 
     @property
     def total_queries(self) -> int:
@@ -186,16 +191,17 @@ def session_report(log_dir: str, state: StateSummary | None = None, truth: str |
     """Read a session's public log (and, if given, its truth file; ``state`` is the state's public summary,
     read by the caller: pcqr.pipeline.session.planning.read_state_summary).
 
+    The log is verified as ``pcqr replay`` verifies it, to the state's last hash when ``state`` is given;
+    else the report's ``log_notes`` say that its last batch is vouched for by nothing.
+
     Raises
     ------
     PcqrError
-        The log is missing, empty, not a pcqr log or fails verification (named in one line).
+        The log is missing, empty, not a pcqr log or fails verification, or does not end at the state's
+        last hash (named in one line, with the first bad batch).
     """
-    checked = verify_log(log_dir)
-    if checked.batches == 0:
-        raise PcqrError(f"--log {log_dir}: holds no batch files of a pcqr log")
-    if not checked.ok:
-        raise PcqrError(f"--log {log_dir}: {checked.problem}")
+    checked = verified(log_dir, state.last_hash if state else None, f"--log {log_dir}",
+                       state.file if state else "--state")
     if checked.provenance is None:
         raise PcqrError(f"--log {log_dir}: its batch files carry no pcqr provenance")
     files = [path for _, path in batch_files(log_dir)]
@@ -209,7 +215,8 @@ def session_report(log_dir: str, state: StateSummary | None = None, truth: str |
     if state is not None:
         report.state_summary = state.summary
         report.files_read.append(state.file)
-    report.notes.append(VOTE_MARGINS_NOTE)
+    report.log_notes, report.last_vouched = list(checked.notes), checked.last_vouched
+    report.notes.extend([*checked.notes, VOTE_MARGINS_NOTE])
     return report
 
 

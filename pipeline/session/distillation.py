@@ -15,11 +15,11 @@ privacy and may answer any number of further queries. pcqr uses it twice:
 * ``pcqr distill --log LOG``: the same student written as a public model file
   (pcqr.pipeline.models.portable) that ``pcqr predict`` serves.
 
-Nothing here reads private data; the log is verified (its hash chain) before it is learnt from.
+Nothing here reads private data; the log is verified (its hash chain, and with a state's last batch hash
+its end: the only thing read of the state) before it is learnt from.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -28,6 +28,7 @@ import numpy as np
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.public_log.batches import GATED_SOURCES, released_rows
 from pcqr.pipeline.gates.public_guess import STUDENT_ROWS, fit_student
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 
 #: The log sources whose answers the teacher (the k models through a gate) released.
 TEACHER_SOURCES = GATED_SOURCES
@@ -62,17 +63,18 @@ def teacher_answers(log_dir: str, features: Sequence[str], batches: int | None =
     return TeacherAnswers(np.concatenate(pieces_X), np.concatenate(pieces_y), total)
 
 
-def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any],
-                   modules: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
+def fit_on_teacher(answers: TeacherAnswers, learner: dict[str, Any], modules: tuple[str, ...] = (),
+                   reporter: Reporter = LOGGING) -> tuple[dict[str, Any], Any]:
     """The student: the learner ``learner`` names ({"name", "params"}; 'cross-validated': the one
     pcqr.pipeline.models.student_selection picks from the same answers) and it fitted on the
-    teacher's answers (deterministic)."""
+    teacher's answers (deterministic), shown as a phase of ``reporter``."""
     from pcqr.pipeline.models.student_selection import select_student
 
     if answers.y.size == 0:
         raise PcqrError("the log holds no answer released by the session's models: nothing to distil a student from")
-    chosen, _ = select_student(learner, answers.X, answers.y, modules)
-    return chosen, fit_student(chosen, answers.X, answers.y, modules)
+    with reporter.phase(f"fitting the student on {answers.y.size:,} answers"):
+        chosen, _ = select_student(learner, answers.X, answers.y, modules)
+        return chosen, fit_student(chosen, answers.X, answers.y, modules)
 
 
 def student_learner(session_learner: dict[str, Any], guess: dict[str, Any] | None,
@@ -92,9 +94,14 @@ def student_learner(session_learner: dict[str, Any], guess: dict[str, Any] | Non
 
 
 def distill_log(log_dir: str, out: str, learner: str | None = None, learner_params: dict[str, Any] | None = None,
-                modules: tuple[str, ...] = ()) -> dict[str, Any]:
+                modules: tuple[str, ...] = (), reporter: Reporter = LOGGING,
+                state: str | None = None) -> dict[str, Any]:
     """``pcqr distill``: verify the public log, fit the student on its teacher answers, write it to
     ``out`` as a released model file (pcqr.pipeline.models.portable). Returns the summary.
+
+    The log is verified as ``pcqr replay`` verifies it (pcqr.pipeline.public_log.replayed.verified): with
+    ``state``, the session's state directory, to its last batch hash (the state is only read); without,
+    against itself only, which ``reporter`` notes in replay's line.
 
     ``learner`` None: the session's after-halt default (the guess gate's student learner, else the
     session's learner, both from the log's provenance). The file's privacy is the session's: a
@@ -105,12 +112,13 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     from pcqr.pipeline.models.portable import portable
     from pcqr.pipeline.models.student_selection import student_specs
     from pcqr.pipeline.models.released import model_record, write_model
-    from pcqr.pipeline.public_log.replay import verify_log
+    from pcqr.pipeline.public_log.replayed import verified
+    from pcqr.pipeline.session.planning import read_state_summary
 
     check_writable_file(out, "--out")
-    report = verify_log(log_dir)
-    if not report.ok:
-        raise PcqrError(f"--log {log_dir}: {report.problem} ({shlex.join(['pcqr', 'replay', log_dir])} shows every problem)")
+    last_hash = None if state is None else read_state_summary(state).last_hash
+    with reporter.phase("verifying the log"):
+        report = verified(log_dir, last_hash, f"--log {log_dir}", f"--state {state}")
     provenance = report.provenance or {}
     features = provenance.get("features")
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)):
@@ -123,8 +131,9 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
                             guess if learner is None else None, learner, learner_params or {})
     for spec in student_specs(named, modules):  # 'auto': a tree, whatever depth the answers give it
         portable(spec.check(len(features), 64), spec.name)  # one with no portable form is refused before the log is read
-    answers = teacher_answers(log_dir, features)
-    chosen, model = fit_on_teacher(answers, named, modules)
+    with reporter.phase("reading the teacher's answers"):
+        answers = teacher_answers(log_dir, features)
+    chosen, model = fit_on_teacher(answers, named, modules, reporter)
     hypothesis = portable(model, chosen["name"])
     private = provenance.get("seeded") is False
     record = model_record(
@@ -134,15 +143,18 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
         session_id=provenance.get("session_id"), epsilon=provenance.get("epsilon"), delta=provenance.get("delta"),
     )
     write_model(out, record)
+    for remark in report.notes:  # after the model is written: a refused command prints its error alone
+        reporter.note(remark)
     return {"out": out, "learner": named["name"],
             **({"chosen": chosen["name"]} if chosen != named else {}), "form": hypothesis.to_dict()["class"],
             "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
-            "log": log_dir, "log_sha256": report.last_sha256, "session_id": provenance.get("session_id"),
+            "log": log_dir, "log_sha256": report.last_sha256, "last_batch_vouched": report.last_vouched,
+            "session_id": provenance.get("session_id"),
             "epsilon": provenance.get("epsilon"), "delta": provenance.get("delta"), "privacy": record["privacy"]}
 
 
 def distill(log: str, out: str, learner: str | None = None, learner_params: dict[str, Any] | None = None,
-            cluster: str | None = None) -> dict[str, Any]:
+            cluster: str | None = None, state: str | None = None) -> dict[str, Any]:
     """Fit a student on the answers a session released and write it as a model file (``pcqr distill``).
 
     Post-processing of the public log: no private data is read and no budget is spent; the model
@@ -163,12 +175,15 @@ def distill(log: str, out: str, learner: str | None = None, learner_params: dict
         The learner's parameters.
     cluster : str, optional
         A cluster.yaml whose allowed learner modules apply (the fit runs here).
+    state : str, optional
+        The session's state directory: the log must end at the last batch it records (only that hash is
+        read). Without it the log's last batch is vouched for by nothing, and the ``pcqr`` logger says so.
 
     Returns
     -------
     dict
         The summary ``pcqr distill --json`` prints: out, learner, form, teacher_answers, log_sha256,
-        epsilon, delta, privacy.
+        last_batch_vouched, epsilon, delta, privacy.
 
     Examples
     --------
@@ -176,5 +191,8 @@ def distill(log: str, out: str, learner: str | None = None, learner_params: dict
     >>> pcqr.distill("answers", "student.json", "sklearn.linear_model.LogisticRegression")  # doctest: +SKIP
     """
     from pcqr.pipeline.data.cluster import learner_modules
+    from pcqr.pipeline.data.outputs import Output, check_outputs
 
-    return distill_log(log, out, learner, learner_params, learner_modules(cluster))
+    check_outputs([Output("out", out)], [("log", log), ("cluster", cluster), ("state", state)],
+                  overwrite=True)  # never an input
+    return distill_log(log, out, learner, learner_params, learner_modules(cluster), state=state)
