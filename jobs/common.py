@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, TypeVar
 
 import click
 
-from pcqr.pipeline.data.atomic import check_writable_file  # noqa: F401 (used by jobs)
-from pcqr.pipeline.session.progress import NoBar, Reporter
+from pcqr.pipeline.session.progress import Console, Phase, Reporter
 
 if TYPE_CHECKING:
     from pcqr.pipeline.data.cluster import Connect
@@ -89,6 +88,15 @@ def allow_overlap_option(func: F) -> F:
     )(func)
 
 
+def overwrite_option(func: F) -> F:
+    """``--overwrite``: replace an existing ``--out`` (pcqr.pipeline.data.outputs: never one of the inputs)."""
+    return click.option(
+        "--overwrite", "overwrite", is_flag=True,
+        help="Replace --out if it exists (refused otherwise). An --out that is, lies inside or holds one of the "
+        "command's inputs is refused with or without it.",
+    )(func)
+
+
 def wait_option(func: F) -> F:
     """``--wait``: wait for another pcqr process using the state directory instead of refusing."""
     return click.option(
@@ -112,9 +120,13 @@ def emit_summary(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(f"{key:<{width}}  {value}")
 
 
+CONSOLE = Console()
+"""stderr: notes, and each long phase as a live line on a terminal, else a line every 15 s."""
+
+
 def note(message: str) -> None:
     """A progress or status line for the user, on stderr so stdout stays machine-readable."""
-    click.echo(message, err=True)
+    CONSOLE.note(message)
 
 
 def progress_enabled() -> bool:
@@ -122,15 +134,14 @@ def progress_enabled() -> bool:
     return sys.stderr.isatty()
 
 
-def progress(length: int, label: str) -> Any:
-    """A click progress bar on stderr when it is a terminal; a silent stand-in otherwise."""
-    if not progress_enabled():
-        return NoBar()
-    return click.progressbar(length=length, label=label, file=sys.stderr)
+CLI_REPORTER = Reporter(note=note, shows=CONSOLE.shows)
+"""The command line's reporter: notes on stderr, long phases as a bar or a spinner on a terminal, else a
+line every 15 s (``training models: 37 of 120 models, 45 s``)."""
 
 
-CLI_REPORTER = Reporter(note=note, progress=progress)
-"""The command line's reporter: notes on stderr, progress bars on a terminal."""
+def progress(length: int, label: str) -> ContextManager[Phase]:
+    """A counted phase of the command line's reporter (a bar on a terminal, else a line every 15 s)."""
+    return CLI_REPORTER.phase(label, length)
 
 
 def connect_to(cluster: str | None) -> Connect:

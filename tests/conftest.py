@@ -82,6 +82,19 @@ def suite_tmpdir(tmp_path_factory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_heartbeat() -> Iterator[None]:
+    """No sign-of-life line (pcqr.pipeline.session.progress: one every HEARTBEAT_S seconds of silence
+    while a phase runs) in commands the suite runs in its own process: on a loaded machine a refusal
+    can come after 15 s, and its one line would get a heartbeat before it. tests/test_sign_of_life.py
+    sets its own interval."""
+    from pcqr.pipeline.session import progress
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(progress, "HEARTBEAT_S", 1e9)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def test_ledger(tmp_path_factory) -> Iterator[str]:
     """The suite charges its own ledger (never the user's ~/.local/share/pcqr/ledger.sqlite),
     from the first fixture on; tests that need an empty one pass --ledger or set PCQR_LEDGER."""

@@ -300,8 +300,8 @@ def load_cluster_config(cluster_path: str | None) -> ClusterConfig:
 
 
 def _configure_storage(source: Path | None, data: dict[str, Any]) -> None:
-    """The S3 settings for this command: the AWS variables, else the file's ``pcqr: storage:`` keys
-    (:func:`pcqr.pipeline.data.object_store.settings_from`)."""
+    """The S3 settings for this command: the AWS variables, else the file's ``pcqr: storage:`` keys, and
+    the file's ``connect-timeout`` and ``request-timeout`` (:func:`pcqr.pipeline.data.object_store.settings_from`)."""
     pcqr = data.get("pcqr")
     keys = pcqr.get("storage") if isinstance(pcqr, dict) else None
     object_store.configure(object_store.from_file(os.environ, keys, str(source)))
@@ -469,7 +469,7 @@ def open_client(cluster_path: str | None, echo: Callable[[str], None] | None = N
         # a worker's PcqrError: pcqr's one line, no "Compute Failed" block (nor, on the local cluster it
         # closes, its workers' heartbeat failures at shutdown)
         quiet_expected_errors(client, local=config.backend == "local")
-        if any(vars(object_store.current()).values()):
+        if object_store.current() != object_store.S3Settings():  # an AWS key or a timeout set
             client.register_plugin(StorageSettings(object_store.current()))
         _wait_for_workers(config, client)
         if echo is not None and asked:

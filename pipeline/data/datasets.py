@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from pcqr.pipeline.data import object_store
 from pcqr.pipeline.data.arrow_types import as_float64, feature_refusal, id_refusal, label_refusal
 from pcqr.pipeline.data.parquet_opener import dataset_files, parquet_file
 from pcqr.pipeline.errors import PcqrError
@@ -210,7 +211,8 @@ def read_part(part: Part, columns: Sequence[str]) -> pa.Table:
 
 
 def _corrupt(part: Part, exc: BaseException) -> PcqrError:
-    return PcqrError(f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})")
+    return object_store.timed_out(part.file, exc) or PcqrError(
+        f"{part.file}: corrupt Parquet data ({' '.join(str(exc).split())[:200]})")
 
 
 def read_chunks(part: Part, columns: Sequence[str], rows: int, skip: int = 0) -> Iterator[pa.Table]:

@@ -50,7 +50,8 @@ def read_file(path: str, option: str, limit: int) -> bytes:
     except FileNotFoundError:
         raise PcqrError(f"{option} {path}: no such file") from None
     except OSError as exc:
-        raise PcqrError(f"{option} {path}: cannot read it ({' '.join(str(exc).split())[:200]})") from None
+        raise object_store.timed_out(path, exc) or PcqrError(
+            f"{option} {path}: cannot read it ({' '.join(str(exc).split())[:200]})") from None
 
 
 def join(folder: str, name: str) -> str:
@@ -68,7 +69,8 @@ def _info(path: str) -> pafs.FileInfo:
     try:
         return fs.get_file_info(inside)
     except OSError as exc:
-        raise PcqrError(f"{path}: cannot reach it ({' '.join(str(exc).split())[:200]})") from None
+        raise object_store.timed_out(path, exc) or PcqrError(
+            f"{path}: cannot reach it ({' '.join(str(exc).split())[:200]})") from None
 
 
 def exists(path: str) -> bool:
@@ -89,7 +91,8 @@ def names_in(folder: str) -> list[str]:
     try:
         found = fs.get_file_info(pafs.FileSelector(inside, allow_not_found=True))
     except OSError as exc:
-        raise PcqrError(f"{folder}: cannot list it ({' '.join(str(exc).split())[:200]})") from None
+        raise object_store.timed_out(folder, exc) or PcqrError(
+            f"{folder}: cannot list it ({' '.join(str(exc).split())[:200]})") from None
     return sorted(posixpath.basename(entry.path) for entry in found)
 
 

@@ -12,13 +12,18 @@ objects under ``prefix/``. Two clients share one set of settings (:class:`S3Sett
 
 Settings come from the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), or the same keys under
-``pcqr: storage:`` in the cluster.yaml (the environment wins), and reach the workers with the
+``pcqr: storage:`` in the cluster.yaml (the environment wins), with two limits only the file sets,
+``connect-timeout`` (reaching the endpoint, default 10 s) and ``request-timeout`` (a request's wait for
+the endpoint's next byte, default 30 s), for every read and write, each of at most :data:`ATTEMPTS`
+attempts; an endpoint that never answers is one line naming the location and the setting
+(:func:`timed_out`; issue 47: it took 183 s to fail). They reach the workers with the
 cluster's client (:class:`pcqr.pipeline.data.cluster.StorageSettings`). Credentials are never printed, never written into a log's
 provenance or a summary, and refused inside a URI (``s3://KEY:SECRET@bucket``, which pcqr would
 record).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -33,6 +38,12 @@ SCHEME = "s3://"
 #: The variables (and cluster.yaml keys under ``pcqr: storage:``) pcqr reads, and the settings they fill.
 VARIABLES = {"AWS_ENDPOINT_URL": "endpoint_url", "AWS_REGION": "region", "AWS_ACCESS_KEY_ID": "access_key_id",
              "AWS_SECRET_ACCESS_KEY": "secret_access_key", "AWS_SESSION_TOKEN": "session_token"}
+#: cluster.yaml's ``pcqr: storage:`` limits (seconds), and the settings they fill.
+TIMEOUTS = {"connect-timeout": "connect_timeout", "request-timeout": "request_timeout"}
+#: The longest limit accepted: an hour.
+MOST_S = 3600.0
+#: Attempts of one request (the first and two retries: the AWS SDKs' standard mode), pyarrow's and boto3's.
+ATTEMPTS = 3
 _EXTRA = "pip install 'pcqr[s3]'"
 #: The cluster.yaml every command reads by default (pcqr.pipeline.data.cluster).
 DEFAULT_FILE = "cluster.yaml"
@@ -48,6 +59,8 @@ class S3Settings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    connect_timeout: float = 10.0
+    request_timeout: float = 30.0
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -67,15 +80,22 @@ _configured: S3Settings | None = None
 def settings_from(environment: Mapping[str, str], file_keys: Mapping[str, Any] | None = None,
                   source: str = "cluster.yaml") -> S3Settings:
     """The settings: each AWS variable from ``environment``, else from ``file_keys`` (the cluster.yaml's
-    ``pcqr: storage:``). An unknown or non-text key of the file is refused in one line naming it."""
+    ``pcqr: storage:``), and the file's timeouts. An unknown key of the file, a non-text AWS key or a
+    timeout that is not a number of seconds in (0, :data:`MOST_S`] is refused in one line naming it."""
     file_keys = dict(file_keys or {})
     for key, value in file_keys.items():
-        if key not in VARIABLES:
-            raise PcqrError(f"{source}: pcqr.storage.{key}: unknown key (known: {', '.join(VARIABLES)})")
-        if value is not None and not (isinstance(value, str) and value.strip()):
+        if key in TIMEOUTS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and 0 < value <= MOST_S):
+                raise PcqrError(f"{source}: pcqr.storage.{key}: expected a number of seconds in (0, {MOST_S:g}], "
+                                f"got {value!r}")
+        elif key not in VARIABLES:
+            raise PcqrError(f"{source}: pcqr.storage.{key}: unknown key (known: {', '.join([*VARIABLES, *TIMEOUTS])})")
+        elif value is not None and not (isinstance(value, str) and value.strip()):
             raise PcqrError(f"{source}: pcqr.storage.{key}: expected text")  # the value is never shown
-    chosen = {attribute: environment.get(variable) or file_keys.get(variable)
-              for variable, attribute in VARIABLES.items()}
+    chosen: dict[str, Any] = {attribute: environment.get(variable) or file_keys.get(variable)
+                              for variable, attribute in VARIABLES.items()}
+    chosen.update({attribute: float(file_keys[key]) for key, attribute in TIMEOUTS.items() if key in file_keys})
     return S3Settings(**chosen)
 
 
@@ -110,7 +130,7 @@ def _default() -> S3Settings:
 def from_file(environment: Mapping[str, str], keys: Any, source: str) -> S3Settings:
     """:func:`settings_from` a cluster.yaml's ``pcqr: storage:`` value (None: none given)."""
     if keys is not None and not isinstance(keys, dict):
-        raise PcqrError(f"{source}: pcqr.storage: expected a mapping of AWS_* keys")
+        raise PcqrError(f"{source}: pcqr.storage: expected a mapping of AWS_* keys and timeouts")
     return settings_from(environment, keys, source)
 
 
@@ -151,7 +171,9 @@ def _filesystem(settings: S3Settings) -> "pafs.FileSystem":
 
     return pafs.S3FileSystem(access_key=settings.access_key_id, secret_key=settings.secret_access_key,
                              session_token=settings.session_token, region=settings.region,
-                             endpoint_override=settings.endpoint_url, connect_timeout=10, request_timeout=60)
+                             endpoint_override=settings.endpoint_url, connect_timeout=settings.connect_timeout,
+                             request_timeout=settings.request_timeout,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS))
 
 
 @lru_cache(maxsize=4)
@@ -165,7 +187,8 @@ def _client(settings: S3Settings) -> Any:
         "s3", endpoint_url=settings.endpoint_url, region_name=settings.region or "us-east-1",
         aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key,
         aws_session_token=settings.session_token,
-        config=Config(connect_timeout=10, read_timeout=60, retries={"mode": "standard", "max_attempts": 4}))
+        config=Config(connect_timeout=settings.connect_timeout, read_timeout=settings.request_timeout,
+                      retries={"mode": "standard", "total_max_attempts": ATTEMPTS}))
 
 
 def _call(uri: str, operation: str, **kwargs: Any) -> Any:
@@ -174,7 +197,9 @@ def _call(uri: str, operation: str, **kwargs: Any) -> Any:
         client = _client(current())  # first: without boto3, one line saying how to install it
     except PcqrError as exc:
         raise PcqrError(f"{uri}: {exc}") from None
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import (
+        BotoCoreError, ClientError, ConnectTimeoutError, NoCredentialsError, ReadTimeoutError,
+    )
 
     try:
         return getattr(client, operation)(**kwargs)
@@ -183,8 +208,26 @@ def _call(uri: str, operation: str, **kwargs: Any) -> Any:
                         "AWS_SECRET_ACCESS_KEY (or pcqr: storage: in the cluster.yaml)") from None
     except ClientError as exc:
         raise _client_error(uri, exc, conditional="IfNoneMatch" in kwargs) from None
+    except (ConnectTimeoutError, ReadTimeoutError) as exc:
+        raise _no_answer(uri, "connect" if isinstance(exc, ConnectTimeoutError) else "request") from None
     except BotoCoreError as exc:  # the endpoint unreachable, a timeout, ...
         raise PcqrError(f"{uri}: the S3 server cannot be reached ({exc})") from None
+
+
+def _no_answer(uri: str, limit: str) -> PcqrError:
+    seconds = getattr(current(), f"{limit}_timeout")
+    return PcqrError(f"{uri}: no answer from the S3 endpoint within {seconds:g} s "
+                     f"(pcqr: storage: {limit}-timeout; {ATTEMPTS} attempts)")
+
+
+def timed_out(uri: str, exc: BaseException) -> PcqrError | None:
+    """The one-line error for pyarrow's S3 file system giving up on an endpoint that did not answer
+    within the settings' timeouts (curl's code 28), naming ``uri`` and the setting; None for any other
+    failure. Each caller that turns pyarrow's OSError into its own line asks this first."""
+    text = str(exc)
+    if not isinstance(exc, OSError) or "curlCode: 28" not in text:
+        return None
+    return _no_answer(uri, "connect" if "connect" in text.split("curlCode: 28", 1)[1].lower() else "request")
 
 
 class _Exists(Exception):
@@ -242,4 +285,4 @@ def check_writable(uri: str, option: str) -> None:
 
 __all__ = ["S3Settings", "arrow_filesystem", "check_writable", "configure", "current", "delete",
            "from_file", "is_uri", "put", "put_once", "refuse_credentials", "settings_from",
-           "split"]
+           "split", "timed_out"]

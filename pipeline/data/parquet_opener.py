@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pcqr.pipeline.data import locations
+from pcqr.pipeline.data import locations, object_store
 from pcqr.pipeline.data.locations import filesystem
 from pcqr.pipeline.data.user_files import file_kind
 from pcqr.pipeline.errors import PcqrError
@@ -68,7 +68,11 @@ def dataset_files(uri: str, role: str) -> list[str]:
     (recursively, sorted; names starting with ``.`` or ``_`` skipped). Anything in the way that
     is not a regular file or folder is refused, naming it."""
     if "://" in uri:
-        return _remote_files(uri, role)
+        try:
+            return _remote_files(uri, role)
+        except OSError as exc:  # the server unreachable, or not answering within pcqr: storage: timeouts
+            raise object_store.timed_out(uri, exc) or PcqrError(
+                f"{role} dataset {uri}: cannot list it ({' '.join(str(exc).split())[:200]})") from None
     root = os.path.abspath(uri)
     found = _stat(root, uri)
     if found is None:
@@ -164,7 +168,8 @@ def parquet_file(path: str, data: bytes | None = None) -> pq.ParquetFile:
                                 thrift_container_size_limit=MAX_FOOTER_ITEMS)
         names = opened.schema_arrow.names
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise PcqrError(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())[:200]})") from None
+        raise object_store.timed_out(path, exc) or PcqrError(
+            f"{path}: not a readable Parquet file ({' '.join(str(exc).split())[:200]})") from None
     repeated = [name for name, count in Counter(names).items() if count > 1]
     if repeated:
         raise PcqrError(f"{path}: two columns are named {repeated[0]!r} (column names must be unique)")

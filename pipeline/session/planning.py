@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ContextManager
 
@@ -31,7 +32,7 @@ from pcqr.pipeline.models.subsample import (
 from pcqr.pipeline.models.votes import Ensemble
 from pcqr.pipeline.options import AUTO, AUTO_TREE, CROSS_VALIDATED, TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
-from pcqr.pipeline.privacy.limits import check_training_size
+from pcqr.pipeline.privacy.limits import check_delta, check_training_size, warn_large_delta
 from pcqr.pipeline.privacy.noise import NoiseSource, noise_source
 from pcqr.pipeline.privacy.session_plan import SessionPlan, check_mode_options, plan_session
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
@@ -40,6 +41,7 @@ from pcqr.pipeline.report.contents import StateSummary
 from pcqr.pipeline.session.book import NewSession, new_session
 from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.session.state import SessionState, has_session
+from pcqr.pipeline.spelling import speaking_python, spelled, spelled_with
 
 if TYPE_CHECKING:  # imported where used: scikit-learn only when a session is trained
     from pcqr.pipeline.models.learners import LearnerSpec
@@ -81,14 +83,17 @@ class TrainingPlan:
 def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> TrainingPlan:
     """The session's plan (:func:`pcqr.pipeline.privacy.session_plan.plan_session`), its learner and
     the private dataset's metadata, all checked; no row read."""
+    check_delta(options.delta)  # a delta that certifies nothing: refused before anything is read
     if options.state and has_session(options.state):
-        raise PcqrError(f"--state {options.state} already holds a session; use a new directory")
+        raise PcqrError(f"{spelled_with('--state', options.state)} already holds a session; use a new directory")
     if options.private is None:
-        raise PcqrError(f"--state {options.state}: a new session needs --private (the private labelled dataset)")
+        raise PcqrError(f"{spelled_with('--state', options.state)}: a new session needs {spelled('--private')} (the "
+                        "private labelled dataset)")
     noise = noise_source(options.seed, options.insecure_seed)
-    private = open_dataset(
-        options.private, "private", label=options.label, features=split_features(options.features)
-    )
+    with reporter.phase("reading the private dataset's metadata"):
+        private = open_dataset(
+            options.private, "private", label=options.label, features=split_features(options.features)
+        )
     check_mode_options(options)
     hypothesis_class = None if options.mode == "realizable" else _hypothesis_class(options, private)
     plan = plan_session(options, private.rows, hypothesis_class and hypothesis_class.vc_dimension())
@@ -115,6 +120,12 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
 ONE_CLASS_SHARE = 0.25
 
 
+class OneClassWarning(UserWarning):
+    """The models get so few private rows that at least a quarter of them see one class only
+    (:func:`few_rows_warning`): the answers may be little better than the majority class. The Python
+    API issues it through :mod:`warnings`; ``pcqr train`` writes it on stderr."""
+
+
 def few_rows_warning(rows: int, subsamples: int) -> str | None:
     """The plain-words warning for models fed too few rows to learn (public: n and k), else None.
 
@@ -134,16 +145,21 @@ def few_rows_warning(rows: int, subsamples: int) -> str | None:
     return (f"{rows:,} private rows give each of the k = {subsamples:,} models {each} row{'' if high == 1 else 's'} "
             f"to learn from: on average at least {math.floor(100 * share)}% of the models see one class only (more "
             "when the labels are unbalanced) and answer it whatever the query, so the answers may be little better "
-            "than answering the majority class; more rows, a larger epsilon, or fewer models (subsamples, "
-            "--subsamples: each fed more rows, the votes noisier) give more useful answers")
+            "than answering the majority class; more rows, a larger epsilon, or fewer models "
+            f"({spelled('--subsamples')}: each fed more rows, the votes noisier) give more useful answers")
 
 
 def _warned(plan: TrainingPlan, reporter: Reporter) -> TrainingPlan:
     """Say so, in one line, when even a unanimous query would mostly abstain (issue 10), or when the
-    models get too few rows to learn anything (:func:`few_rows_warning`)."""
-    for warning in (plan.privacy.usefulness_warning(), few_rows_warning(plan.private.rows, plan.params.subsamples)):
-        if warning is not None:
-            reporter.note(f"warning: {warning}")
+    models get too few rows to learn anything (:func:`few_rows_warning`: a :class:`OneClassWarning`
+    for a caller of the Python API, which :mod:`warnings` filters can silence)."""
+    useless, one_class = plan.privacy.usefulness_warning(), few_rows_warning(plan.private.rows, plan.params.subsamples)
+    if useless is not None:
+        reporter.note(f"warning: {useless}")
+    if one_class is not None and speaking_python():
+        warnings.warn(one_class, OneClassWarning, stacklevel=2)
+    elif one_class is not None:
+        reporter.note(f"warning: {one_class}")
     return plan
 
 
@@ -176,7 +192,8 @@ def _agnostic_training(plan: SessionPlan, private: Dataset, noise: NoiseSource, 
     return TrainingPlan(plan, learner, private, noise, seed, hypothesis_class)
 
 
-def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, job: str) -> ContextManager[NewSession]:
+def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, job: str,
+                   reporter: Reporter = LOGGING) -> ContextManager[NewSession]:
     """The ledger charge of a new session: its whole (eps, delta), before any private row is read
     (pcqr.pipeline.budget.ledger). A session is charged once, however many answer calls follow; universal
     mode's A_SSPP is inside the same (eps, delta). The block registers the session with the charge
@@ -184,8 +201,10 @@ def session_charge(client: Any, plan: TrainingPlan, options: TrainingOptions, jo
     batch was released, and the error says which."""
     from pcqr.pipeline.budget.charging import charge_private_use
 
-    charged = charge_private_use(plan.private.files, plan.private.uri, job, options.epsilon, options.delta,
-                                 {**options.public_record(), "gate": plan.params.gate}, options.ledger, client, features=plan.private.features)
+    label = options.name or plan.private.uri  # the Python API's name for rows in memory (PrivateClassifier)
+    with reporter.phase("charging the ledger (the private dataset's fingerprint)"):
+        charged = charge_private_use(plan.private.files, label, job, options.epsilon, options.delta,
+                                     {**options.public_record(), "gate": plan.params.gate}, options.ledger, client, features=plan.private.features)
     return new_session(charged, options.state, job)
 
 
@@ -195,12 +214,16 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     relabeller = None
     # the key (and the sparse vector's T thresholds) drawn before any private row is read: A_AgPrivCl's
     # secret sample and universal mode's A_SSPP selection come from it too (privacy/keyed_draws.py)
-    coordinator = new_gate(plan.params, plan.noise)
-    fingerprint = private_fingerprint(client, plan.private) if plan.universal else None  # A_SSPP checks it
+    with reporter.phase("drawing the gate's key and thresholds"):
+        coordinator = new_gate(plan.params, plan.noise)
+    fingerprint = None
+    if plan.universal:  # A_SSPP checks it
+        with reporter.phase("fingerprinting the private dataset"):
+            fingerprint = private_fingerprint(client, plan.private)
     if plan.agnostic is not None:
         relabeller, resampled = _relabel(client, plan, coordinator.state.key, reporter)
         sources, rows = [resampled], [plan.agnostic.sample_rows]
-    with reporter.progress(k, "training models") as bar:
+    with reporter.phase("training models", total=k, unit="models") as bar:
         if plan.agnostic is None:
             ensemble = train_models(
                 client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
@@ -237,9 +260,10 @@ def _relabel(client: Any, plan: TrainingPlan, key: bytes, reporter: Reporter) ->
     sources = [client.submit(load_part, p, plan.private.features, plan.private.label, pure=False) for p in parts]
     reporter.note(f"relabelling n' = {plan.agnostic.sample_rows} rows with {plan.hypothesis_class.name} "
          "(exponential mechanism over its dichotomies)")
-    return relabel_and_resample(
-        client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise, key
-    )
+    with reporter.phase("relabelling"):
+        return relabel_and_resample(
+            client, sources, [p.rows for p in parts], plan.agnostic, plan.hypothesis_class, plan.noise, key
+        )
 
 
 def odometer(session: SessionState) -> dict[str, Any]:
@@ -338,14 +362,15 @@ def session_summary(session: SessionState) -> dict[str, Any]:
 
 
 def read_state_summary(state: str) -> StateSummary:
-    """A state's public summary for the session report (its certificate and counts); the state is only read."""
+    """A state's public summary for the session report (its certificate and counts) and its session's last
+    batch hash, which the log must end at (pcqr report, pcqr distill); the state is only read."""
     from pcqr.pipeline.session.state import SESSION_FILE, load_session
 
     if not has_session(state):
         raise PcqrError(f"--state {state}: no session here")
     session = load_session(state)
     return StateSummary({**session_summary(session), "budget_used": session.sparse_vector.bottoms,
-                         "totals": dict(session.totals)}, os.path.join(state, SESSION_FILE))
+                         "totals": dict(session.totals)}, os.path.join(state, SESSION_FILE), session.last_hash)
 
 
 def train_new_session(options: TrainingOptions, connect: Connect,
@@ -358,12 +383,13 @@ def train_new_session(options: TrainingOptions, connect: Connect,
 
     plan = plan_training(options, reporter)  # under the lock: a second train finds this one's session
     with connect(array_work=trains_by_arrays(plan)) as client:
-        with session_charge(client, plan, options, "train") as charge:
+        with session_charge(client, plan, options, "train", reporter) as charge:
             session, ensemble = train_session(client, plan, reporter)
             charge.register(session)  # the ledger knows the session before its state exists
             save_models(options.state, ensemble)
             save_session(options.state, session)
     say_gate_chosen(plan, reporter)
+    say_large_delta(plan, reporter)
     return {"state": options.state, "models": ensemble.size, **session_summary(session),
             **gate_chosen(plan), "ledger": charge_note(charge.charged),
             **({"ledger_overlap_budgets": charge.charged["overlap_budgets"]}
@@ -390,3 +416,12 @@ def say_gate_chosen(plan: TrainingPlan | None, reporter: Reporter) -> None:
     if plan is not None and plan.privacy.gate_chosen:
         reporter.note(f"gate: {plan.params.gate}, chosen from public parameters ({plan.privacy.gate_chosen}); "
                       "--gate stability|guess|gnmax to choose")
+
+
+def say_large_delta(plan: TrainingPlan | None, reporter: Reporter) -> None:
+    """The warning of a new session's delta at or above 1/n (pcqr.pipeline.privacy.limits.delta_note: the
+    delta asked, n its private rows), once the command has succeeded (a refusal stays one line): on the
+    reporter, or a LargeDeltaWarning to a caller of the Python API."""
+    if plan is not None:
+        asked = plan.universal or plan.agnostic or plan.params  # the outer mechanism's delta is the one asked
+        warn_large_delta(asked.delta, plan.private.rows, reporter.note)
