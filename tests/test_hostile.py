@@ -137,7 +137,12 @@ CASES = [
     case("train-epsilon-tiny", TRAIN + " --epsilon 1e-300", "--epsilon"),
     case("train-delta-zero", TRAIN + " --delta 0", "--delta"),
     case("train-delta-one", TRAIN + " --delta 1", "--delta"),
-    case("train-delta-subnormal", TRAIN + " --delta 1e-320", "--delta"),
+    # issue 47, item 7: a delta of 0.01 or more certifies nothing (publishing each row with probability delta is
+    # (0, delta)-DP): refused in every command before anything is read (tests/test_delta_rule.py)
+    case("train-delta-one-percent", TRAIN + " --delta 0.01", "--delta 0.01", "at or above 0.01"),
+    case("answer-one-shot-delta-half", ONE_SHOT + " --delta 0.5", "--delta 0.5", "at or above 0.01"),
+    case("run-spec-delta-large", RUN_SPEC, "--delta 0.05", "at or above 0.01",
+         mutate=spec("job: train\nprivate: {private}\nstate: {new}/st\n" + SPEC_PRIVACY.replace("0.001", "0.05"))),
     case("train-cutoff-zero", TRAIN + " --cutoff 0", "--cutoff"),
     case("train-cutoff-huge", TRAIN + " --cutoff 100000000000000000000", "--cutoff"),
     case("train-subsamples-zero", TRAIN + " --subsamples 0", "--subsamples"),
@@ -228,6 +233,12 @@ CASES = [
          mutate=cluster_yaml("pcqr:\n  storage:\n    aws_secret: x\n")),
     case("cluster-storage-number", TRAIN + " --cluster {bad_cluster}", "pcqr.storage.AWS_SECRET_ACCESS_KEY",
          "expected text", mutate=cluster_yaml("pcqr:\n  storage:\n    AWS_SECRET_ACCESS_KEY: 12345\n")),
+    # its timeouts (issue 47): a number of seconds in (0, 3600]
+    *(case(f"cluster-storage-{key}-{name}", TRAIN + " --cluster {bad_cluster}", f"pcqr.storage.{key}",
+           "expected a number of seconds in (0, 3600]", mutate=cluster_yaml(f"pcqr:\n  storage:\n    {key}: {value}\n"))
+      for key in ("connect-timeout", "request-timeout")
+      for name, value in (("zero", "0"), ("negative", "-1"), ("text", "soon"), ("infinite", ".inf"), ("nan", ".nan"),
+                          ("bool", "true"), ("beyond-an-hour", "3601"), ("null", "null"), ("list", "[10]"))),
     case("cluster-dashboard-interface", TRAIN + " --cluster {bad_cluster}", "pcqr.cluster.dashboard-address",
          mutate=cluster_yaml("pcqr:\n  cluster:\n    dashboard-address: 0.0.0.0:8787\n")),
     case("cluster-dashboard-word", TRAIN + " --cluster {bad_cluster}", "pcqr.cluster.dashboard-address",
@@ -355,7 +366,13 @@ CASES = [
     case("plan-alpha-zero", "plan --vc 2 --alpha 0 --epsilon 1 --queries-max 1000", "--alpha"),
     case("plan-alpha-one", "plan --vc 2 --alpha 1 --epsilon 1 --queries-max 1000", "--alpha"),
     case("plan-epsilon-huge", "plan --vc 2 --alpha 0.1 --epsilon 1e300 --queries-max 1000", "--epsilon"),
-    case("plan-delta-subnormal", "plan --vc 2 --alpha 0.1 --epsilon 1 --delta 1e-320 --queries-max 1000", "--delta"),
+    case("plan-delta-one-percent", "plan --vc 2 --alpha 0.1 --epsilon 1 --delta 0.01 --queries-max 1000", "--delta 0.01",
+         "at or above 0.01"),
+    case("plan-gates-delta-large", "plan --private-rows 1000 --epsilon 1 --delta 0.2 --queries-max 1000", "--delta 0.2",
+         "at or above 0.01"),
+    case("plan-rows-per-model-delta-large", "plan --rows-per-model 200 --delta 0.05", "--delta 0.05", "at or above 0.01"),
+    case("plan-no-public-delta-large", "plan --without-public-data --epsilon 1 --alpha 0.1 --delta 0.05", "--delta 0.05",
+         "at or above 0.01"),
     case("plan-hypothesis-unknown", "plan --hypothesis moon --alpha 0.1 --epsilon 1 --queries-max 1000", "--hypothesis"),
     case("plan-alpha-subnormal", "plan --vc 2 --alpha 1e-320 --epsilon 1 --queries-max 1000", "--alpha"),
     case("plan-queries-max-zero", "plan --vc 2 --alpha 0.1 --epsilon 1 --queries-max 0", "--queries-max"),
@@ -387,6 +404,8 @@ CASES = [
     case("learn-point-public-given", LEARN_POINT + " --public {public}", "--public", "--algorithm sspp"),
     case("learn-point-hypothesis-given", LEARN_POINT + " --hypothesis point", "--hypothesis"),
     case("learn-point-delta-zero", LEARN_POINT + " --delta 0", "--delta"),
+    case("learn-point-delta-large", LEARN_POINT + " --delta 0.05", "--delta 0.05", "at or above 0.01"),
+    case("learn-sspp-delta-large", LEARN + " --delta 0.05", "--delta 0.05", "at or above 0.01"),  # unused by A_SSPP: still refused
     case("learn-point-epsilon-nan", LEARN_POINT + " --epsilon nan", "--epsilon"),
     case("learn-point-alpha", LEARN_POINT + " --alpha 2", "--alpha"),
     case("learn-algorithm-unknown", LEARN_POINT.replace("point", "lines", 1), "--algorithm"),
@@ -398,6 +417,8 @@ CASES = [
     case("learn-thresholds-two-features", LEARN_THRESHOLDS.replace("x0", "x0,x1"), "ONE feature", "--features"),
     case("learn-thresholds-public-given", LEARN_THRESHOLDS + " --public {public}", "--public", "--algorithm sspp"),
     case("learn-thresholds-delta-zero", LEARN_THRESHOLDS + " --delta 0", "--delta"),
+    case("learn-thresholds-delta-large", LEARN_THRESHOLDS + " --delta 0.5", "--delta 0.5", "at or above 0.01"),
+    case("learn-rectangle-delta-large", LEARN_RECTANGLE + " --delta 0.01", "--delta 0.01", "at or above 0.01"),
     case("learn-thresholds-epsilon-nan", LEARN_THRESHOLDS + " --epsilon nan", "--epsilon"),
     case("learn-thresholds-direction-sideways", LEARN_THRESHOLDS + " --direction left", "--direction"),
     case("learn-point-direction", LEARN_POINT + " --direction up", "--direction", "learn-thresholds"),
@@ -442,6 +463,8 @@ CASES = [
     case("sanitize-two-features", SANITIZE.replace("x0", "x0,x1"), "ONE feature", "--features"),
     case("sanitize-features-unknown", SANITIZE.replace("x0", "x9"), "x9"),
     case("sanitize-delta-zero", SANITIZE + " --delta 0", "--delta"),
+    case("sanitize-delta-large", SANITIZE + " --delta 0.01", "--delta 0.01", "at or above 0.01"),
+    case("sanitize-san-thresholds-delta-large", SAN_THRESHOLDS + " --delta 0.3", "--delta 0.3", "at or above 0.01"),
     case("sanitize-epsilon-nan", SANITIZE + " --epsilon nan", "--epsilon"),
     case("sanitize-alpha-beyond-composition", SANITIZE.replace("--alpha 0.5", "--alpha 0.001"), "--alpha",
          "at least 0.002"),
@@ -473,6 +496,7 @@ CASES = [
     case("sanitize-histogram-alpha-two", HISTOGRAM + " --alpha 2", "--alpha"),
     case("sanitize-histogram-beta-zero", HISTOGRAM + " --beta 0", "--beta"),
     case("sanitize-histogram-delta-one", HISTOGRAM + " --delta 1", "--delta"),
+    case("sanitize-histogram-delta-large", HISTOGRAM + " --delta 0.05", "--delta 0.05", "at or above 0.01"),
     case("sanitize-histogram-epsilon-negative", HISTOGRAM + " --epsilon -1", "--epsilon"),
     case("sanitize-histogram-epsilon-beyond-the-noise-table", HISTOGRAM + " --epsilon 1e-6", "--epsilon",
          "at least 2.15e-05"),
@@ -491,6 +515,7 @@ CASES = [
     case("sanitize-cdf-epsilon-inf", CDF + " --epsilon inf", "--epsilon"),
     case("sanitize-cdf-epsilon-beyond-float", CDF + " --epsilon 1e-300", "--epsilon", "at least"),
     case("sanitize-cdf-delta-zero", CDF + " --delta 0", "--delta"),
+    case("sanitize-cdf-delta-large", CDF + " --delta 0.05", "--delta 0.05", "at or above 0.01"),  # pure eps-DP: a mistake all the same
     case("sanitize-cdf-domain-text", CDF.replace("0:100", "0:x"), "--domain"),
     case("sanitize-cdf-domain-too-wide", CDF.replace("0:100", "0:9007199254740993"), "--domain", "2^53"),
     case("sanitize-cdf-two-features", CDF.replace("x0", "x0,x1"), "ONE feature", "--features"),
@@ -509,6 +534,15 @@ CASES = [
          "sklearn.neighbors.KNeighborsClassifier", "--learner", "no plain public form"),
     case("distill-learner-not-allowed", "distill --log {log} --out {new}/s.json --learner os.system", "--learner"),
     case("distill-out-under-file", "distill --log {log} --out {afile}/s.json", "afile"),
+    # --state vouches for the log's end (report, distill): a log that does not end at its last hash is refused
+    case("distill-state-not-a-session", "distill --log {log} --state {root}/data --out {new}/s.json", "--state",
+         "no session here"),
+    case("distill-state-other-last-hash", "distill --log {log} --state {state} --out {new}/s.json", "--log {log}",
+         "differs from the session's last hash", mutate=state_json(set_key("last_hash", "0" * 64))),
+    case("distill-state-no-batch", "distill --log {log} --state {state} --out {new}/s.json", "--log {log}",
+         "has logged no batch yet", mutate=state_json(set_key("last_hash", ""))),
+    case("report-state-other-last-hash", "report --log {log} --state {state} --out {new}/r.html", "--log {log}",
+         "differs from the session's last hash", mutate=state_json(set_key("last_hash", "0" * 64))),
     case("predict-model-trees-loop", "predict {bad} {queries} --out {new}/p", "model.json", "children",
          mutate=model_json(lambda d: d.__setitem__("hypothesis", {
              "class": "trees", "combine": "vote", "base": 0.0, "scale": 1.0, "precision": "float64", "features": [0],
@@ -529,6 +563,7 @@ CASES = [
     case("release-alpha-tiny", RELEASE.replace("0.3", "1e-200"), "--alpha"),
     case("release-beta-zero", RELEASE + " --beta 0", "--beta"),
     case("release-delta-one", RELEASE.replace("1e-6", "1"), "--delta"),
+    case("release-delta-large", RELEASE.replace("1e-6", "0.01"), "--delta 0.01", "at or above 0.01"),
     case("release-hypothesis", RELEASE.replace("threshold", "halfspace"), "--hypothesis"),
     case("release-public-is-private", RELEASE.replace("{public}", "{private}"), "--public"),
     case("release-out-under-file", RELEASE.replace("{new}/t.parquet", "{afile}/t.parquet"), "afile"),
@@ -541,6 +576,8 @@ CASES = [
          "direction"),
     case("release-answer-json-list", "release-answer {table} --query [1,2]", "--query"),
     case("release-answer-unknown-key", "release-answer {table} --query colour=red", "--query", "colour"),
+    case("release-answer-key-twice", "release-answer {table} --query threshold=0.3,threshold=0.5", "--query",
+         "'threshold' is given twice"),
     case("release-answer-syntax", "release-answer {table} --query threshold", "--query"),
     case("release-answer-other-public", "release-answer {table} --public {queries} --query threshold=0.3", "{queries}",
          "fingerprint"),
@@ -940,6 +977,34 @@ ARROW_CASES = [
 ]
 
 CASES += ARROW_CASES
+
+# one rule for outputs (issue 47; tests/test_outputs.py runs every command at each of its inputs): an output
+# on an input is refused with or without --overwrite, an existing output without it
+OUTPUT_CASES = [
+    case("learn-out-exists", LEARN.replace("{new}/m.json", "{model}"), "--out {model}: exists", "--overwrite"),
+    case("learn-out-in-private", LEARN.replace("{new}/m.json", "{private}/m.json") + " --overwrite",
+         "--out {private}/m.json: lies inside --private {private}"),
+    case("sanitize-out-exists", HISTOGRAM.replace("{new}/h.parquet", "{table}"), "--out {table}: exists",
+         "--overwrite"),
+    case("sanitize-overwrite-value", HISTOGRAM + " --overwrite=yes", "--overwrite"),
+    case("release-out-in-public", RELEASE.replace("{new}/t.parquet", "{public}/p.parquet") + " --overwrite",
+         "--out {public}/p.parquet: lies inside --public {public}"),
+    case("distill-out-in-log", "distill --log {log} --out {log}/batch-00000000.parquet --overwrite",
+         "lies inside --log {log}"),
+    case("replay-out-exists", "replay {log} --out {table}", "--out {table}: exists", "--overwrite"),
+    case("replay-into-log-is-log", "replay {log} --into {state} --log {log}", "--log {log}: is the log {log}"),
+    case("report-out-in-state", "report --log {log} --state {state} --out {state}/r.html --overwrite",
+         "lies inside --state {state}"),
+    case("predict-out-in-queries", "predict {model} {queries} --out {queries}/p --overwrite",
+         "--out {queries}/p: lies inside the queries {queries}"),
+    case("predict-out-not-empty", "predict {model} {queries} --out {log}", "--out {log}: is not empty", "--overwrite"),
+    case("train-state-in-private", "train --private {private} --state {private}/st " + PRIVACY,
+         "--state {private}/st: lies inside --private {private}"),
+    case("answer-log-is-queries", ONE_SHOT.replace("--log {new}/log", "--log {queries}"),
+         "--log {queries}: is --queries {queries}"),
+    case("answer-queries-are-its-log", "answer --state {state} --queries {log}", "--log {log}: is --queries {log}"),
+]
+CASES += OUTPUT_CASES
 
 
 def test_the_table_is_large_and_covers_every_command() -> None:

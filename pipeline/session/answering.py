@@ -9,6 +9,7 @@ log's hash chain is verified before it answers repeats.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from typing import Any
 
 from pcqr.pipeline.data.private_folder import remove_leftovers
@@ -18,6 +19,7 @@ from pcqr.pipeline.budget.overlap import check_public_overlap, guard_ledger, ove
 from pcqr.pipeline.data.atomic import check_writable_directory
 from pcqr.pipeline.data.cluster import Connect, learner_modules
 from pcqr.pipeline.data.datasets import Dataset, open_dataset, open_matching, scan_dataset
+from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
 from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
@@ -28,11 +30,11 @@ from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.report.evaluation import load_truth
 from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
 from pcqr.pipeline.public_log.batches import batch_files
-from pcqr.pipeline.public_log.owner import check_owner, claim
+from pcqr.pipeline.public_log.owner import check_owner, claim, claimed
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.planning import (
-    gate_chosen, odometer, one_label_warning, plan_training, say_gate_chosen, session_charge, session_summary,
-    train_session, trains_by_arrays,
+    gate_chosen, odometer, one_label_warning, plan_training, say_gate_chosen, say_large_delta, session_charge,
+    session_summary, train_session, trains_by_arrays,
 )
 from pcqr.pipeline.session.query_release import (
     ReleaseCounts, release_answers, session_gate, validate_queries,
@@ -147,6 +149,8 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         raise PcqrError(f"--state {state}: no session here (run 'pcqr train' first, or pass --private)")
     plan = plan_training(training, reporter) if new_session else None
     session = None if new_session else load_session(state)
+    check_session_paths(state, answering.log_dir or (session.log_dir if session else None), private=training.private,
+                        queries=answering.queries, truth=answering.truth)  # the log it records, before the ledger
     if session is not None and training.private is not None:
         note(f"continuing the session in {state}: --private and the training options are not used")
     book: SessionBook | None = None
@@ -193,9 +197,11 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         if not answering.private_log:
             own = own_fingerprint(training.ledger, plan.private if plan else None, client)
             guard = overlap_check(queries, "--queries", guard_ledger(training.ledger), own, own_label)
+        # the session's row-key seed (a new session's drawn now, kept by it): the pass's read checks use it
+        row_seed = session.dedupe_seed if session is not None else secrets.randbits(64)
         parts = queries.parts(answering.batch_size)
         with reporter.progress(len(parts), "checking queries") as bar:
-            validated = validate_queries(client, queries, parts, answering.batch_size,
+            validated = validate_queries(client, queries, parts, answering.batch_size, row_seed,
                                          guard.reach if guard is not None else None, on_part=bar.update)
         start = start_point(session, queries, validated.identity, reporter)  # before any charge
         if start.answered is not None:  # answered in full before: nothing is asked again
@@ -210,8 +216,9 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         if plan is None and private is not None:  # the same S as at training, before A_SSPP reads it
             check_private_fingerprint(client, private, session.private_fingerprint)  # type: ignore[union-attr]
         if plan is not None:  # refunded if this command fails before a batch is committed
-            charge = held.enter_context(session_charge(client, plan, training, "answer"))
+            charge = held.enter_context(session_charge(client, plan, training, "answer", reporter))
             session, ensemble = train_session(client, plan, reporter)
+            session.dedupe_seed = row_seed  # before the ledger records it
             book, charged = charge.register(session), charge.charged
             noise = plan.noise
         else:
@@ -220,6 +227,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         if plan is not None:
             save_models(state, ensemble)
         claim(log_dir, session.session_id)  # before any query is asked: one session per log
+        held.enter_context(claimed(log_dir, session.session_id))  # given back if no batch is logged
         session.log_dir = locations.absolute(log_dir)  # the state works from any directory
         if skip == 0:
             begin_input(session, queries, validated.identity)
@@ -231,7 +239,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                 fallback_label=answering.fallback_label, truth=truth, on_batch=bar.update, private=private,
                 extra_provenance={"allow_private_overlap": True} if answering.allow_private_overlap else None,
                 skip=skip, book=book, validated=validated, index=answered, modules=modules,
-                after_halt=student,
+                after_halt=student, reporter=reporter,
             )
     spent = (f"m = {session.params.cutoff} noisy-majority answers" if session.params.gate == "gnmax" else
              f"{session.params.cutoff} abstentions reached the cutoff T")
@@ -244,6 +252,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         note(f"privacy budget spent: {spent}; later queries are answered by the student "
              f"distilled from {counts.student_taught or 0} released answers (post-processing, no budget)")
     say_gate_chosen(plan, reporter)
+    say_large_delta(plan, reporter)
     summary = _summary(session, counts, skip=skip, log_dir=log_dir, state=state, plan=plan, answering=answering,
                        student=student)
     if "one_label_warning" in summary:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,7 +27,7 @@ from distributed import Client, as_completed
 
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.allocators import TRIM_EVERY, trim_free_memory
-from pcqr.pipeline.public_log.answered import ABSTAINED_OUTCOME, AnsweredIndex, first_occurrences, index_from_log
+from pcqr.pipeline.public_log.answered import ABSTAINED_OUTCOME, AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.committer import Committer, Handover
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part
@@ -55,6 +56,7 @@ from pcqr.pipeline.privacy.noise import NoiseSource
 from pcqr.pipeline.session.query_batches import Batch, check_queries, overlapping_groups, part_ids, read_ahead, repeated_id
 from pcqr.pipeline.session.vote_demand import Planned, VoteDemand
 from pcqr.pipeline.session.book import SessionBook
+from pcqr.pipeline.session.progress import LOGGING, Reporter
 from pcqr.pipeline.gates.gate import Gate, PublicRecord
 from pcqr.pipeline.gates.registry import open_gate
 from pcqr.pipeline.session.state import SessionState, save_session
@@ -101,22 +103,23 @@ class ReleaseCounts:
 class Validated:
     """What the validation pass found: the queries' content identity
     (:func:`pcqr.pipeline.session.inputs.content_identity`), the misuse guard's findings (None
-    without a guard) and each part's chunk shares by its start (the answer loop's read is checked
-    against them: :func:`pcqr.pipeline.session.query_batches.query_chunks`)."""
+    without a guard) and each part's chunk read checks by its start (the answer loop's read is
+    checked against them: :func:`pcqr.pipeline.session.query_batches.query_chunks`)."""
 
     identity: str
     found: list[Found] | None
     shares: dict[int, np.ndarray]
 
 
-def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int,
+def validate_queries(client: Client, queries: Dataset, parts: list[Part], rows: int, seed: int,
                      reach: Reach | None = None, on_part: Callable[[int], None] | None = None) -> Validated:
     """Check every query part's values on the workers (in chunks of ``rows``) before anything is
-    released: the queries' content identity, each chunk's share of it and, with ``reach``, the
+    released: the queries' content identity, each chunk's read check under the session's row-key
+    ``seed`` and, with ``reach``, the
     misuse guard's findings per chunk, from the same read
     (:meth:`pcqr.pipeline.budget.overlap.OverlapCheck.verdict` takes them). ``on_part(1)`` as each
     part is checked (the progress of a long pass)."""
-    futures = [client.submit(check_queries, part, queries.features, queries.id_column, rows, reach, pure=False)
+    futures = [client.submit(check_queries, part, queries.features, queries.id_column, rows, reach, seed, pure=False)
                for part in parts]
     done = {}
     for future, result in as_completed(futures, with_results=True):
@@ -217,8 +220,10 @@ class AfterHalt:
     releases nothing after the halt. A resumed run fits it again on the same rows, in the same order.
     """
 
-    def __init__(self, learner: dict[str, Any], log_dir: str, features: list[str], modules: tuple[str, ...]):
+    def __init__(self, learner: dict[str, Any], log_dir: str, features: list[str], modules: tuple[str, ...],
+                 reporter: Reporter = LOGGING):
         self.learner, self.log_dir, self.features, self.modules = learner, log_dir, features, modules
+        self.reporter = reporter
         self.model: Any = None
         self.taught = 0  # teacher answers it learnt from (0: none to learn from, queries stay refused)
         self.provenance: dict[str, Any] = {}
@@ -236,7 +241,7 @@ class AfterHalt:
         self.provenance = {"learner": self.learner, "teacher_answers": self.taught}
         if self.taught:
             try:
-                chosen, self.model = fit_on_teacher(answers, self.learner, self.modules)
+                chosen, self.model = fit_on_teacher(answers, self.learner, self.modules, self.reporter)
             except PcqrError:
                 raise
             except Exception as exc:  # noqa: BLE001 -- a continuing session's default student is first checked here
@@ -279,6 +284,7 @@ def release_answers(
     index: AnsweredIndex | None = None,
     modules: tuple[str, ...] = (),
     after_halt: dict[str, Any] | None = None,
+    reporter: Reporter = LOGGING,
 ) -> ReleaseCounts:
     """Answer the queries of ``queries`` after its first ``skip`` rows (already committed by an
     earlier run), in order; commit each log batch (to ``book``, the session's ledger row, first);
@@ -286,7 +292,7 @@ def release_answers(
     is checked against its chunk shares). ``index``: the answered queries of the session's verified
     log (:func:`pcqr.pipeline.public_log.answered.index_from_log`; built here if not given).
     ``after_halt``: the learner ({"name", "params"}) of the student that answers what the halted
-    session would refuse (:class:`AfterHalt`); None: refused.
+    session would refuse (:class:`AfterHalt`, its fit a phase of ``reporter``); None: refused.
 
     In universal mode ``private`` is the session's private dataset (read by the
     workers for A_SSPP when the switch comes). ``modules``: the operator's allowed learner modules
@@ -297,7 +303,7 @@ def release_answers(
     parts = [p for p in queries.parts(batch_rows) if p.start + p.rows > skip]  # validated by the caller
     gate = session_gate(session, modules)
     switch = UniversalSwitch(client, session, state_dir, private, noise) if session.universal else None
-    late = AfterHalt(after_halt, log_dir, session.features, modules) if after_halt is not None else None
+    late = AfterHalt(after_halt, log_dir, session.features, modules, reporter) if after_halt is not None else None
     if switch is not None and switch.due():
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
     if index is None:
@@ -353,10 +359,10 @@ def release_answers(
         if on_batch is not None:
             on_batch(len(status))
 
-    def test(X: np.ndarray, values: np.ndarray, voted: np.ndarray, keys: np.ndarray, found: np.ndarray,
-             outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def test(X: Callable[[], np.ndarray], values: np.ndarray, voted: np.ndarray, found: np.ndarray,
+             outcome: np.ndarray, origin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A query equal to an earlier one of the stream gets its outcome; every other one goes
-        through the session's gate (its copies later in the batch get what it got)."""
+        through the session's gate (its copies later in the batch, ``origin``, get what it got)."""
         n = values.shape[0]
         status = np.where(found & (outcome == ABSTAINED_OUTCOME), ABSTAINED, ANSWERED).astype(np.int8)
         label = np.where(found & (outcome != ABSTAINED_OUTCOME), outcome, 0).astype(np.int8)
@@ -364,24 +370,24 @@ def release_answers(
         rest = np.flatnonzero(~found)
         if not rest.size:
             return status, label, source
-        firsts, origin = first_occurrences(keys[rest])
-        tested = rest[firsts]
+        first = origin[rest] == rest
+        tested = rest[first]
         capacity = gate.capacity
         if not voted[tested[:capacity]].all():  # pcqr.pipeline.session.vote_demand's promise
             raise RuntimeError("internal error: the gate would test a query whose votes were not counted; "
                                "nothing of this batch was released")
-        released = gate.release(values[tested], ensemble.size, lambda: X[tested])
+        released = gate.release(values[tested], ensemble.size, lambda: X()[tested])
         if np.any((released.status != REFUSED) & ~voted[tested]):
             raise RuntimeError("internal error: the gate tested a query whose votes were not counted; "
                                "nothing of this batch was released")
         status[tested], label[tested], source[tested] = released.status, released.label, released.source
         if late is not None and np.any(released.status == REFUSED):
-            student_answers(X, status, label, source)
-        copies = rest[origin != np.arange(rest.size)]
-        if copies.size:  # the same query again in this batch: what its first row got
-            first = rest[origin[origin != np.arange(rest.size)]]
-            status[copies], label[copies] = status[first], label[first]
-            source[copies] = np.where(status[first] == REFUSED, source[first], DUPLICATE_CODE)
+            student_answers(X(), status, label, source)
+        copies = rest[~first]
+        if copies.size:  # the same query again in this batch (a row before it): what its first row got
+            of = origin[copies]
+            status[copies], label[copies] = status[of], label[of]
+            source[copies] = np.where(status[of] == REFUSED, source[of], DUPLICATE_CODE)
         return status, label, source
 
     def student_answers(X: np.ndarray, status: np.ndarray, label: np.ndarray, source: np.ndarray) -> None:
@@ -400,21 +406,24 @@ def release_answers(
         """A planned batch's queries in order: through the coordinator until the switch, by h_priv after it."""
         demand.released(planned)
         batch = planned.batch
-        table, X, keys = batch.table, batch.X, batch.keys
+        table, keys = batch.table, batch.keys
+        matrix = functools.cache(batch.matrix)  # made once, if a gate, the student or h_priv reads it
         values, voted = planned.votes()
         found, outcome = planned.settled(index)
         start = 0
         while start < table.num_rows:
             if switch is not None and switch.done:
                 n = table.num_rows - start
-                labels = switch.hypothesis.predict(X[start:])
+                labels = switch.hypothesis.predict(matrix()[start:])
                 emit(table.slice(start), np.full(n, ANSWERED, dtype=np.int8), np.asarray(labels, dtype=np.int8),
                      np.full(n, RELEASED_MODEL_CODE, dtype=np.int8), np.zeros(0, dtype=np.uint64))
                 return
             before = switch.rows_before() if switch is not None else None
             take = table.num_rows - start if before is None else min(table.num_rows - start, before)
             rows = slice(start, start + take)
-            status, label, source = test(X[rows], values[rows], voted[rows], keys[rows], found[rows], outcome[rows])
+            # (only a batch's first slice reaches the coordinator: a copy's first row is in it too)
+            status, label, source = test(lambda: matrix()[rows], values[rows], voted[rows], found[rows],
+                                         outcome[rows], planned.origin[rows])
             emit(table.slice(start, take), status, label, source, keys[rows])
             start += take
             if switch is not None and switch.due():
