@@ -99,13 +99,20 @@ Shows = Callable[[Phase], ContextManager[None]]
 @contextmanager
 def _beating(phase: Phase, beat: Callable[[], None], interval: float) -> Iterator[None]:
     """``beat()`` every ``interval`` seconds while the block runs, from a thread that ends with it."""
-    stop = threading.Event()
-
-    def run() -> None:
+    def run(stop: threading.Event) -> None:
         while not stop.wait(interval):
             beat()
 
-    thread = threading.Thread(target=run, name=f"pcqr progress: {phase.label}", daemon=True)
+    with _alongside(phase, run):
+        yield
+
+
+@contextmanager
+def _alongside(phase: Phase, run: Callable[[threading.Event], None]) -> Iterator[None]:
+    """``run(stop)`` in a daemon thread named for the phase while the block runs; ``stop`` is set
+    and the thread joined when the block ends."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(stop,), name=f"pcqr progress: {phase.label}", daemon=True)
     thread.start()
     try:
         yield
@@ -142,15 +149,10 @@ class Heartbeat:
             if not self._running and now - self._ended > interval:
                 self._quiet_since = now
             self._running.append(phase)
-        stop = threading.Event()
-        thread = threading.Thread(target=self._beat, args=(phase, stop, interval),
-                                  name=f"pcqr progress: {phase.label}", daemon=True)
-        thread.start()
         try:
-            yield
+            with _alongside(phase, lambda stop: self._beat(phase, stop, interval)):
+                yield
         finally:
-            stop.set()
-            thread.join()
             with self._lock:
                 self._running.remove(phase)
                 self._ended = time.monotonic()
