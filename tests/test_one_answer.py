@@ -187,8 +187,17 @@ def test_a_finished_streams_rerun_and_a_halted_sessions_queries_vote_nothing(
                       "--after-halt", "refuse")
     assert summary["answered"] == 50 and summary["refused"] == 250 and sum(voted) == 50
     voted.clear()
-    assert _answer(capsys, state, queries, tmp_path / "log", thread_cluster_yaml, "--batch-size", "40",
-                   "--after-halt", "refuse")["already_answered"] == 300
+    import pcqr.pipeline.data.cluster as cluster
+    import pcqr.pipeline.session.answering as answering
+
+    def unwanted(*args, **kwargs):
+        raise AssertionError("a finished input's re-run starts no cluster and loads no model")
+
+    with pytest.MonkeyPatch.context() as patch:  # recognised in the driver (inputs.answered_before)
+        patch.setattr(cluster, "open_client", unwanted)
+        patch.setattr(answering, "load_models", unwanted)
+        assert _answer(capsys, state, queries, tmp_path / "log", thread_cluster_yaml, "--batch-size", "40",
+                       "--after-halt", "refuse")["already_answered"] == 300
     assert sum(voted) == 0
     more = _answer(capsys, state, _stream(tmp_path / "q2", _distinct(100, 12), first_id=1000), tmp_path / "log",
                    thread_cluster_yaml, "--after-halt", "refuse")

@@ -28,7 +28,7 @@ from pcqr.pipeline.public_log.answered import index_from_log
 from pcqr.pipeline.session.book import SessionBook
 from pcqr.pipeline.session.commit import recover
 from pcqr.pipeline.report.evaluation import load_truth
-from pcqr.pipeline.session.inputs import Answered, begin_input, start_point
+from pcqr.pipeline.session.inputs import Answered, answered_before, begin_input, start_point
 from pcqr.pipeline.public_log.batches import batch_files
 from pcqr.pipeline.public_log.owner import check_owner, claim, claimed
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
@@ -184,6 +184,9 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
                                  checked_now=plan is not None or answering.student_learner is not None)
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
     truth = load_truth(answering.truth) if answering.truth else None
+    if session is not None and (finished := answered_before(session, queries, answering.batch_size)) is not None:
+        # a re-run of an input answered in full, recognised in the driver: no cluster, no model loaded
+        return _nothing_asked(session, finished, queries, log_dir, state, answering, student, reporter)
     private = plan.private if plan else reopen_private(session)  # type: ignore[arg-type]
     charged = None
     ensemble = None if session is None else load_models(state, session, modules)

@@ -37,11 +37,15 @@ from typing import Any
 
 from pcqr.pipeline.data.datasets import Dataset
 from pcqr.pipeline.session.progress import LOGGING, Reporter
+from pcqr.pipeline.session.query_batches import check_queries
 from pcqr.pipeline.session.state import SessionState
 
 #: Inputs answered in full that a session remembers (the most recent): a bound on session.json,
 #: which is rewritten at every commit, for sessions answering many small inputs (Session.answer).
 KEPT = 100
+#: The most rows whose content identity the driver computes itself, before any cluster starts or any
+#: model is loaded, to recognise a re-run of an input answered in full (about a second on one core).
+DRIVER_IDENTITY_ROWS = 2**21
 _FORMAT = "queries-v1"
 
 
@@ -103,6 +107,24 @@ def start_point(session: SessionState | None, queries: Dataset, identity: str,
         if entry["identity"] == identity:
             return Start(int(entry["rows"]), _answered(entry, int(entry["last_batch"])))
     return Start()
+
+
+def answered_before(session: SessionState, queries: Dataset, rows: int) -> Answered | None:
+    """An input answered in full before, recognised in the driver before any cluster starts or any
+    model is loaded (issue 47: a finished stream's re-run costs its read and nothing more): only for
+    an input whose row count is that of an input the session answered in full, of at most
+    :data:`DRIVER_IDENTITY_ROWS` rows; None otherwise, and the validation pass decides as always. The
+    read is the validation pass's own check (:func:`pcqr.pipeline.session.query_batches.check_queries`,
+    in chunks of ``rows``), so a bad file is refused with the same line."""
+    finished = {int(entry["rows"]) for entry in session.answered_inputs}
+    current = session.input
+    if current is not None and "identity" in current and int(current["done"]) >= int(current["rows"]):
+        finished.add(int(current["rows"]))
+    if queries.rows not in finished or queries.rows > DRIVER_IDENTITY_ROWS:
+        return None
+    counted = [check_queries(part, queries.features, queries.id_column, rows) for part in queries.parts(rows)]
+    identity = content_identity(sum(c[0] for c in counted), sum(c[1] for c in counted))
+    return start_point(session, queries, identity).answered
 
 
 def begin_input(session: SessionState, queries: Dataset, identity: str) -> None:
