@@ -147,3 +147,13 @@ def test_an_edited_claim_is_refused_in_one_line(tmp_path, content: bytes) -> Non
         owner.check_owner(str(tmp_path), A)
     assert CLAIM_FILE in str(caught.value) and "\n" not in str(caught.value)
     assert np.all([True])
+
+
+def test_the_python_api_is_told_in_its_own_words(tmp_path) -> None:
+    from pcqr.pipeline.spelling import python_spelling
+
+    owner.claim(str(tmp_path), A)
+    with python_spelling(), pytest.raises(PcqrError) as caught:
+        owner.check_owner(str(tmp_path), B)
+    assert str(caught.value).startswith(f"log={tmp_path}: holds the log of session {A}")
+    assert "folder as log," in str(caught.value) and "own state" in str(caught.value)

@@ -26,6 +26,7 @@ from pcqr.pipeline.data.atomic import fsync_directory, write_atomic
 from pcqr.pipeline.data.parquet_opener import schema_of
 from pcqr.pipeline.data.user_files import parse_json
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.spelling import spelled, spelled_with
 from pcqr.pipeline.public_log.batches import CLAIM_FILE, PROVENANCE_KEY, batch_files, batch_path
 
 _SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -129,6 +130,6 @@ def _link_once(path: str, data: bytes) -> bool:
 
 def _taken(log_dir: str, found: str, session_id: str | None, option: str) -> PcqrError:
     mine = f"this session ({session_id})" if session_id else "a new session"
-    return PcqrError(f"{option} {log_dir}: holds the log of session {found}; {mine} cannot write there "
-                     "(each session writes its own log): give it a new, empty folder as --log, or answer "
-                     f"through session {found}'s own --state")
+    return PcqrError(f"{spelled_with(option, log_dir)}: holds the log of session {found}; {mine} cannot write there "
+                     f"(each session writes its own log): give it a new, empty folder as {spelled(option)}, or "
+                     f"answer through session {found}'s own {spelled('--state')}")
