@@ -157,3 +157,20 @@ def test_the_python_api_is_told_in_its_own_words(tmp_path) -> None:
         owner.check_owner(str(tmp_path), B)
     assert str(caught.value).startswith(f"log={tmp_path}: holds the log of session {A}")
     assert "folder as log," in str(caught.value) and "own state" in str(caught.value)
+
+
+@pytest.mark.parametrize("content", [b"not json", b'{"session_id": 7}', b"\x00" * 5000])
+def test_answer_with_an_edited_claim_in_its_log_is_one_line(tmp_path, capsys, thread_cluster_yaml, content) -> None:
+    """An operator's (or anyone's) edit of a log's claim: `pcqr answer` refuses in one line, exit 2,
+    before anything is asked, and the session's state is unchanged."""
+    _trained(tmp_path, thread_cluster_yaml, "one")
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / CLAIM_FILE).write_bytes(content)
+    before = (tmp_path / "one" / "session.json").read_bytes()
+    capsys.readouterr()
+    assert main(_answer(tmp_path, "one", str(log), thread_cluster_yaml)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and CLAIM_FILE in err, err
+    assert (tmp_path / "one" / "session.json").read_bytes() == before
+    assert sorted(p.name for p in log.iterdir()) == [CLAIM_FILE]
