@@ -219,7 +219,7 @@ def test_plan_compares_the_gates_and_recommends_one(capsys) -> None:
     probabilities cross 95%."""
     import json
 
-    from pcqr.pipeline.privacy.planner import CORRECT, correct_margin, gate_parameters
+    from pcqr.pipeline.privacy.gate_choice import CORRECT, correct_margin, gate_parameters
 
     assert main(["plan", "--private-rows", "1000000", "--epsilon", "1", "--queries-max", "2000", "--cutoff", "20",
                  "--json"]) == 0
@@ -247,7 +247,7 @@ def test_the_gate_is_chosen_from_public_parameters_when_not_given() -> None:
     """choose_gate sees the options and n only (no row): Algorithm 5 under --profile paper, the
     guess gate for --guess, --threshold or a non-default --cutoff (gnmax has neither), else the rule
     pcqr plan prints (recommend_gate): gnmax when k leaves >= 100 rows per model, else guess."""
-    from pcqr.pipeline.privacy.planner import recommend_gate
+    from pcqr.pipeline.privacy.gate_choice import recommend_gate
     from pcqr.pipeline.options import TrainingOptions
     from pcqr.pipeline.privacy.session_plan import choose_gate
 

@@ -110,7 +110,7 @@ def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> 
     """``pcqr plan --private-rows N --queries-max m --json``: labels_recommended is the largest M of
     the ladder whose gnmax k leaves >= 250 rows a model (none: the floor of 200), never above m;
     labels_subsamples is gnmax's k at that M for n rows; the text output has the same line."""
-    from pcqr.pipeline.privacy.planner import LABEL_LADDER, LABELS_FLOOR, gate_parameters
+    from pcqr.pipeline.privacy.gate_choice import LABEL_LADDER, LABELS_FLOOR, gate_parameters
     from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
 
     argv = ["plan", "--private-rows", str(rows), "--epsilon", "1", "--queries-max", str(m)]
@@ -147,7 +147,7 @@ def test_the_plan_chooses_labels_when_a_student_answers_after_the_halt(rows, giv
     plan is ``--labels M`` with M from recommend_labels (public n, eps, delta, m), the same plan as
     ``--labels M --gate gnmax``; not where the user chose the gate, asked for refusals, or gnmax's k
     would leave fewer than LABELS_ROWS_PER_MODEL rows a model."""
-    from pcqr.pipeline.privacy.planner import LABELS_ROWS_PER_MODEL, recommend_labels
+    from pcqr.pipeline.privacy.gate_choice import LABELS_ROWS_PER_MODEL, recommend_labels
 
     options = TrainingOptions(state="unused", **given)
     plan = plan_session(options, rows)

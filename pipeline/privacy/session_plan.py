@@ -174,11 +174,11 @@ def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None
     after-halt student (``after_halt`` 'student') answers the queries after the first M, and why; None where the plan keeps the
     teacher for the whole stream (:func:`choose_gate`). From public parameters only (n, eps, delta, m).
 
-    M is :func:`pcqr.pipeline.privacy.planner.recommend_labels`'s, taken when it is below m and its
+    M is :func:`pcqr.pipeline.privacy.gate_choice.recommend_labels`'s, taken when it is below m and its
     gnmax k leaves at least LABELS_ROWS_PER_MODEL rows a model. Options that name a gate by
     themselves (:func:`reserved_gate`) keep it.
     """
-    from pcqr.pipeline.privacy.planner import LABELS_ROWS_PER_MODEL, recommend_labels
+    from pcqr.pipeline.privacy.gate_choice import LABELS_ROWS_PER_MODEL, recommend_labels
 
     if options.after_halt == "refuse" or reserved_gate(options) is not None:
         return None
@@ -211,10 +211,10 @@ def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
     (n is public: replace-one neighbours), and why (one clause, for the note).
 
     The gate :func:`reserved_gate` names, if any (``--guess`` names the guess gate before this is
-    asked). Otherwise :func:`pcqr.pipeline.privacy.planner.recommend_gate`, the
+    asked). Otherwise :func:`pcqr.pipeline.privacy.gate_choice.recommend_gate`, the
     rule ``pcqr plan --private-rows`` prints: gnmax when its k leaves enough rows per model and a
     3/4 majority's label survives its noise, else the guess gate."""
-    from pcqr.pipeline.privacy.planner import recommend_gate
+    from pcqr.pipeline.privacy.gate_choice import recommend_gate
 
     reserved = reserved_gate(options)
     if reserved is not None:

@@ -40,7 +40,7 @@ both spend delta, and a smaller lambda asks for a larger w in lambda units. k ke
 formula at the tight lambda. At eps = 1, delta = 1e-6, T = 50 tight's lambda is 61.0 against the
 paper's 152.4.
 
-Two sparse-vector gates (``--gate``; without it pcqr.pipeline.privacy.planner.recommend_gate picks one of
+Two sparse-vector gates (``--gate``; without it pcqr.pipeline.privacy.gate_choice.recommend_gate picks one of
 the three from public parameters). ``stability``: Algorithm 5's test above. ``guess`` (ALGORITHMS.md
 section 10, pcqr.pipeline.gates.public_guess): the same sparse vector with the same noise, run on
 the signed margin ct(g) - ct(1 - g) of the k votes toward a PUBLIC guess g(x); below the noisy
