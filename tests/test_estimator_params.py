@@ -267,3 +267,14 @@ def test_a_fit_on_a_thousand_columns_records_a_bounded_charge(ledger, cluster) -
     recorded = json.dumps(charge["parameters"])
     assert len(recorded) < 1000 and "x999" not in recorded
     assert "x0,x1,x2,x3,x4,x5,x6,x7,... (1,000 features)" in recorded
+
+
+def test_a_probability_out_of_range_is_named_by_its_keyword() -> None:
+    """check_fraction (delta, alpha, beta) spells the keyword to a Python caller, the option otherwise."""
+    from pcqr.pipeline.privacy.subsamp import check_fraction
+    from pcqr.pipeline.spelling import python_spelling
+
+    with pytest.raises(pcqr.PcqrError, match=r"^--beta must be in \(0, 1\)"):
+        check_fraction(1.5, "--beta")
+    with python_spelling(), pytest.raises(pcqr.PcqrError, match=r"^beta must be in \(0, 1\)"):
+        check_fraction(1.5, "--beta")

@@ -145,7 +145,7 @@ def check_fraction(value: float, option: str, lowest: float = MIN_PROBABILITY) -
     """Refuse a probability that must lie in [lowest, 1) (--alpha, --beta, --delta; lowest is
     MIN_PROBABILITY unless a mechanism needs more), naming it."""
     if not (lowest <= value < 1):
-        raise PcqrError(f"{option} must be in (0, 1), at least {lowest:g}, got {value}")
+        raise PcqrError(f"{spelled(option)} must be in (0, 1), at least {lowest:g}, got {value}")
 
 
 def check_queries_max(queries_max: int) -> None:
