@@ -5,6 +5,7 @@ bad input writes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -199,6 +200,11 @@ def test_the_command_writes_a_self_contained_page_and_reads_no_state_unless_aske
     with_state = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert with_state["read_state"] is True and str(state / "session.json") in with_state["files_read"]
     assert "State summary" in out.read_text()
+    # without --truth the accuracy-by-source figure is not drawn: the earlier report's is removed, not
+    # left beside the new page (issue 47: it showed the earlier report's data)
+    assert "sources" in FIGURES and not (root / "out" / "report-sources.png").exists()
+    assert sorted(p.name for p in (root / "out").iterdir()) == sorted(
+        ["report.html", *(os.path.basename(f) for f in with_state["figures"])])
 
 
 @pytest.mark.parametrize("case,needle", [

@@ -8,6 +8,7 @@ import io
 import os
 from typing import Any
 
+from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.axes import frame
@@ -119,11 +120,17 @@ def report_files(out: str) -> list[str]:
 
 def write_report(report: SessionReport, out: str) -> list[str]:
     """Write ``out`` (HTML) and, beside it, ``<stem>-<figure>.png``; every file atomically, the
-    figures drawn before anything is written. Returns the paths written."""
+    figures drawn before anything is written. A figure of an earlier report at ``out`` that this one
+    does not draw (``sources`` without ``--truth``) is removed: the command replaces an existing
+    report only with ``--overwrite`` (pcqr.pipeline.data.outputs), and a stale figure beside the new
+    page would show another report's data. Returns the paths written."""
     drawn = figures(report)
     written = []
     for name, png in drawn.items():
         write_atomic(figure_path(out, name), png)
         written.append(figure_path(out, name))
     write_atomic(out, page(report, drawn).encode())
+    for name in DRAW:
+        if name not in drawn and locations.exists(figure_path(out, name)):
+            locations.remove(figure_path(out, name))
     return [out, *written]
