@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from pcqr.pipeline.data.arrow_types import as_float64
-from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, id_values, read_chunks
+from pcqr.pipeline.data.datasets import QUERY_ID, Part, check_features, feature_matrix, id_values, read_chunks
 from pcqr.pipeline.budget.overlap import Found, Reach
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.models.votes import Ensemble
@@ -42,9 +42,8 @@ def content_sum(columns: Sequence[np.ndarray], ids: np.ndarray, positions: np.nd
     """The rows' share of the queries' content identity (:mod:`pcqr.pipeline.session.inputs`): the sum
     mod 2^64 of a keyed 64-bit hash of each row's feature values, query id and position in the
     dataset (an int64 id as two exact float64 halves; a position < 2^53 is exact)."""
-    bits = np.asarray(ids, dtype=np.int64).view(np.uint64)
-    halves = [(bits >> np.uint64(32)).astype(np.float64), (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)]
-    keys = column_keys([*columns, *halves, np.asarray(positions, dtype=np.float64)], len(positions), CONTENT_SEED)
+    keys = column_keys([*columns, *_id_halves(ids), np.asarray(positions, dtype=np.float64)], len(positions),
+                       CONTENT_SEED)
     return int(np.sum(keys, dtype=np.uint64))
 
 
@@ -90,14 +89,18 @@ def check_queries(part: Part, features: Sequence[str], id_column: str | None, ro
             seen if reach is not None else None, np.array(checks, dtype=np.uint64))
 
 
+def _id_halves(ids: np.ndarray) -> list[np.ndarray]:
+    """int64 ids as two exact float64 columns (their upper and lower 32 bits), for column_keys."""
+    bits = np.asarray(ids, dtype=np.int64).view(np.uint64)
+    return [(bits >> np.uint64(32)).astype(np.float64), (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)]
+
+
 def read_check(keys: np.ndarray, ids: np.ndarray, seed: int) -> int:
     """A chunk's read check: the sum mod 2^64 of its rows' keys (the session's keyed row hashes,
     :func:`pcqr.pipeline.public_log.answered.column_keys`) and of keyed hashes of its ids. The driver
     computes the keys anyway; a chunk whose rows or ids changed between two reads differs (but for
     a 2^-64 chance: the key is the session's secret)."""
-    bits = np.asarray(ids, dtype=np.int64).view(np.uint64)
-    halves = [(bits >> np.uint64(32)).astype(np.float64), (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)]
-    id_keys = column_keys(halves, bits.shape[0], seed ^ 0x6964)  # "id"
+    id_keys = column_keys(_id_halves(ids), len(ids), seed ^ 0x6964)  # "id"
     return (int(np.sum(keys, dtype=np.uint64)) + int(np.sum(id_keys, dtype=np.uint64))) % 2**64
 
 
@@ -142,12 +145,13 @@ class Batch:
     features: tuple[str, ...]
 
     def matrix(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """The feature matrix of ``rows`` (float64, column-major; the values were checked on the read)."""
-        columns = [as_float64(self.table.column(name))[rows] for name in self.features]
-        X = np.empty((columns[0].shape[0] if columns else 0, len(columns)), dtype=np.float64, order="F")
-        for j, column in enumerate(columns):
-            X[:, j] = column
-        return X
+        """The feature matrix of ``rows`` (datasets.feature_matrix: float64, column-major)."""
+        if isinstance(rows, slice):
+            start, stop, _ = rows.indices(self.table.num_rows)
+            chosen = self.table.slice(start, stop - start)
+        else:
+            chosen = self.table.take(rows)
+        return feature_matrix(chosen, self.features, "query batch")
 
 
 def count_votes(ensemble: Ensemble, X: np.ndarray) -> np.ndarray:
@@ -202,11 +206,6 @@ def _checked_chunk(table: pa.Table, part: Part, features: Sequence[str], id_colu
 def _changed(part: Part) -> PcqrError:
     return PcqrError(f"{part.file}: changed after its queries were checked (the rows read for the log are not "
                      "the rows validated); nothing of this batch was released: run the command again")
-
-
-def table_keys(table: pa.Table, features: Sequence[str], seed: int) -> np.ndarray:
-    """Driver: the row keys of a batch it read (the same function the workers apply)."""
-    return column_keys([as_float64(table.column(name)) for name in features], table.num_rows, seed)
 
 
 def read_ahead(parts: Sequence[Part], features: Sequence[str], id_column: str | None, rows: int, skip: int,
