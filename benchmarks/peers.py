@@ -76,16 +76,20 @@ def peer_python(peer: str) -> Path | str:
 
 
 def spread(values: list[float]) -> dict[str, Any]:
-    """A cell: the range over the runs, and every run."""
-    return {"min": min(values), "max": max(values), "runs": values}
+    """A cell: the range over the runs, their mean, and every run."""
+    return {"min": min(values), "max": max(values), "mean": float(np.mean(values)), "runs": values}
 
 
 def peer_accuracy(peer: str, data: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], epsilons: list[float],
-                  seeds: int, **options: Any) -> dict[str, Any]:
-    """``peer`` fitted on (X, y) ``seeds`` times per epsilon (random_state 0, 1, ...), scored on the
-    queries Q against ``truth``: {str(eps): spread} or {"unavailable": why}. ``options``: data_norm
-    (dp_logistic), bounds and delta (dp_ebm)."""
-    jobs = [{"peer": peer, "epsilon": eps, "seed": seed, **options} for eps in epsilons for seed in range(seeds)]
+                  seeds: int, fresh: bool = True, params: dict[str, Any] | None = None,
+                  **options: Any) -> dict[str, Any]:
+    """``peer`` fitted on (X, y) ``seeds`` times per epsilon, scored on the queries Q against ``truth``:
+    {str(eps): spread} or {"unavailable": why}. ``fresh``: every fit draws fresh noise (random_state
+    None, as a user runs it: issue 48 found fixed seeds 0, 1, 2 understated the spread); else
+    random_state 0, 1, ... ``params``: the estimator's settings over its defaults (a tuned grid
+    point). ``options``: data_norm (dp_logistic), bounds and delta (dp_ebm)."""
+    jobs = [{"peer": peer, "epsilon": eps, "seed": None if fresh else seed, "params": params or {}, **options}
+            for eps in epsilons for seed in range(seeds)]
     try:
         python = peer_python(peer)
         with temp_dir(f"peer-{peer}") as folder:
@@ -101,5 +105,6 @@ def peer_accuracy(peer: str, data: tuple[np.ndarray, np.ndarray, np.ndarray, np.
         log(f"peers: {peer} unavailable: {exc}")
         return {"unavailable": str(exc)}
     cells = {str(eps): spread(accuracies[i * seeds:(i + 1) * seeds]) for i, eps in enumerate(epsilons)}
-    log(f"peers: {peer} " + ", ".join(f"eps {e}: {c['min']:.3f}-{c['max']:.3f}" for e, c in cells.items()))
+    log(f"peers: {peer} {params or ''} " + ", ".join(f"eps {e}: {c['min']:.3f}-{c['max']:.3f} (mean {c['mean']:.3f})"
+                                             for e, c in cells.items()))
     return cells

@@ -66,7 +66,7 @@ def privacy_options(func: F) -> F:
                      "Under --gate guess w is not a privacy parameter "
                      "(default 0: release the noisy majority; negative: charge only clear disagreements with the guess)."),
         click.option("--learner", default=TrainingOptions.learner, show_default=True, help="'threshold', 'stump', 'auto' (a decision tree as deep as n / k rows a model support, "
-                     "from public parameters: depth round(log2(n/k)) - 3, 1 to 6), or a scikit-learn classifier's "
+                     "from public parameters: depth round(log2(n/k)) - 1, 3 to 6), or a scikit-learn classifier's "
                      "import path under an allowed module (sklearn., pcqr.pipeline., or a prefix the operator lists "
                      "in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),

@@ -275,7 +275,7 @@ def test_train_without_gate_says_which_it_chose(tmp_path, capsys, thread_cluster
     assert main([*base, "--state", str(tmp_path / "a")]) == 0
     out, err = capsys.readouterr()
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["gate"] == "gnmax" and "rows each" in summary["gate_chosen"]
+    assert summary["gate"] == "gnmax" and "rows a model" in summary["gate_chosen"]
     assert [line for line in err.splitlines() if line.startswith("gate: gnmax, chosen")], err
     assert main([*base, "--state", str(tmp_path / "b"), "--gate", "guess"]) == 0
     out, err = capsys.readouterr()

@@ -105,12 +105,15 @@ def test_a_labels_session_refuses_after_halt_refuse_later(tmp_path, capsys, thre
 
 
 @pytest.mark.parametrize("rows,m,expected", [(100_000, 2000, 200), (32_561, 2000, 200), (1_000_000, 2000, 2000),
+                                              (140_000, 2000, 500),
                                               (100_000, 150, 150), (1_000_000, 100_000, 20_000)])
 def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> None:
     """``pcqr plan --private-rows N --queries-max m --json``: labels_recommended is the largest M of
-    the ladder whose gnmax k leaves >= 250 rows a model (none: the floor of 200), never above m;
+    the ladder whose gnmax k leaves >= 250 rows a model (>= 200 up to M = 500; none: the floor of 200),
+    never above m;
     labels_subsamples is gnmax's k at that M for n rows; the text output has the same line."""
     from pcqr.pipeline.privacy.gate_choice import LABEL_LADDER, LABELS_FLOOR, gate_parameters
+    from pcqr.pipeline.privacy.gate_choice import LABELS_MIN_ROWS_PER_MODEL, LABELS_NEAR_FLOOR
     from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
 
     argv = ["plan", "--private-rows", str(rows), "--epsilon", "1", "--queries-max", str(m)]
@@ -121,7 +124,8 @@ def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> 
     assert out["labels_subsamples"] == k and isinstance(out["labels_why"], str) and out["labels_why"]
     above = [c for c in LABEL_LADDER if expected < c < m]
     if above and expected >= LABELS_FLOOR:  # the next rung would leave too few rows a model
-        assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < GNMAX_ROWS_PER_MODEL
+        bar = LABELS_MIN_ROWS_PER_MODEL if above[0] <= LABELS_NEAR_FLOOR else GNMAX_ROWS_PER_MODEL
+        assert rows // gate_parameters("gnmax", 1.0, 1e-6, 50, above[0], 0.05, None).subsamples < bar
     default = out["defaults"]  # what pcqr train plans given neither --gate nor --labels (every row here: >= 10 a model)
     assert default["labels"] == (expected if expected < m else None) and default["why"]
     assert default["gate"] == "gnmax" or (default["labels"] is None and default["gate"] == out["recommended_gate"])

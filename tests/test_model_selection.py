@@ -177,7 +177,7 @@ def test_too_few_rows_for_the_default_k_train_one_row_a_model_and_say_so(thread_
 def test_learner_auto_is_a_tree_as_deep_as_the_rows_a_model_get(thread_cluster_yaml) -> None:
     from pcqr.pipeline.models.learners import auto_learner
 
-    assert [auto_learner(r)[1]["max_depth"] for r in (1, 22, 23, 91, 181, 182, 10**6)] == [1, 1, 2, 4, 4, 5, 6]
+    assert [auto_learner(r)[1]["max_depth"] for r in (1, 22, 23, 45, 46, 90, 91, 10**6)] == [3, 3, 4, 4, 5, 5, 6, 6]
     X, y = _data(4000, 11)
     clf = pcqr.PrivateClassifier(**BUDGET, learner="auto", cluster=thread_cluster_yaml, **SEED).fit(X, y)
     with pcqr.Session.open(clf.state_, cluster=thread_cluster_yaml) as session:

@@ -89,13 +89,13 @@ def test_answer_and_status_say_so_on_a_rare_label(tmp_path, capsys, thread_clust
     trained = json.loads(capsys.readouterr().out)
     assert trained["learner"] == "sklearn.tree.DecisionTreeClassifier"
     state = json.loads((tmp_path / "auto" / "session.json").read_text())
-    assert state["learner"]["params"] == {"max_depth": 2} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
+    assert state["learner"]["params"] == {"max_depth": 4} and state["released_ones"] == 0  # 40 rows: log2 = 5.3
     assert state["learner"]["student"] == {"name": "cross-validated", "params": {}}  # chosen from its answers
     assert main(["train", "--state", str(tmp_path / "weighted"), "--learner", "auto", "--learner-param",
                  "class_weight=balanced", *common]) == 0  # the user's parameter over the rule's depth
     capsys.readouterr()
     weighted = json.loads((tmp_path / "weighted" / "session.json").read_text())["learner"]["params"]
-    assert weighted == {"max_depth": 2, "class_weight": "balanced"}
+    assert weighted == {"max_depth": 4, "class_weight": "balanced"}
 
 
 def test_an_auto_sessions_student_grows_with_the_answers_it_learns_from() -> None:
@@ -106,11 +106,11 @@ def test_an_auto_sessions_student_grows_with_the_answers_it_learns_from() -> Non
     from pcqr.pipeline.models.learners import AUTO_MAX_DEPTH, resolve_auto
     from pcqr.pipeline.session.distillation import student_learner
 
-    assert resolve_auto("auto", {}, 40) == ("sklearn.tree.DecisionTreeClassifier", {"max_depth": 2})
+    assert resolve_auto("auto", {}, 40) == ("sklearn.tree.DecisionTreeClassifier", {"max_depth": 4})
     assert resolve_auto("auto", {"max_depth": 3, "min_samples_leaf": 5}, 10_000)[1] == {"max_depth": 3, "min_samples_leaf": 5}
     assert resolve_auto("stump", {"a": 1}, 10_000) == ("stump", {"a": 1})
     rng = np.random.default_rng(7)
-    for rows, depth in ((20, 1), (100, 4), (2000, AUTO_MAX_DEPTH)):
+    for rows, depth in ((20, 3), (40, 4), (80, 5), (2000, AUTO_MAX_DEPTH)):
         X = rng.standard_normal((rows, 2))
         y = ((X[:, 0] > 0) ^ (X[:, 1] > 0)).astype(np.int8)
         assert fit_student({"name": "auto", "params": {}}, X, y).get_params()["max_depth"] == depth

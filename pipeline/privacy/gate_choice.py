@@ -98,6 +98,19 @@ LABELS_FLOOR = 200
 #: majority class: 0.76); at 25 (n 10^4) 0.783-0.801 against 0.765-0.774; at 82 (n 32,561)
 #: 0.816-0.828 against 0.787-0.811. Below 10, unmeasured: the guess gate's fewer models keep it.
 LABELS_ROWS_PER_MODEL = 10
+#: recommend_labels takes the largest M whose gnmax k leaves at least subsamp.GNMAX_ROWS_PER_MODEL
+#: (250) rows a model, or, for an M of at most LABELS_NEAR_FLOOR, at least LABELS_MIN_ROWS_PER_MODEL
+#: (issue 48). Measured (pcqr's k at each M, depth by learners.auto_learner, 2 seeds, accuracy over a
+#: stream of 2,000 queries: gnmax's noise, then the cross-validated student; benchmarks/accuracy.py
+#: re-measures the defaults end to end): on a generated 140,000-row task (20 features, 12.7% positive)
+#: at eps 1, M = 500 leaves 225 rows a model and scored 0.918-0.9265 against 0.8755-0.916 at M = 200
+#: (250 rows) and 0.9125 at M = 1,000 (158 rows). Beyond 500 the old bar stays: at eps 2, XOR at
+#: n = 10^5 scored 0.8555-0.878 at M = 500 (250 rows) but 0.82-0.8665 at M = 1,000 (215 rows), and the
+#: 140,000-row task 0.9305-0.9345 with the teacher over all 2,000 (213 rows) against 0.9395-0.9415 at
+#: M = 1,000 (250 rows). At 161 rows (M = 500, n = 10^5, eps 1) the corner task lost 0.4 points (kept at
+#: 200); at 52 (Adult) and 6 (a 4,300-row task) M = 500 was level or 5-9 points worse.
+LABELS_MIN_ROWS_PER_MODEL = 200
+LABELS_NEAR_FLOOR = 500
 
 
 def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
@@ -108,7 +121,8 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     gnmax's noise sigma grows with sqrt(M), and the k at which a 3/4 majority keeps its label
     CORRECT of the time grows with sigma; n / k rows a model bound the teachers' own accuracy. The
     rule: the largest M of LABEL_LADDER (or m) whose gnmax k still leaves GNMAX_ROWS_PER_MODEL rows a
-    model (the point below which gnmax's default k is the noise's, not the data's), at least
+    model, LABELS_MIN_ROWS_PER_MODEL for an M up to LABELS_NEAR_FLOOR (below that more answers cost the
+    teachers more than they teach the student, the noise more than it teaches), at least
     LABELS_FLOOR and at most m; the student answers the queries after the first M.
 
     Measured basis (benchmarks/labels.py; eps 1, delta 1e-6, --gate gnmax, --learner auto, 3 seeds,
@@ -125,11 +139,14 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     def k_at(labels: int) -> int:
         return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).subsamples
 
+    def bar(labels: int) -> int:  # rows a model M answers need (non-decreasing in M: the fits stay a prefix)
+        return LABELS_MIN_ROWS_PER_MODEL if labels <= LABELS_NEAR_FLOOR else GNMAX_ROWS_PER_MODEL
+
     # k grows with M (sigma does), so the M that fit are a prefix of the ladder: m itself (whose k the
     # session's plan needs anyway), else the ladder up to the first that does not fit
-    fits = [m] if m >= LABELS_FLOOR and rows // k_at(m) >= GNMAX_ROWS_PER_MODEL else []
+    fits = [m] if m >= LABELS_FLOOR and rows // k_at(m) >= bar(m) else []
     for candidate in [] if fits else [c for c in LABEL_LADDER if LABELS_FLOOR <= c < m]:
-        if rows // k_at(candidate) < GNMAX_ROWS_PER_MODEL:
+        if rows // k_at(candidate) < bar(candidate):
             break
         fits.append(candidate)
     labels = fits[-1] if fits else min(m, LABELS_FLOOR)
@@ -139,9 +156,9 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
                "answers every one" if fits else f"m = {m:,} is at most the floor of {LABELS_FLOOR} labels: the "
                "teacher answers every one")
     elif fits:
-        why = (f"the largest M whose gnmax k = {k:,} leaves >= {GNMAX_ROWS_PER_MODEL} rows a model "
+        why = (f"the largest M whose gnmax k = {k:,} leaves >= {bar(labels)} rows a model "
                f"({rows // k:,}); the student answers the other {m - labels:,} queries")
     else:
-        why = (f"no M leaves {GNMAX_ROWS_PER_MODEL} rows a model (k = {k:,} at M = {labels:,}: {rows // k:,} "
+        why = (f"no M leaves {bar(LABELS_FLOOR)} rows a model (k = {k:,} at M = {labels:,}: {rows // k:,} "
                f"rows each); {LABELS_FLOOR} answers is the fewest a student was measured to learn from")
     return labels, "gnmax", k, why

@@ -407,8 +407,17 @@ def trains_by_arrays(plan: TrainingPlan) -> bool:
 
 
 def gate_chosen(plan: TrainingPlan | None) -> dict[str, str]:
-    """The summary's ``gate_chosen`` (why, when --gate was not given), else nothing."""
-    return {"gate_chosen": plan.privacy.gate_chosen} if plan is not None and plan.privacy.gate_chosen else {}
+    """The summary's ``gate_chosen`` (why, when --gate was not given) and ``learner_chosen`` (the
+    tree ``--learner auto`` chose, and why: public n and k only), else nothing."""
+    if plan is None:
+        return {}
+    chosen = {"gate_chosen": plan.privacy.gate_chosen} if plan.privacy.gate_chosen else {}
+    if plan.student is not None and plan.agnostic is None and plan.universal is None:  # an auto session
+        from pcqr.pipeline.models.learners import auto_reason
+
+        k = plan.params.subsamples
+        chosen["learner_chosen"] = auto_reason(plan.private.rows // k, k)
+    return chosen
 
 
 def say_gate_chosen(plan: TrainingPlan | None, reporter: Reporter) -> None:
