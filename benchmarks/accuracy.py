@@ -10,7 +10,7 @@ Every cell: 2,000 queries, accuracy over all of them (an unanswered query counts
   ``teachers``, the noise-free majority vote of the same run's k models on the same 2,000 queries (read
   from the session's own model files: private, read here only because this is a benchmark on data we
   made or hold), so a reader sees which loss is the noise's and the student's and which the teachers'.
-* ``fixed``: the same with ``labels``/``learner_params`` given (FIXED, per task), at eps 1 only.
+* ``fixed``: the same with ``labels`` and ``gate`` given (FIXED, per task), at eps 1 only.
 * ``dp_logistic``: diffprivlib's LogisticRegression, fresh noise (random_state None), PEER_FITS fits.
 * ``dp_ebm``: InterpretML's DPExplainableBoostingClassifier at its defaults and at each point of
   EBM_GRID (a small public grid; every point is its own (eps, delta) fit: the best point is reported
@@ -26,6 +26,9 @@ Tasks (the private rows never leave the temporary folder):
   first 2,000 rows of adult.test the queries). Skipped when the files are absent.
 * ``small``: generated here: 4,300 private rows, 2 features, label 1 iff x0^2 + x1^2 < 1.39 (half
   the rows), 15% flipped (Bayes accuracy 0.85).
+* ``corner``, ``xor``, ``xor_1e6``: the tasks of benchmarks/utility.py, from ``pcqr generate --kind
+  agnostic`` (5 features, seed 13): the corner task with 1% noise at 10^5 rows (10.9% positive), XOR
+  with 10% noise at 10^5 and 10^6 rows (Bayes accuracy 0.90) -- what the defaults must not lose.
 
 Run: ``python benchmarks/accuracy.py --out /tmp/accuracy.json [--tasks mid small] [--runs 5]
 [--epsilons 0.5 1 2]`` (or ``benchmarks/run.py --only accuracy``); it prints the markdown table.
@@ -56,9 +59,9 @@ EBM_GRID: tuple[dict[str, Any], ...] = ({"max_rounds": 1000, "learning_rate": 0.
                                         {"max_rounds": 300, "learning_rate": 0.1})
 #: Fixed settings measured beside the defaults (eps 1): a name and Session.create's options.
 FIXED: dict[str, dict[str, dict[str, Any]]] = {
-    "mid": {"M 500": {"labels": 500}, "M 1,000": {"labels": 1000}},
-    "adult": {"M 500": {"labels": 500}},
-    "small": {"M 100": {"labels": 100}},
+    "mid": {"M 1,000": {"labels": 1000, "gate": "gnmax"}, "M 200": {"labels": 200, "gate": "gnmax"}},
+    "adult": {"M 500": {"labels": 500, "gate": "gnmax"}},
+    "small": {"M 100": {"labels": 100, "gate": "gnmax"}},
 }
 
 
@@ -86,6 +89,28 @@ def small_arrays(seed: int = 0, rows: int = SMALL_ROWS) -> tuple[np.ndarray, ...
     return X[:rows], y[:rows], X[rows:], y[rows:]
 
 
+GENERATED = {"corner": ("corner", 0.01, 10**5), "xor": ("xor", 0.1, 10**5), "xor_1e6": ("xor", 0.1, 10**6)}
+
+
+def generated_arrays(work: Path, name: str) -> tuple[np.ndarray, ...]:
+    """(X, y, Q, truth) of ``pcqr generate`` (GENERATED[name]) written under ``work``."""
+    from pcqr.jobs.cli import main
+
+    concept, noise, rows = GENERATED[name]
+    out = work / f"{name}-generated"
+    assert main(["generate", "--kind", "agnostic", "--concept", concept, "--noise", str(noise), "--rows", str(rows),
+                 "--features", "5", "--queries", str(QUERIES), "--seed", "13", "--out", str(out),
+                 "--cluster", str(write_cluster_yaml(work))]) == 0
+
+    def matrix(table: pa.Table) -> np.ndarray:
+        return np.column_stack([table.column(c).to_numpy() for c in table.column_names if c.startswith("x")])
+
+    private = pq.read_table(out / "private")
+    queries = pq.read_table(out / "queries").sort_by("query_id")
+    truth = pq.read_table(out / "truth").sort_by("query_id").column("label").to_numpy().astype(np.int8)
+    return matrix(private), private.column("label").to_numpy().astype(np.int8), matrix(queries), truth
+
+
 def tasks(work: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if "mid" in wanted:
@@ -98,6 +123,9 @@ def tasks(work: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
     if "small" in wanted:
         X, y, Q, t = small_arrays()
         out["small"] = {"arrays": (X, y, Q, t), "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
+    for name in GENERATED:
+        if name in wanted:
+            out[name] = {"arrays": generated_arrays(work, name), "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
     for name, task in out.items():
         X, y, Q, _ = task["arrays"]
         task["features"] = _write(work / name / "private" / "part-0.parquet", X, y)
@@ -152,7 +180,7 @@ def bench_accuracy(quick: bool = False, wanted: list[str] | None = None, runs: i
     out: dict[str, Any] = {"runs": runs, "epsilons": list(epsilons)}
     with temp_dir("accuracy") as work:
         cluster = str(write_cluster_yaml(work))
-        for name, task in tasks(work, wanted or ["mid", "adult", "small"]).items():
+        for name, task in tasks(work, wanted or ["mid", "adult", "small", *GENERATED]).items():
             result: dict[str, Any] = {"defaults": {}, "fixed": {}}
             for eps in epsilons:
                 result["defaults"][str(eps)] = cell(task, eps, runs, work / name, cluster, "defaults")
@@ -207,7 +235,7 @@ def table(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="*", default=None, help="mid adult small (default: all)")
+    parser.add_argument("--tasks", nargs="*", default=None, help="mid adult small corner xor xor_1e6 (default: all)")
     parser.add_argument("--runs", type=int, default=None, help=f"pcqr runs a cell (default {RUNS})")
     parser.add_argument("--epsilons", nargs="*", type=float, default=None, help=f"default {EPSILONS}")
     parser.add_argument("--no-peers", action="store_true", help="pcqr's cells only")

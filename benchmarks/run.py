@@ -35,6 +35,9 @@ Benchmarks (see benchmarks/README.md for what each figure means):
                         models; every cell a range over 3 runs (utility_report.py prints the tables)
 * ``work_past_m``       issue 47: a 200,000-query stream on a stability session of ~12,000 trees whose m is
                         10,000, beside its first 10,000 queries alone, and the finished stream's re-run
+* ``accuracy``          issue 48: pcqr's defaults per eps (5 runs, secure noise) beside the noise-free vote of
+                        their own teachers, fixed settings, DP-LR (fresh noise, 10 fits) and DP-EBM (defaults and a
+                        tuned grid) on a generated 140,000-row task, Adult, a 4,300-row task, corner and XOR
 * ``imbalance``         issue 29, item 4: gnmax's teachers offline (no session) where each sees few positives:
                         class-weighted trees and public vote thresholds, with and without the certified noise
 
@@ -58,6 +61,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from accuracy import bench_accuracy
 from agnostic_at_scale import bench_agnostic_at_scale
 from answered_index import bench_answered_index
 from answer_logistic import bench_answer_logistic
@@ -88,7 +92,7 @@ BENCHMARKS = (
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
     "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
-    "practical_sanitizers", "work_past_m",
+    "practical_sanitizers", "work_past_m", "accuracy",
 )
 
 
@@ -118,6 +122,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "ledger_cost": bench_ledger_cost,
     "practical_sanitizers": bench_practical_sanitizers,
     "work_past_m": bench_work_past_m,
+    "accuracy": bench_accuracy,
 }
 
 

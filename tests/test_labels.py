@@ -143,7 +143,8 @@ def test_plan_recommends_m_from_public_parameters(rows, m, expected, capsys) -> 
     (200_000, {"after_halt": "refuse"}, None, "guess"),  # refusals after the halt: the old rule, all m
     (200_000, {"gate": "guess"}, None, "guess"),  # a gate given: the plan is the user's
     (200_000, {"threshold": 3.0}, None, "guess"),  # options choose_gate reserves to the guess gate
-    (3_000, {"queries_max": 2000}, None, "guess"),  # 7 rows a model at M = 200: below LABELS_ROWS_PER_MODEL
+    (3_000, {"queries_max": 2000}, 100, "gnmax"),  # 7 rows a model at M = 200: small data, M = 100 (10 each)
+    (1_500, {"queries_max": 2000}, None, "guess"),  # 3 rows at M = 200, 5 at 50: below LABELS_ROWS_PER_MODEL
     (1_000_000, {"queries_max": 2000}, None, "gnmax"),  # the rule's M is m: the teacher answers all
 ])
 def test_the_plan_chooses_labels_when_a_student_answers_after_the_halt(rows, given, labels, gate) -> None:
@@ -185,3 +186,47 @@ def test_a_default_session_spends_on_the_plans_labels_and_says_so(tmp_path, caps
                  str(tmp_path / "once-log"), "--after-halt", "refuse", "--json", *common]) == 0
     once = json.loads(capsys.readouterr().out)
     assert once["labels"] is None and once["queries_max"] == 2000
+
+
+@pytest.mark.parametrize("rows,depth,few", [(4_300, 3, True), (40_000, 6, False)])
+def test_the_summary_says_which_tree_auto_chose_and_why(rows, depth, few, tmp_path, capsys, thread_cluster_yaml) -> None:
+    """Small data (issue 48, item 2): a new session with ``--learner auto`` (the default) says in
+    ``learner_chosen`` the tree the public rule gave its teachers and why, from n and k only; at few
+    rows a model (4,300 rows, k = 393: 10 each) it says the trees are deeper than the rows seem to
+    allow, and why; a learner the user names gets no such line."""
+    write_session_data(tmp_path, rows=rows, queries=10)
+    base = ["train", "--private", str(tmp_path / "private"), "--cluster", thread_cluster_yaml, "--json",
+            "--epsilon", "1", "--queries-max", "2000", "--seed", "3", "--insecure-seed"]
+    assert main([*base, "--state", str(tmp_path / "auto")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    k = summary["subsamples"]
+    assert summary["learner_chosen"].startswith(f"depth-{depth} trees: {rows // k:,} private rows a model (k = {k:,})")
+    assert ("few rows a model" in summary["learner_chosen"]) is few
+    state = json.loads((tmp_path / "auto" / "session.json").read_text())
+    assert state["learner"]["params"] == {"max_depth": depth}
+    assert main([*base, "--state", str(tmp_path / "named"), "--learner", "stump"]) == 0
+    assert "learner_chosen" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("rows,epsilon,labels,gate", [
+    (4_300, 0.5, 50, "gnmax"),  # k = 749 at M = 200 would leave 5 rows a model; M = 50: k = 377, 11 each
+    (6_000, 0.5, 100, "gnmax"),  # 8 rows at M = 200; M = 100: k = 533, 11 each
+    (3_000, 1.0, 100, "gnmax"),  # 7 rows at M = 200; M = 100: k = 277, 10 each
+    (1_500, 0.5, None, "guess"),  # even M = 50 leaves fewer than 10 rows: the guess gate, as before
+    (8_000, 0.5, 200, "gnmax"),  # 10 rows at M = 200: the floor stands
+])
+def test_small_data_plans_fewer_answers_and_fewer_models(rows, epsilon, labels, gate) -> None:
+    """Small data (issue 48, item 2): where gnmax's k at the floor of 200 answers would leave fewer
+    than LABELS_ROWS_PER_MODEL rows a model, the plan asks for fewer answers (100, then 50): less noise,
+    so fewer models, each fed at least 10 rows; its why says so. Public n, eps, delta, m only."""
+    from pcqr.pipeline.privacy.gate_choice import LABELS_ROWS_PER_MODEL, recommend_labels
+
+    options = TrainingOptions(state="unused", epsilon=epsilon, queries_max=2000)
+    plan = plan_session(options, rows)
+    assert plan.labels == labels and plan.params.gate == gate
+    if labels is None:
+        return
+    k = plan.params.subsamples
+    assert rows // k >= LABELS_ROWS_PER_MODEL
+    why = recommend_labels(rows, epsilon, 1e-6, 50, 2000, 0.05)[3]
+    assert why.startswith("small data") == (labels < 200) and f"{rows // k:,} rows each" in why

@@ -111,6 +111,13 @@ LABELS_ROWS_PER_MODEL = 10
 #: 200); at 52 (Adult) and 6 (a 4,300-row task) M = 500 was level or 5-9 points worse.
 LABELS_MIN_ROWS_PER_MODEL = 200
 LABELS_NEAR_FLOOR = 500
+#: Small data (issue 48, item 2): where gnmax's k at LABELS_FLOOR answers would leave fewer than
+#: LABELS_ROWS_PER_MODEL rows a model, the largest of these M whose k leaves that many -- fewer answers,
+#: less noise, so fewer models, each fed more rows. Measured (a 4,300-row two-feature task, 4 seeds,
+#: the stream of 2,000 queries, offline at pcqr's sigma): at eps 0.5, where the plan fell back to the
+#: guess gate with k = 1,880 (2 rows a model; 0.509-0.564 end to end, 5 runs), gnmax at 10 rows a
+#: model scored 0.698 (mean) with M = 50, 0.662 with 100 and 0.643 with 200.
+SMALL_DATA_LABELS = (100, 50)
 
 
 def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
@@ -150,8 +157,18 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
             break
         fits.append(candidate)
     labels = fits[-1] if fits else min(m, LABELS_FLOOR)
+    few = None  # small data: the k of LABELS_FLOOR answers would leave too few rows a model
+    if not fits and labels == LABELS_FLOOR and rows // k_at(labels) < LABELS_ROWS_PER_MODEL:
+        few = next((c for c in SMALL_DATA_LABELS if c < m and rows // k_at(c) >= LABELS_ROWS_PER_MODEL), None)
+    if few is not None:
+        over = k_at(labels)
+        labels = few
     k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).for_rows(rows).subsamples
-    if labels == m:
+    if few is not None:
+        why = (f"small data: at M = {LABELS_FLOOR} gnmax's k = {over:,} would leave {rows // over:,} rows a model; "
+               f"M = {labels:,} answers need less noise, so k = {k:,} models of {rows // k:,} rows each "
+               f"(at least {LABELS_ROWS_PER_MODEL}); the student answers the other {m - labels:,} queries")
+    elif labels == m:
         why = (f"gnmax's k = {k:,} leaves {rows // k:,} rows a model over all m = {m:,} queries: the teacher "
                "answers every one" if fits else f"m = {m:,} is at most the floor of {LABELS_FLOOR} labels: the "
                "teacher answers every one")
