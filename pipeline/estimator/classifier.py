@@ -5,7 +5,8 @@ once; ``predict`` answers through that session's coordinator. What ``predict`` r
 what the session's log records: the released label, or NaN where the stability gate abstained or
 the session refused. Nothing else is released: no probabilities, no decision function, no learned
 attributes from the data beyond the public schema (``n_features_in_``, ``feature_names_in_``);
-``classes_`` is fixed to [0, 1] (pcqr answers binary {0, 1} queries), not read from the labels.
+``classes_`` is public: [0, 1], or the two labels of ``classes=`` (sorted), never read from the labels
+(pcqr.pipeline.estimator.classes).
 
 Where private data lives (docs/api.md, "Where private data lives"): the Dask workers read the rows
 from a Parquet file written, 0600, into the caller's ``state`` folder or else into a
@@ -32,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from pcqr.pipeline.budget.location import ledger_setting
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.estimator.classes import ClassList, class_list
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.privacy.session_plan import default_subsamples
 from pcqr.pipeline.session.arguments import check_arguments
@@ -58,7 +60,9 @@ class SmallDataWarning(UserWarning):
 
 #: The keywords ``fit`` may leave None (their defaults are decided from the data or the plan).
 OPTIONAL = ("queries_max", "labels", "subsamples", "profile", "gate", "guess", "learner_params", "state", "log",
-            "fallback_label", "cluster", "ledger", "seed", "student_learner", "name")
+            "fallback_label", "cluster", "ledger", "seed", "student_learner", "name", "classes")
+#: Checked by pcqr.pipeline.estimator.classes, not by the argument table (their values are the user's labels).
+LABEL_KEYWORDS = ("classes", "fallback_label")
 #: The keywords ``fit`` hands to :meth:`pcqr.Session.create` as they are.
 SESSION_KEYWORDS = ("epsilon", "delta", "cutoff", "queries_max", "labels", "after_halt", "profile", "gate", "guess",
                     "subsamples", "learner", "learner_params", "seed", "insecure_seed", "cluster", "ledger")
@@ -120,9 +124,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         A public log directory to keep (default: the log stays in the private temporary folder and
         is removed with it: it holds ``predict``'s queries, which under cross-validation are
         private rows).
-    fallback_label : {0, 1}, optional
+    fallback_label : int or str, optional
         Return this label instead of NaN for abstained and refused queries (post-processing); one
-        of ``classes_``.
+        of ``classes_`` (0 or 1 by default).
     batch_size : int
         Queries per log batch.
     cluster, ledger : str, optional
@@ -149,6 +153,14 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         What the ledger calls the rows a fit is charged to, with the estimator and their shape:
         ``PrivateClassifier(NAME) 2000x10 (rows x features)`` (``pcqr budget show``); at most 200
         characters, no control characters. Default: ``PrivateClassifier 2000x10 (rows x features)``.
+    classes : list of two labels, optional
+        The public class list, when the labels are not 0 and 1: two distinct integers or two
+        strings (``['<=50K', '>50K']``), given, never read from ``y`` (which labels occur in private
+        data is private). ``fit`` refuses a label outside it, before anything is charged; ``predict``
+        returns these labels. Sorted into ``classes_`` (the sessions answer the index of a label in
+        it), so any order gives the same rows, the same charge and the same budget
+        (:func:`pcqr.set_budget` takes the same ``classes``). More than two are refused: multi-class
+        sessions are not built yet.
 
     Every parameter is checked, by type and range, when ``fit`` starts (``predict`` checks those it
     reads again), before any row is written or any budget charged: a bad one is a
@@ -158,7 +170,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     Attributes
     ----------
     classes_ : ndarray of shape (2,)
-        Always [0, 1].
+        [0, 1], or ``classes`` sorted.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         When ``X`` had column names.
@@ -183,7 +195,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  fallback_label: int | None = None, batch_size: int = AnswerOptions.batch_size,
                  cluster: str | None = None, ledger: str | None = None, seed: int | None = None,
                  insecure_seed: bool = False, allow_private_overlap: bool = False, after_halt: str = "student",
-                 student_learner: str | None = None, name: str | None = None) -> None:
+                 student_learner: str | None = None, name: str | None = None, classes: Any = None) -> None:
         self.epsilon = epsilon
         self.delta = delta
         self.cutoff = cutoff
@@ -207,10 +219,11 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.after_halt = after_halt
         self.student_learner = student_learner
         self.name = name
+        self.classes = classes
 
     @python_api
     def fit(self, X: Any, y: Any) -> PrivateClassifier:
-        """Create a session on the private rows ``X``, ``y`` (labels 0 or 1), charging the ledger.
+        """Create a session on the private rows ``X``, ``y`` (labels 0 or 1, or ``classes``), charging the ledger.
 
         A second ``fit`` closes the first session's temporary folder (its budget stays spent).
 
@@ -219,7 +232,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         X : array-like of shape (n_samples, n_features)
             The private features (finite numbers).
         y : array-like of shape (n_samples,)
-            The private labels, 0 or 1.
+            The private labels, 0 or 1, or each one of ``classes``.
 
         Returns
         -------
@@ -244,10 +257,12 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             line (its Python name); nothing is charged. A failure after the charge refunds it.
             Nothing written by this fit is left behind.
         """
-        params = check_arguments("PrivateClassifier", self.get_params(deep=False), OPTIONAL)  # as Python values
+        given = {k: v for k, v in self.get_params(deep=False).items() if k not in LABEL_KEYWORDS}
+        params = check_arguments("PrivateClassifier", given, OPTIONAL)  # as Python values
+        classes, _ = self._labels()
         rows_table = self.rows_table(X, y)
         ledger_setting(params["ledger"])  # an empty ledger setting: refused before the rows are written
-        self.classes_ = np.array([0, 1])
+        self.classes_ = np.asarray(classes.labels)
         self.close()
         rows = rows_table.num_rows  # n is public (replace-one neighbours), as for pcqr train
         if params["labels"] is not None and params["queries_max"] is not None:
@@ -280,14 +295,29 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         """The private rows as ``fit`` hands them to the workers (and :func:`pcqr.set_budget` hashes
         them): the features as float64 columns (``X``'s names, else x0, x1, ...) and ``label``, int8.
         Checks the input as ``fit`` does and sets the public schema (``n_features_in_``, ...)."""
+        classes, _ = self._labels()
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)  # a continuous target: "Unknown label type"
-        if type_of_target(y) == "multiclass":
-            raise ValueError("Only binary classification is supported: pcqr answers binary queries, labels 0 or 1")
-        if not np.isin(y, (0, 1)).all():  # classes_ is public and fixed, never read from the labels
-            raise ValueError("y: labels must be 0 or 1 (pcqr answers binary queries; map your two classes to 0/1)")
+        if classes.named:
+            index = classes.indices(y)  # a label outside the public list: one line, nothing written
+        else:
+            if type_of_target(y) == "multiclass":
+                raise ValueError("Only binary classification is supported: pcqr answers binary queries, labels 0 or 1")
+            if not np.isin(y, (0, 1)).all():  # classes_ is public and fixed, never read from the labels
+                raise ValueError("y: labels must be 0 or 1 (pcqr answers binary queries; give your two labels "
+                                 "as classes=[a, b])")
+            index = np.asarray(y, dtype=np.int8)
         names = self._feature_names()
-        return pa.table({**{n: X[:, i] for i, n in enumerate(names)}, LABEL: np.asarray(y, dtype=np.int8)})
+        return pa.table({**{n: X[:, i] for i, n in enumerate(names)}, LABEL: index})
+
+    def _labels(self) -> tuple[ClassList, int | None]:
+        """The public class list and ``fallback_label`` as its index, checked (PcqrError in one line)."""
+        classes = class_list(self.classes)
+        if self.fallback_label is None:
+            return classes, None
+        if not classes.named:
+            return classes, check_arguments("PrivateClassifier", {"fallback_label": self.fallback_label})["fallback_label"]
+        return classes, classes.index(self.fallback_label, "fallback_label")
 
     def _create(self, state: str, rows: pa.Table, params: dict[str, Any]) -> dict[str, Any]:
         """The session in ``state`` (``params``: the checked parameters, ``queries_max`` resolved): the
@@ -342,7 +372,9 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         -------
         ndarray of shape (n_queries,), float
             0.0 or 1.0 where answered; NaN (or ``fallback_label``) where the stability gate
-            abstained or the session refused (``after_halt='refuse'``).
+            abstained or the session refused (``after_halt='refuse'``). With ``classes``, the labels:
+            integer ones as floats (NaN where unanswered), strings as strings (None where
+            unanswered; scikit-learn's metrics cannot sort None: give ``fallback_label``).
 
         Warns
         -----
@@ -356,7 +388,12 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             than the queries it has left (m); checked before any query is answered.
         """
         check_is_fitted(self, "state_")
-        check_arguments("PrivateClassifier", {k: getattr(self, k) for k in ANSWERING}, OPTIONAL)
+        check_arguments("PrivateClassifier", {k: getattr(self, k) for k in ANSWERING if k not in LABEL_KEYWORDS},
+                        OPTIONAL)
+        classes, fallback = self._labels()
+        if list(classes.labels) != self.classes_.tolist():
+            raise PcqrError(f"PrivateClassifier: classes={self.classes!r} differs from the fitted classes_ "
+                            f"{self.classes_.tolist()!r}; fit again to change the class list")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         if X.shape[0] == 0:
             return np.empty(0)
@@ -369,7 +406,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                           reporter=ESTIMATOR) as session:
             self._check_budget_left(session.status(), X.shape[0])
             table = session.answer(queries, log=self.log_, batch_size=self.batch_size,
-                                   fallback_label=self.fallback_label,
+                                   fallback_label=fallback,
                                    allow_private_overlap=self.allow_private_overlap, private_log=self.log is None,
                                    after_halt=self.after_halt, student_learner=self.student_learner)
             status = session.status()
@@ -377,13 +414,14 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         ids = np.asarray(table.column("query_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         answers[ids] = table.column("answer").cast(pa.float64()).fill_null(np.nan).to_numpy()
         refused = int(pc.sum(pc.equal(table.column("status"), "refused")).as_py() or 0)
+        empty = "None" if classes.named and isinstance(classes.labels[0], str) else "NaN"
         if refused:
             remedy = ("the student had no released answer to learn from" if self.after_halt == "student" else
                       "after_halt='student' answers them from the released answers at no privacy cost")
             warnings.warn(f"PrivateClassifier.predict: {refused:,} of {X.shape[0]:,} queries were refused "
-                          f"({_spent(status)}); they are {'NaN' if self.fallback_label is None else 'the fallback label'}"
+                          f"({_spent(status)}); they are {empty if fallback is None else 'the fallback label'}"
                           f": {remedy}", UnansweredWarning, stacklevel=3)
-        return answers
+        return classes.answers(answers)
 
     def _check_budget_left(self, status: SessionStatus, asked: int) -> None:
         """Refuse, before any answer, a predict the session cannot complete without the student."""
@@ -408,11 +446,16 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         tuning under a privacy budget").
         """
         predicted = self.predict(X)
-        unanswered = int(np.count_nonzero(np.isnan(predicted)))
+        floats = predicted.dtype.kind == "f"
+        unanswered = int(np.count_nonzero(np.isnan(predicted))) if floats else (
+            int(sum(p is None for p in predicted)) if predicted.dtype == object else 0)
         if unanswered:
             warnings.warn(f"PrivateClassifier.score: {unanswered:,} of {len(predicted):,} queries got no answer "
                           "(abstained or refused) and count as wrong", UnansweredWarning, stacklevel=3)
-        correct = (predicted == np.asarray(y, dtype=np.float64)).astype(np.float64)  # NaN is never equal
+        if floats:
+            correct = (predicted == np.asarray(y, dtype=np.float64)).astype(np.float64)  # NaN is never equal
+        else:  # string labels; None (unanswered) is never equal
+            correct = (predicted.astype(object) == np.asarray(y, dtype=object)).astype(np.float64)
         return float(np.average(correct, weights=sample_weight))
 
     def close(self) -> None:

@@ -118,7 +118,7 @@ def _holds_private(estimator: Any) -> bool:
 
 @python_api
 def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None = None,
-               ledger: str | None = None) -> dict[str, Any]:
+               ledger: str | None = None, classes: Any = None) -> dict[str, Any]:
     """Give the rows ``X``, ``y`` a total privacy budget in the ledger (``pcqr budget set`` for data in memory).
 
     Every later ``PrivateClassifier.fit`` on rows of ``X`` -- each fold of a cross-validation, each
@@ -137,6 +137,10 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
         The budget's label in the ledger (``pcqr budget show NAME``); default "PrivateClassifier data".
     ledger : str, optional
         The ledger: a SQLite file or a team's ``postgresql://`` URL (default ``$PCQR_LEDGER``, else the user's).
+    classes : list of two labels, optional
+        As ``PrivateClassifier(classes=...)``, when ``y`` holds labels other than 0 and 1: the rows are
+        hashed with each label's index in the sorted list, as ``fit`` writes them, so every fit with
+        the same two labels, in whatever order, is charged to this budget.
 
     Returns
     -------
@@ -154,7 +158,7 @@ def set_budget(X: Any, y: Any, epsilon: float, delta: float, *, name: str | None
     from pcqr.pipeline.estimator.classifier import PrivateClassifier
 
     check_budget(epsilon, delta, name)
-    table = PrivateClassifier().rows_table(X, y)  # exactly the rows fit writes
+    table = PrivateClassifier(classes=classes).rows_table(X, y)  # exactly the rows fit writes
     label = name or "PrivateClassifier data"
     with PrivateFolder() as folder, Ledger(ledger_location(ledger)) as book:
         book.check_may_set_budgets()  # before the rows are written and hashed
