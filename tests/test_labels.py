@@ -213,12 +213,15 @@ def test_the_summary_says_which_tree_auto_chose_and_why(rows, depth, few, tmp_pa
     (6_000, 0.5, 100, "gnmax"),  # 8 rows at M = 200; M = 100: k = 533, 11 each
     (3_000, 1.0, 100, "gnmax"),  # 7 rows at M = 200; M = 100: k = 277, 10 each
     (1_500, 0.5, None, "guess"),  # even M = 50 leaves fewer than 10 rows: the guess gate, as before
-    (8_000, 0.5, 200, "gnmax"),  # 10 rows at M = 200: the floor stands
+    (4_300, 1.0, 100, "gnmax"),  # 10 rows at M = 200, under 20; M = 100: k = 277, 15 each
+    (8_000, 0.5, 100, "gnmax"),  # 10 rows at M = 200; M = 100: k = 533, 15 each
+    (8_000, 1.0, 200, "gnmax"),  # 20 rows at M = 200: the floor stands
 ])
 def test_small_data_plans_fewer_answers_and_fewer_models(rows, epsilon, labels, gate) -> None:
     """Small data (issue 48, item 2): where gnmax's k at the floor of 200 answers would leave fewer
-    than LABELS_ROWS_PER_MODEL rows a model, the plan asks for fewer answers (100, then 50): less noise,
-    so fewer models, each fed at least 10 rows; its why says so. Public n, eps, delta, m only."""
+    than SMALL_DATA_ROWS_PER_MODEL (20) rows a model, the plan asks for fewer answers (100, then 50):
+    less noise, so fewer models, each fed at least LABELS_ROWS_PER_MODEL (10) rows; its why says so.
+    Public n, eps, delta, m only."""
     from pcqr.pipeline.privacy.gate_choice import LABELS_ROWS_PER_MODEL, recommend_labels
 
     options = TrainingOptions(state="unused", epsilon=epsilon, queries_max=2000)

@@ -112,11 +112,15 @@ LABELS_ROWS_PER_MODEL = 10
 LABELS_MIN_ROWS_PER_MODEL = 200
 LABELS_NEAR_FLOOR = 500
 #: Small data (issue 48, item 2): where gnmax's k at LABELS_FLOOR answers would leave fewer than
-#: LABELS_ROWS_PER_MODEL rows a model, the largest of these M whose k leaves that many -- fewer answers,
-#: less noise, so fewer models, each fed more rows. Measured (a 4,300-row two-feature task, 4 seeds,
-#: the stream of 2,000 queries, offline at pcqr's sigma): at eps 0.5, where the plan fell back to the
-#: guess gate with k = 1,880 (2 rows a model; 0.509-0.564 end to end, 5 runs), gnmax at 10 rows a
-#: model scored 0.698 (mean) with M = 50, 0.662 with 100 and 0.643 with 200.
+#: SMALL_DATA_ROWS_PER_MODEL rows a model, the largest of these M whose k leaves LABELS_ROWS_PER_MODEL --
+#: fewer answers, less noise, so fewer models, each fed more rows, and a vote that each weak model's
+#: error splits less often against the noise. Measured on a 4,300-row two-feature task
+#: (benchmarks/accuracy.py, 5 runs, secure noise, all 2,000 queries): at eps 1 (10 rows a model at
+#: M = 200) M = 100 (k = 277, 15 rows each) scored 0.7325-0.775 against 0.697-0.744 at M = 200; at
+#: eps 0.5, where the plan fell back to the guess gate with k = 1,880 (2 rows a model; 0.509-0.564),
+#: M = 50 (k = 377, 11 rows each) scored 0.682-0.765. Offline (4 seeds, pcqr's sigma) at 10 rows a
+#: model: eps 0.5, M = 50 0.698, 100 0.662, 200 0.643 (means); eps 1, M = 100 0.743, 200 0.714.
+SMALL_DATA_ROWS_PER_MODEL = 20
 SMALL_DATA_LABELS = (100, 50)
 
 
@@ -158,14 +162,15 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
         fits.append(candidate)
     labels = fits[-1] if fits else min(m, LABELS_FLOOR)
     few = None  # small data: the k of LABELS_FLOOR answers would leave too few rows a model
-    if not fits and labels == LABELS_FLOOR and rows // k_at(labels) < LABELS_ROWS_PER_MODEL:
+    if not fits and labels == LABELS_FLOOR and rows // k_at(labels) < SMALL_DATA_ROWS_PER_MODEL:
         few = next((c for c in SMALL_DATA_LABELS if c < m and rows // k_at(c) >= LABELS_ROWS_PER_MODEL), None)
     if few is not None:
         over = k_at(labels)
         labels = few
     k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).for_rows(rows).subsamples
     if few is not None:
-        why = (f"small data: at M = {LABELS_FLOOR} gnmax's k = {over:,} would leave {rows // over:,} rows a model; "
+        why = (f"small data: at M = {LABELS_FLOOR} gnmax's k = {over:,} would leave {rows // over:,} rows a model "
+               f"(fewer than {SMALL_DATA_ROWS_PER_MODEL}); "
                f"M = {labels:,} answers need less noise, so k = {k:,} models of {rows // k:,} rows each "
                f"(at least {LABELS_ROWS_PER_MODEL}); the student answers the other {m - labels:,} queries")
     elif labels == m:
