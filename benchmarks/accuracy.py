@@ -32,6 +32,12 @@ Tasks (the private rows never leave the temporary folder):
 
 Run: ``python benchmarks/accuracy.py --out /tmp/accuracy.json [--tasks mid small] [--runs 5]
 [--epsilons 0.5 1 2]`` (or ``benchmarks/run.py --only accuracy``); it prints the markdown table.
+
+``--curve``: instead, the student's learning curve on the mid task (offline, no session, no noise):
+k = 621 depth-6 trees (pcqr's teachers at eps 1) label N public points by their noise-free majority,
+and the cross-validated student (pcqr.pipeline.models.student_selection) fitted on those N labels is
+scored on the task's 2,000 queries, N = 200 ... 5,000: what the student could reach from
+noise-free answers, the bound on what M answers teach it.
 """
 from __future__ import annotations
 
@@ -233,6 +239,35 @@ def table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+CURVE = (200, 500, 1000, 2000, 5000)
+
+
+def student_curve(seed: int = 0) -> dict[str, float]:
+    """The ``--curve`` figures (the module docstring): the teachers' vote, and the student of N noise-free labels."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from pcqr.pipeline.gates.public_guess import fit_student
+    from pcqr.pipeline.models.student_selection import select_student
+
+    X, y, Q, truth = mid_arrays()
+    pool, _, _, _ = mid_arrays(seed=seed + 1, rows=max(CURVE))  # other public points of the same distribution
+    k = 621
+    votes, on_queries = np.zeros(len(pool)), np.zeros(len(Q))
+    for part in np.array_split(np.random.default_rng(seed).permutation(len(y)), k):
+        tree = DecisionTreeClassifier(max_depth=6).fit(X[part], y[part])
+        votes += tree.predict(pool)
+        on_queries += tree.predict(Q)
+    labels = (2 * votes > k).astype(np.int8)
+    out = {"teachers": float(np.mean((2 * on_queries > k) == truth))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in CURVE:
+            named, _ = select_student({"name": "cross-validated", "params": {}}, pool[:n], labels[:n])
+            out[f"student_{n}"] = float(np.mean(fit_student(named, pool[:n], labels[:n]).predict(Q) == truth))
+            log(f"accuracy curve: {n} noise-free labels: {out[f'student_{n}']:.4f} (teachers {out['teachers']:.4f})")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="*", default=None, help="mid adult small corner xor xor_1e6 (default: all)")
@@ -240,8 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", nargs="*", type=float, default=None, help=f"default {EPSILONS}")
     parser.add_argument("--no-peers", action="store_true", help="pcqr's cells only")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--curve", action="store_true", help="only the student's learning curve on the mid task")
     parser.add_argument("--out", default=None, help="write the figures here as JSON")
     args = parser.parse_args(argv)
+    if args.curve:
+        curve = student_curve()
+        print(json.dumps(curve))
+        if args.out:
+            Path(args.out).write_text(json.dumps(curve, indent=1) + "\n", encoding="utf-8")
+        return 0
     out = bench_accuracy(args.quick, args.tasks, args.runs, tuple(args.epsilons) if args.epsilons else None,
                          not args.no_peers)
     print(out["table"])
