@@ -206,6 +206,9 @@ def test_the_summary_says_which_tree_auto_chose_and_why(rows, depth, few, tmp_pa
     assert state["learner"]["params"] == {"max_depth": depth}
     assert main([*base, "--state", str(tmp_path / "named"), "--learner", "stump"]) == 0
     assert "learner_chosen" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*base, "--state", str(tmp_path / "given"), "--learner-param", "max_depth=2"]) == 0
+    given = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["learner_chosen"]
+    assert given.startswith("depth-2 trees as given (learner parameter max_depth)") and f"depth {depth} at" in given
 
 
 @pytest.mark.parametrize("rows,epsilon,labels,gate", [

@@ -31,7 +31,7 @@ BINARY = (0, 1)
 
 
 def _plain(label: Any) -> int | str:
-    """A label as a plain Python value, or PcqrError: an integer (not a bool) or a non-empty string."""
+    """A label as a plain Python value -- an integer (not a bool) or a non-empty string -- else ValueError."""
     if isinstance(label, numbers.Integral) and not isinstance(label, (bool, np.bool_)):
         return int(label)
     if isinstance(label, (str, np.str_)) and str(label) != "":
@@ -51,7 +51,7 @@ class ClassList:
         return self.labels != BINARY
 
     def indices(self, y: np.ndarray) -> np.ndarray:
-        """Each label of ``y`` as its class index (int8); ValueError naming the first label outside the list."""
+        """Each label of ``y`` as its class index (int8); ValueError, not naming it, for a label outside the list."""
         values = np.asarray(y)
         one = _equal(values, self.labels[1])
         inside = one | _equal(values, self.labels[0])

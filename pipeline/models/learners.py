@@ -311,9 +311,14 @@ def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
 AUTO_FEW_ROWS = 46
 
 
-def auto_reason(rows_per_model: int, subsamples: int) -> str:
-    """Why ``learner='auto'`` chose its tree (one clause for the summary's ``learner_chosen``)."""
+def auto_reason(rows_per_model: int, subsamples: int, params: dict[str, Any] | None = None) -> str:
+    """Why ``learner='auto'`` chose its tree (one clause for the summary's ``learner_chosen``);
+    ``params``: the learner's resolved parameters (a ``max_depth`` the user gave wins over the rule's)."""
     depth = auto_learner(rows_per_model)[1]["max_depth"]
+    given = (params or {}).get("max_depth", depth)
+    if given != depth:
+        return (f"depth-{given} trees as given (learner parameter max_depth); the rule's would be depth {depth} at "
+                f"{rows_per_model:,} private rows a model (k = {subsamples:,})")
     why = (f"depth-{depth} trees: {rows_per_model:,} private rows a model (k = {subsamples:,}), "
            f"depth round(log2 {rows_per_model:,}) - 1 in [{AUTO_MIN_DEPTH}, {AUTO_MAX_DEPTH}]")
     if rows_per_model < AUTO_FEW_ROWS:

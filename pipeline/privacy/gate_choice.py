@@ -89,7 +89,8 @@ LABEL_LADDER = tuple(b * 10**e for e in range(2, 16) for b in (1, 2, 5) if b * 1
 #: The fewest teacher answers recommended (a stream shorter than this is answered by the teacher in
 #: full): measured at eps 1 (benchmarks/labels.py), students of 50 and 100 answers were unreliable
 #: (XOR: 0.50-0.86 on held-out rows; corner: 0.92 for gradient boosting at 50); of 200, within 1-3
-#: points of the teachers' noise-free majority on Adult and under 1 on the corner task.
+#: points of the teachers' noise-free majority on Adult and under 1 on the corner task. Small data is
+#: the exception (SMALL_DATA_LABELS): where 200 answers' k would leave too few rows a model.
 LABELS_FLOOR = 200
 #: A session given neither --gate nor --labels is planned for the recommended M labels only where
 #: gnmax's k at M leaves at least this many rows a model (pcqr.pipeline.privacy.session_plan.choose_labels).

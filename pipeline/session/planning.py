@@ -416,7 +416,7 @@ def gate_chosen(plan: TrainingPlan | None) -> dict[str, str]:
         from pcqr.pipeline.models.learners import auto_reason
 
         k = plan.params.subsamples
-        chosen["learner_chosen"] = auto_reason(plan.private.rows // k, k)
+        chosen["learner_chosen"] = auto_reason(plan.private.rows // k, k, plan.learner.params)
     return chosen
 
 
