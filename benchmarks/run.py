@@ -38,6 +38,8 @@ Benchmarks (see benchmarks/README.md for what each figure means):
 * ``accuracy``          issue 48: pcqr's defaults per eps (5 runs, secure noise) beside the noise-free vote of
                         their own teachers, fixed settings, DP-LR (fresh noise, 10 fits) and DP-EBM (defaults and a
                         tuned grid) on a generated 140,000-row task, Adult, a 4,300-row task, corner and XOR
+* ``teacher_rules``     issue 48: the public rules behind the defaults measured offline (no session; gnmax's noise
+                        simulated at pcqr's sigma): the teachers' depth, M per eps, small data's M and k
 * ``imbalance``         issue 29, item 4: gnmax's teachers offline (no session) where each sees few positives:
                         class-weighted trees and public vote thresholds, with and without the certified noise
 
@@ -82,6 +84,7 @@ from relabel_stumps import bench_relabel_stumps
 from safety_overhead import bench_safety_overhead
 from sharded_em import bench_sharded_em
 from sspp_intervals import bench_sspp_intervals
+from teacher_rules import bench_teacher_rules
 from training_speedup import bench_training_speedup
 from work_past_m import bench_work_past_m
 from utility import bench_utility
@@ -92,7 +95,7 @@ BENCHMARKS = (
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
     "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
-    "practical_sanitizers", "work_past_m", "accuracy",
+    "practical_sanitizers", "work_past_m", "accuracy", "teacher_rules",
 )
 
 
@@ -123,6 +126,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "practical_sanitizers": bench_practical_sanitizers,
     "work_past_m": bench_work_past_m,
     "accuracy": bench_accuracy,
+    "teacher_rules": bench_teacher_rules,
 }
 
 

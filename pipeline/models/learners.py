@@ -296,9 +296,10 @@ def auto_learner(rows_per_model: int) -> tuple[str, dict[str, Any]]:
 
     Deep enough to be nearly unbiased, not shallow enough to be stable: the majority of k models
     averages away their variance (each sees other rows) but never their shared bias, so a teacher
-    should err by variance. Measured (issue 48; eps 1, pcqr's default M and k, 2 seeds, the
-    noise-free vote of the k trees and the stream of 2,000 queries through gnmax's noise and the
-    student; the rule before was round(log2(n / k)) - 3, between 1 and 6): a 4,300-row two-feature
+    should err by variance. Measured (issue 48, offline: benchmarks/teacher_rules.py --part depth;
+    eps 1, pcqr's default M and k, 2 seeds, the noise-free vote of the k trees and the stream of
+    2,000 queries through gnmax's noise and the student; the rule before was round(log2(n / k)) - 3,
+    between 1 and 6): a 4,300-row two-feature
     task (10 rows a model) went from depth 1 to 3, its vote from 0.565-0.576 to 0.819-0.823 and its
     stream from 0.57-0.61 to 0.76-0.77; Adult (35 columns, 82 rows a model) from depth 3 to 5, vote
     0.827-0.831 to 0.8375, stream 0.816-0.820 to 0.823-0.824; at 250 rows a model (depth 5 to 6) a

@@ -101,7 +101,8 @@ LABELS_FLOOR = 200
 LABELS_ROWS_PER_MODEL = 10
 #: recommend_labels takes the largest M whose gnmax k leaves at least subsamp.GNMAX_ROWS_PER_MODEL
 #: (250) rows a model, or, for an M of at most LABELS_NEAR_FLOOR, at least LABELS_MIN_ROWS_PER_MODEL
-#: (issue 48). Measured (pcqr's k at each M, depth by learners.auto_learner, 2 seeds, accuracy over a
+#: (issue 48). Measured offline (benchmarks/teacher_rules.py --part labels: pcqr's k at each M, depth by
+#: learners.auto_learner, 2 seeds, accuracy over a
 #: stream of 2,000 queries: gnmax's noise, then the cross-validated student; benchmarks/accuracy.py
 #: re-measures the defaults end to end): on a generated 140,000-row task (20 features, 12.7% positive)
 #: at eps 1, M = 500 leaves 225 rows a model and scored 0.918-0.9265 against 0.8755-0.916 at M = 200
@@ -119,7 +120,8 @@ LABELS_NEAR_FLOOR = 500
 #: (benchmarks/accuracy.py, 5 runs, secure noise, all 2,000 queries): at eps 1 (10 rows a model at
 #: M = 200) M = 100 (k = 277, 15 rows each) scored 0.7325-0.775 against 0.697-0.744 at M = 200; at
 #: eps 0.5, where the plan fell back to the guess gate with k = 1,880 (2 rows a model; 0.509-0.564),
-#: M = 50 (k = 377, 11 rows each) scored 0.682-0.765. Offline (4 seeds, pcqr's sigma) at 10 rows a
+#: M = 50 (k = 377, 11 rows each) scored 0.682-0.765. Offline (4 seeds, pcqr's sigma; benchmarks/teacher_rules.py
+#: --part small measures the same grid) at 10 rows a
 #: model: eps 0.5, M = 50 0.698, 100 0.662, 200 0.643 (means); eps 1, M = 100 0.743, 200 0.714.
 SMALL_DATA_ROWS_PER_MODEL = 20
 SMALL_DATA_LABELS = (100, 50)
