@@ -125,9 +125,31 @@ def test_an_uncertifiable_parameter_is_refused_before_anything_is_charged(tmp_pa
         pcqr.Session.create(str(tmp_path / "state"), str(root / "private"), **MECHANICS, threshold=1.0,
                             gate="stability", ledger=str(ledger), **SEED)
     assert "\n" not in str(refused.value) and _charges(ledger) == 0
-    assert not (tmp_path / "state" / "session.json").exists()
+    assert not (tmp_path / "state").exists()  # nothing left: not the folder, not its lock file
+
+
+@pytest.mark.parametrize("refused", [{"delta": 0.5}, {"labels": 10, "queries_max": 5}, {"gate": "gnmax",
+                                                                                       "threshold": 2.0}])
+def test_a_refused_create_leaves_no_state_folder(refused, tmp_path) -> None:
+    """A plan refused after the lock was taken (delta, labels with queries_max, an uncertifiable
+    option) leaves nothing: the state folder the call made, with its lock file, goes with it (it
+    stayed, holding only ``lock``, before); a folder that was there stays, empty."""
+    root = write_session_data(tmp_path, rows=2000, queries=10)
+    with pytest.raises(pcqr.PcqrError):
+        pcqr.Session.create(str(tmp_path / "new" / "state"), str(root / "private"), **{**MECHANICS, **refused},
+                            ledger=str(tmp_path / "ledger.sqlite"), **SEED)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(pcqr.PcqrError):
+        pcqr.Session.create(str(tmp_path / "kept"), str(root / "private"), **{**MECHANICS, **refused},
+                            ledger=str(tmp_path / "ledger.sqlite"), **SEED)
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
 
 
 def test_open_needs_a_session(tmp_path) -> None:
     with pytest.raises(pcqr.PcqrError, match="no session"):
         pcqr.Session.open(str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(pcqr.PcqrError, match="no session here"):
+        pcqr.Session.open(str(tmp_path / "empty"))
+    assert not list((tmp_path / "empty").iterdir())  # no lock file left behind

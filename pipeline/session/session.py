@@ -310,8 +310,8 @@ class Session:
                               reporter=reporter, local_threads=checked["local_threads"])
         try:
             session.last_summary = train_new_session(options, session._connect, reporter)
-        except BaseException:
-            session.close()
+        except BaseException as failure:
+            session._abandon(failure)  # a refused plan leaves no state folder, not even its lock file
             raise
         return session
 
@@ -343,9 +343,10 @@ class Session:
         session = cls._locked(state, create=False, wait=wait, cluster=cluster, client=client, ledger=ledger,
                               reporter=reporter, local_threads=local_threads)
         if not has_session(state):
-            session.close()
-            raise PcqrError(f"{spelled_with('--state', state)}: no session here (create one with Session.create or "
-                            "'pcqr train')")
+            refusal = PcqrError(f"{spelled_with('--state', state)}: no session here (create one with Session.create "
+                                "or 'pcqr train')")
+            session._abandon(refusal)  # the folder keeps nothing of this call, not even the lock file
+            raise refusal
         return session
 
     @classmethod
@@ -532,6 +533,13 @@ class Session:
         if not self._closed:
             self._closed = True
             self._held.close()
+
+    def _abandon(self, failure: BaseException) -> None:
+        """Close after ``failure``: the lock (pcqr.pipeline.session.state_lock.lock_state) sees it and
+        removes its lock file, and the state folder it made, when nothing else was written."""
+        if not self._closed:
+            self._closed = True
+            self._held.__exit__(type(failure), failure, failure.__traceback__)
 
     def _check_open(self) -> None:
         if self._closed:
