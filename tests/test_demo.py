@@ -35,3 +35,17 @@ def test_a_removed_demo_prints_none_of_its_paths(tmp_path: Path, monkeypatch: py
     else:
         assert not [line for line in out.splitlines() if line.split()[:1] in (["log"], ["state"])], out
         assert "answered  " in out
+
+
+def test_demo_out_must_be_a_local_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``pcqr demo --out s3://...`` on a reachable S3 server (moto) is refused in one line (exit 2)
+    before anything is made: the demo's folder holds its private state and ledger, which stay local.
+    Before, the output check let the empty bucket prefix through and os.makedirs made a local folder
+    named "s3:" in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    out = s3.uri("demo")
+    assert main(["demo", "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out}" in err[0] and "give a local path" in err[0], err
+    assert not list(tmp_path.iterdir())
