@@ -98,7 +98,7 @@ def small_arrays(seed: int = 0, rows: int = SMALL_ROWS) -> tuple[np.ndarray, ...
 GENERATED = {"corner": ("corner", 0.01, 10**5), "xor": ("xor", 0.1, 10**5), "xor_1e6": ("xor", 0.1, 10**6)}
 
 
-def generated_arrays(work: Path, name: str) -> tuple[np.ndarray, ...]:
+def generated_arrays(work: Path, name: str, cluster: str) -> tuple[np.ndarray, ...]:
     """(X, y, Q, truth) of ``pcqr generate`` (GENERATED[name]) written under ``work``."""
     from pcqr.jobs.cli import main
 
@@ -106,7 +106,7 @@ def generated_arrays(work: Path, name: str) -> tuple[np.ndarray, ...]:
     out = work / f"{name}-generated"
     assert main(["generate", "--kind", "agnostic", "--concept", concept, "--noise", str(noise), "--rows", str(rows),
                  "--features", "5", "--queries", str(QUERIES), "--seed", "13", "--out", str(out),
-                 "--cluster", str(write_cluster_yaml(work))]) == 0
+                 "--cluster", cluster]) == 0
 
     def matrix(table: pa.Table) -> np.ndarray:
         return np.column_stack([table.column(c).to_numpy() for c in table.column_names if c.startswith("x")])
@@ -117,7 +117,7 @@ def generated_arrays(work: Path, name: str) -> tuple[np.ndarray, ...]:
     return matrix(private), private.column("label").to_numpy().astype(np.int8), matrix(queries), truth
 
 
-def tasks(work: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
+def tasks(work: Path, wanted: list[str], cluster: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if "mid" in wanted:
         X, y, Q, t = mid_arrays()
@@ -131,7 +131,8 @@ def tasks(work: Path, wanted: list[str]) -> dict[str, dict[str, Any]]:
         out["small"] = {"arrays": (X, y, Q, t), "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
     for name in GENERATED:
         if name in wanted:
-            out[name] = {"arrays": generated_arrays(work, name), "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
+            out[name] = {"arrays": generated_arrays(work, name, cluster),
+                         "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
     for name, task in out.items():
         X, y, Q, _ = task["arrays"]
         task["features"] = _write(work / name / "private" / "part-0.parquet", X, y)
@@ -186,7 +187,7 @@ def bench_accuracy(quick: bool = False, wanted: list[str] | None = None, runs: i
     out: dict[str, Any] = {"runs": runs, "epsilons": list(epsilons)}
     with temp_dir("accuracy") as work:
         cluster = str(write_cluster_yaml(work))
-        for name, task in tasks(work, wanted or ["mid", "adult", "small", *GENERATED]).items():
+        for name, task in tasks(work, wanted or ["mid", "adult", "small", *GENERATED], cluster).items():
             result: dict[str, Any] = {"defaults": {}, "fixed": {}}
             for eps in epsilons:
                 result["defaults"][str(eps)] = cell(task, eps, runs, work / name, cluster, "defaults")

@@ -32,11 +32,15 @@ def cluster_option(func: F) -> F:
     )(func)
 
 
-def json_option(func: F) -> F:
-    """``--json``: print the summary as one JSON object on the last line."""
-    return click.option(
-        "--json", "as_json", is_flag=True, help="Print the summary as one JSON object (last line)."
-    )(func)
+def flag_option(option: str, dest: str, help: str) -> Callable[[F], F]:
+    """A command's boolean flag (``option``, stored as ``dest``) as a decorator."""
+    def decorate(func: F) -> F:
+        return click.option(option, dest, is_flag=True, help=help)(func)
+    return decorate
+
+
+#: ``--json``: print the summary as one JSON object on the last line.
+json_option = flag_option("--json", "as_json", "Print the summary as one JSON object (last line).")
 
 
 def ledger_option(func: F) -> F:
@@ -79,31 +83,20 @@ TRUTH_HELP = ("Public input: your true labels of the queries (Parquet of query_i
               "for private rows and used only to score the answers: {what}. Never copied into the log.")
 
 
-def allow_overlap_option(func: F) -> F:
-    """``--allow-private-overlap``: run although a public input holds rows of a private dataset."""
-    return click.option(
-        "--allow-private-overlap", "allow_private_overlap", is_flag=True,
-        help="Run although a public input (--public, --queries, --truth) holds rows of a registered private "
-        "dataset (refused otherwise: that would publish them); recorded in the output's provenance.",
-    )(func)
-
-
-def overwrite_option(func: F) -> F:
-    """``--overwrite``: replace an existing ``--out`` (pcqr.pipeline.data.outputs: never one of the inputs)."""
-    return click.option(
-        "--overwrite", "overwrite", is_flag=True,
-        help="Replace --out if it exists (refused otherwise). An --out that is, lies inside or holds one of the "
-        "command's inputs is refused with or without it.",
-    )(func)
-
-
-def wait_option(func: F) -> F:
-    """``--wait``: wait for another pcqr process using the state directory instead of refusing."""
-    return click.option(
-        "--wait", "wait", is_flag=True,
-        help="If another pcqr process is using the state directory, wait for it to finish "
-        "(default: refuse at once).",
-    )(func)
+#: ``--allow-private-overlap``: run although a public input holds rows of a private dataset.
+allow_overlap_option = flag_option(
+    "--allow-private-overlap", "allow_private_overlap",
+    "Run although a public input (--public, --queries, --truth) holds rows of a registered private "
+    "dataset (refused otherwise: that would publish them); recorded in the output's provenance.")
+#: ``--overwrite``: replace an existing ``--out`` (pcqr.pipeline.data.outputs: never one of the inputs).
+overwrite_option = flag_option(
+    "--overwrite", "overwrite",
+    "Replace --out if it exists (refused otherwise). An --out that is, lies inside or holds one of the "
+    "command's inputs is refused with or without it.")
+#: ``--wait``: wait for another pcqr process using the state directory instead of refusing.
+wait_option = flag_option(
+    "--wait", "wait",
+    "If another pcqr process is using the state directory, wait for it to finish (default: refuse at once).")
 
 
 def emit_summary(summary: dict[str, Any], as_json: bool) -> None:

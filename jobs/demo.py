@@ -23,6 +23,7 @@ import click
 
 from pcqr.jobs import answer, generate
 from pcqr.jobs.common import cluster_option, emit_summary, json_option, note
+from pcqr.pipeline.data.object_store import is_uri
 from pcqr.pipeline.data.outputs import Output, check_outputs
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.report.sentences import count, plain_sentences, summary_table
@@ -49,7 +50,7 @@ def _workspace(out: str | None, keep: bool, cluster: str | None) -> tuple[str, b
     new temporary one."""
     if out is None:
         return temporary_folder(), keep
-    if "://" in out:  # os.makedirs would make a local folder named "s3:" (issue 47's note)
+    if is_uri(out):  # os.makedirs would make a local folder named "s3:" (issue 47's note)
         raise PcqrError(f"--out {out}: the demo's folder holds its private state and ledger beside the data, which "
                         "stay on a local disk the owner controls; give a local path")
     check_outputs([Output("--out", out, folder=True)], [("--cluster", cluster)], overwrite=None)
