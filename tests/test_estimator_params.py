@@ -83,6 +83,17 @@ HOSTILE = [
     ({"name": "churn \u202e"}, "name='churn \\u202e': expected a string of 1 to 200"),
     ({"name": "n" * 201}, "name='nnnnnn"),
     ({"name": ""}, "name='': expected a string of 1 to 200"),
+    # the public class list (issue 49): checked before the labels are read
+    ({"classes": [0, 1, 2]}, "classes=[0, 1, 2]: 3 classes, but pcqr's sessions answer two"),
+    ({"classes": "01"}, "classes='01': expected a list of two distinct labels"),
+    ({"classes": [0, 0]}, "classes=[0, 0]: expected a list of two distinct labels"),
+    ({"classes": [0, "1"]}, "classes=[0, '1']: expected a list of two distinct labels"),
+    ({"classes": [math.nan, 1]}, "classes=[nan, 1]: expected a list of two distinct labels"),
+    ({"classes": [{"a": 1}, 2]}, "classes=[{'a': 1}, 2]: expected a list of two distinct labels"),
+    ({"classes": {0: "no", 1: "yes"}}, "classes={0: 'no', 1: 'yes'}: expected a list"),
+    ({"classes": [3, 4], "fallback_label": 5}, "fallback_label=5: expected one of classes_ [3, 4]"),
+    ({"classes": ["a\nb", "c"], "fallback_label": "a"}, "fallback_label='a': expected one of classes_ "
+                                                         "['a\\nb', 'c']"),  # repr: one line
 ]
 
 

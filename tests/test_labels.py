@@ -236,3 +236,18 @@ def test_small_data_plans_fewer_answers_and_fewer_models(rows, epsilon, labels, 
     assert rows // k >= LABELS_ROWS_PER_MODEL
     why = recommend_labels(rows, epsilon, 1e-6, 50, 2000, 0.05)[3]
     assert why.startswith("small data") == (labels < 200) and f"{rows // k:,} rows each" in why
+
+
+def test_an_m_gnmax_cannot_certify_ends_the_ladder_instead_of_the_plan(capsys) -> None:
+    """At eps 700 gnmax certifies 200 and 500 answers for n = 5,000 but not 1,000 (its calibration
+    refuses); the ladder stops there and the plan recommends 500 (the rule walked into 1,000 and
+    ``pcqr plan`` failed once 500 passed at 200 rows a model)."""
+    from pcqr.pipeline.privacy.gate_choice import gate_parameters, recommend_labels
+
+    with pytest.raises(PcqrError):
+        gate_parameters("gnmax", 700.0, 1e-6, 50, 1000, 0.05, None)
+    labels, gate, k, _ = recommend_labels(5000, 700.0, 1e-6, 50, 2000, 0.05)
+    assert (labels, gate) == (500, "gnmax") and 5000 // k >= 200
+    assert main(["plan", "--private-rows", "5000", "--epsilon", "700", "--queries-max", "2000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["labels_recommended"] == 500 and out["defaults"]["labels"] == 500

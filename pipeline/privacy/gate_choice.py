@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.subsamp import GNMAX_AGREEMENT, SubSampParameters
 
 
@@ -153,20 +154,26 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     def k_at(labels: int) -> int:
         return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).subsamples
 
+    def rows_at(labels: int) -> int:  # rows a model at M answers; -1 where gnmax cannot certify M (ε 700, M 1,000)
+        try:
+            return rows // k_at(labels)
+        except PcqrError:
+            return -1
+
     def bar(labels: int) -> int:  # rows a model M answers need (non-decreasing in M: the fits stay a prefix)
         return LABELS_MIN_ROWS_PER_MODEL if labels <= LABELS_NEAR_FLOOR else GNMAX_ROWS_PER_MODEL
 
     # k grows with M (sigma does), so the M that fit are a prefix of the ladder: m itself (whose k the
     # session's plan needs anyway), else the ladder up to the first that does not fit
-    fits = [m] if m >= LABELS_FLOOR and rows // k_at(m) >= bar(m) else []
+    fits = [m] if m >= LABELS_FLOOR and rows_at(m) >= bar(m) else []
     for candidate in [] if fits else [c for c in LABEL_LADDER if LABELS_FLOOR <= c < m]:
-        if rows // k_at(candidate) < bar(candidate):
+        if rows_at(candidate) < bar(candidate):
             break
         fits.append(candidate)
     labels = fits[-1] if fits else min(m, LABELS_FLOOR)
     few = None  # small data: the k of LABELS_FLOOR answers would leave too few rows a model
-    if not fits and labels == LABELS_FLOOR and rows // k_at(labels) < SMALL_DATA_ROWS_PER_MODEL:
-        few = next((c for c in SMALL_DATA_LABELS if c < m and rows // k_at(c) >= LABELS_ROWS_PER_MODEL), None)
+    if not fits and labels == LABELS_FLOOR and 0 <= rows_at(labels) < SMALL_DATA_ROWS_PER_MODEL:
+        few = next((c for c in SMALL_DATA_LABELS if c < m and rows_at(c) >= LABELS_ROWS_PER_MODEL), None)
     if few is not None:
         over = k_at(labels)
         labels = few
