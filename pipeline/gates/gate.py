@@ -121,7 +121,8 @@ class Gate(Protocol):
     def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
         """Decide one batch of fresh queries, in order.
 
-        ``ones``: ct(1) of each query, how many of the ``subsamples`` = k models vote 1 (private).
+        ``ones``: ct(1) of each query, how many of the ``subsamples`` = k models vote 1 (private); over
+        c > 2 classes (``params.classes``, gnmax only) the (n, c) counts ct(j) of each query.
         ``features``: the queries' public features, for a gate whose release depends on them.
         """
         ...
@@ -138,6 +139,17 @@ class GateKind(Protocol):
         """A session's gate from its saved state (and, for a gate that learns from its releases,
         the session's public record)."""
         ...
+
+
+def checked_class_votes(counts: np.ndarray, subsamples: int, classes: int) -> np.ndarray:
+    """ct(j) per query and class as an int64 (n, c) array, refused unless every count is non-negative and
+    every row sums to k."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.ndim != 2 or counts.shape[1] != classes:
+        raise ValueError(f"class vote counts must be an (n, {classes}) array, got shape {counts.shape}")
+    if counts.size and (int(counts.min()) < 0 or not np.all(counts.sum(axis=1) == subsamples)):
+        raise ValueError(f"class vote counts must be non-negative and sum to {subsamples} for each query")
+    return counts
 
 
 def checked_votes(ones: np.ndarray, subsamples: int) -> np.ndarray:

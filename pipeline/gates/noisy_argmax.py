@@ -27,12 +27,29 @@ and run again releases the same answers; retrying redraws nothing. Position i is
 
 No timing channel: the work of a batch is the table lookups of its first min(n, m - spent) queries,
 whatever the votes.
+
+More than two classes (issue 49; docs/privacy.md, "gnmax over c classes"), given the count vector
+ct = (ct(0), ..., ct(c-1)) of each query (sum k):
+
+    release  argmax_j (ct(j) + Z_j),  Z_0, ..., Z_{c-1} independent N_Z(0, sigma_c^2), ties to the smallest j,
+
+sigma_c = count_sigma(lam) (lam calibrated for 2m unit shifts: gnmax.dominating_noises). Sensitivity:
+one person moves one model's vote from a class a to a class b, so ct(a) - 1 and ct(b) + 1 (L2
+sqrt 2). Guarantee: the vector ct + Z is the product of c discrete Gaussians, of which two shift by 1:
+dominated by the 2-fold product of (N_Z(0, sigma_c^2), N_Z(1, sigma_c^2)) (CKS20 Theorem 4 per
+coordinate; products compose, Zhu-Dong-Wang 2022 Theorem 10), rho = 1/sigma_c^2 per answer, the
+argmax post-processing, m answers the 2m-fold product certified by :mod:`pcqr.pipeline.privacy.gnmax`.
+Sampling: Z_{i,j} is the inverse-CDF value (DiscreteGaussianTail.values, within (2J + 3) 3e-39 in
+total variation of exact, counted in ``delta_sampler``) of the keyed number U at stream position
+c i + j. No timing channel: c fixed-step binary searches per answer, whatever the votes.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, checked_votes, source_codes
+from pcqr.pipeline.gates.gate import (
+    Features, PublicRecord, Released, SparseVectorState, checked_class_votes, checked_votes, source_codes,
+)
 from pcqr.pipeline.privacy.gnmax import count_sigma
 from pcqr.pipeline.privacy.noise import DiscreteGaussianTail, KeyedStream, NoiseSource, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
@@ -112,9 +129,42 @@ class NoisyArgmax:
         state.queries_seen += allowed
         return status, label
 
+    def process_classes(self, counts: np.ndarray, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
+        """The noisy plurality of each query over c > 2 classes, in order, until m answers are spent.
+
+        Parameters
+        ----------
+        counts : int array (n, c)
+            ct(j) for each query and class j (private); each row sums to k.
+        subsamples : int
+            k.
+
+        Returns
+        -------
+        status : int8 array, ANSWERED for the first m - spent queries, REFUSED after
+        label : int8 array, the released class index where answered (else 0)
+        """
+        classes = self.params.classes
+        counts = checked_class_votes(counts, subsamples, classes)
+        n = counts.shape[0]
+        state = self.state
+        allowed = 0 if self.halted else min(n, self.params.cutoff - state.bottoms)
+        u_hi, u_lo = self._stream.uniforms(classes * state.queries_seen, classes * allowed)
+        noise = self._tail.values(u_hi, u_lo).reshape(allowed, classes)
+        status = np.full(n, REFUSED, dtype=np.int8)
+        label = np.zeros(n, dtype=np.int8)
+        status[:allowed] = ANSWERED
+        label[:allowed] = np.argmax(counts[:allowed] + noise, axis=1)  # ties: the first, the smallest index
+        state.bottoms += allowed
+        state.queries_seen += allowed
+        return status, label
+
     def release(self, ones: np.ndarray, subsamples: int, features: Features) -> Released:
         """The gnmax gate on one batch (:meth:`process`; the features are not read): every query's
         source is ``gnmax``, each answer spends one of the m."""
         before = self.state.bottoms
-        status, label = self.process(ones, subsamples)
+        if self.params.classes > 2:
+            status, label = self.process_classes(ones, subsamples)
+        else:
+            status, label = self.process(ones, subsamples)
         return Released(status, label, source_codes(GNMAX_CODE, status.shape[0]), self.state.bottoms - before)

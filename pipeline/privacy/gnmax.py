@@ -40,6 +40,12 @@ certified before it keep "rdp"):
   certified delta adds every one of these terms, in the direction that only enlarges it.
 
 At eps = 1, delta = 0.998e-6, m = 2,000 the PLD's sigma is about 267 (the RDP conversion's: 287).
+
+More than two classes (:func:`dominating_noises`): the gate adds an independent N_Z(0, V1) to each of
+the c counts and releases the argmax. One moved vote shifts two counts by 1 (one down, one up), so
+one answer is dominated by the 2-fold product of the pair above, and m answers by its 2m-fold
+product: every function here applies with ``answers`` = 2m, unchanged (zCDP: 2m / (2 V1) = m / V1,
+PATE's m / sigma^2 at per-label sigma^2 = V1).
 """
 from __future__ import annotations
 
@@ -65,6 +71,17 @@ _LOG_TAIL = math.log(1e-300)  # the window starts where the sub-Gaussian tail bo
 def count_sigma(sigma: float) -> float:
     """The scale of the one discrete Gaussian on ct(1) equivalent to per-label scale ``sigma``."""
     return sigma / math.sqrt(2)
+
+
+def dominating_noises(answers: int, classes: int = 2) -> int:
+    """How many unit shifts of N_Z(0, count_sigma(s)^2) dominate ``answers`` answers over ``classes``
+    labels: one per answer for two (the one noise on ct(1)); two per answer for more, where each of the
+    c counts carries its own noise of that scale and one moved vote shifts two counts by 1 each (the
+    other c - 2 coordinates have the same law on both sides). Every accountant below takes this
+    count as its ``answers``: the c-class certificate is the two-class one at 2m (docs/privacy.md)."""
+    if not (isinstance(classes, int) and classes >= 2):
+        raise ValueError(f"classes must be a whole number >= 2, got {classes!r}")
+    return answers if classes == 2 else 2 * answers
 
 
 def gnmax_rho(sigma: float, answers: int) -> float:

@@ -262,6 +262,18 @@ def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: 
 
 # --- a delta that means something (issue 47, item 7) ----------------------------------------------
 
+#: --classes: at most this many (a released class is an int8 index in the gates and the log's batches).
+MAX_CLASSES = 100
+
+
+def check_classes(classes: object) -> None:
+    """Refuse (one line) a class count that is not a whole number in [2, MAX_CLASSES]."""
+    from pcqr.pipeline.errors import PcqrError
+
+    if isinstance(classes, bool) or not isinstance(classes, int) or not 2 <= classes <= MAX_CLASSES:
+        raise PcqrError(f"{spelled('--classes')} must be a whole number of classes in [2, {MAX_CLASSES}], got {classes!r}")
+
+
 #: --delta at or above this is refused, wherever a delta is taken from a user (train, answer, learn,
 #: release, sanitize, plan, the Python API): a mechanism that publishes each row with probability
 #: delta is (0, delta)-DP, so such a guarantee allows publishing whole rows. (A budget's delta,

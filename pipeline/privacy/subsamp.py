@@ -77,11 +77,13 @@ from typing import Any, Callable, Mapping
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.privacy.limits import (
-    MAX_COUNT, MAX_THRESHOLD, MAX_EPSILON, MIN_PROBABILITY, check_overrides, check_subsamp_options, count_range,
+    MAX_COUNT, MAX_THRESHOLD, MAX_EPSILON, MIN_PROBABILITY, check_classes, check_overrides, check_subsamp_options,
+    count_range,
     gnmax_limit_problem, paper_lambda, subsamp_limit_problem,
 )
 from pcqr.pipeline.privacy.composition import EXACT_MAX_COUNT, largest_eps0, optimal_delta
-from pcqr.pipeline.privacy.gnmax import ACCOUNTANTS, calibrate_sigma, gnmax_guarantee
+from pcqr.pipeline.privacy.gnmax import ACCOUNTANTS, calibrate_sigma, count_sigma, dominating_noises, gnmax_guarantee
+from pcqr.pipeline.privacy.tail_window import gaussian_tail_span
 from pcqr.pipeline.privacy.stability import answer_probability, smallest_integer, smallest_threshold, stability_delta
 from pcqr.pipeline.spelling import spelled
 
@@ -219,6 +221,7 @@ class SubSampParameters:
     gate: str = "stability"  # "stability" or "guess" (sessions before the gates were all "stability")
     noise_split: str = "equal"  # a NOISE_SPLITS key (sessions before the split were all "equal")
     accountant: str | None = None  # gnmax: "pld" or "rdp" (gnmax.ACCOUNTANTS; None: "rdp", before issue 29)
+    classes: int = 2  # c, the public class list's length (gnmax only beyond two; issue 49)
 
     @classmethod
     def paper(
@@ -260,12 +263,19 @@ class SubSampParameters:
     @classmethod
     def create(cls, profile: str, epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
                subsamples: int | None = None, threshold: float | None = None,
-               gate: str = "stability") -> SubSampParameters:
+               gate: str = "stability", classes: int = 2) -> SubSampParameters:
         """A session's parameters under ``profile`` (``--profile``: ``tight`` or ``paper``) for ``gate``
-        (``--gate``: one of GATES, each with its constructor in :data:`GATE_PARAMETERS`)."""
+        (``--gate``: one of GATES, each with its constructor in :data:`GATE_PARAMETERS`) over ``classes``
+        labels (``--classes``: more than two under gnmax only, so far)."""
         if gate not in GATE_PARAMETERS:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {gate!r}")
-        return GATE_PARAMETERS[gate](profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        check_classes(classes)
+        if classes == 2:
+            return GATE_PARAMETERS[gate](profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        if gate != "gnmax":
+            raise PcqrError(f"--gate {gate} answers two classes; {classes} classes need --gate gnmax (the {gate} "
+                            "gate's multi-class test is not built yet)")
+        return cls.gnmax(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, classes=classes)
 
     @classmethod
     def stability(cls, profile: str, epsilon: float, delta: float, cutoff: int, queries_max: int, beta: float,
@@ -377,11 +387,13 @@ class SubSampParameters:
         beta: float,
         subsamples: int | None = None,
         threshold: float | None = None,
+        classes: int = 2,
     ) -> SubSampParameters:
         """The Gaussian noisy argmax's parameters (module docstring): sigma the smallest that the tight
         RDP conversion certifies for m answers at GUESS_COMPOSITION_SHARE of delta (the rest covers the
         sampler), k the smallest useful one unless given. No threshold: refused if given. ``cutoff`` is not
-        used: gnmax's T is m (pcqr.pipeline.privacy.session_plan refuses a --cutoff other than m)."""
+        used: gnmax's T is m (pcqr.pipeline.privacy.session_plan refuses a --cutoff other than m). Over
+        ``classes`` > 2 labels sigma certifies gnmax.dominating_noises(m, c) = 2m unit shifts."""
         if profile != "tight":
             raise PcqrError(f"--profile {profile}: --gate gnmax is certified by Renyi DP only (--profile tight); "
                             "--profile paper reproduces Algorithm 5's stability gate")
@@ -392,7 +404,9 @@ class SubSampParameters:
         check_queries_max(queries_max)
         check_fraction(beta, "--beta")
         check_overrides(subsamples, None)
-        target = tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta, queries_max
+        check_classes(classes)
+        target = (tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta,
+                  dominating_noises(queries_max, classes))
         try:  # the privacy-loss distribution where it runs (about m <= 35,000 at eps 1), else zCDP
             sigma, accountant = calibrate_sigma(*target, accountant="pld"), "pld"
         except PcqrError:
@@ -401,7 +415,7 @@ class SubSampParameters:
             epsilon=epsilon, delta=delta, beta=beta, cutoff=queries_max, queries_max=queries_max, lam=sigma,
             subsamples=subsamples if subsamples is not None else 1, threshold=0.0,
             subsamples_source="gnmax_useful" if subsamples is None else "override", threshold_source="not_used",
-            profile="tight", gate="gnmax", accountant=accountant,
+            profile="tight", gate="gnmax", accountant=accountant, classes=classes,
         )
         params.check_limits()  # before useful_subsamples builds the Gaussian table at sigma
         if subsamples is None:
@@ -456,7 +470,8 @@ class SubSampParameters:
         (such an eps is above every request, MAX_EPSILON, and is refused)."""
         if self.gate == "gnmax":
             delta = GUESS_COMPOSITION_SHARE * self.delta
-            eps = gnmax_guarantee(self.lam, self.queries_max, delta, self.accountant or "rdp")[0]
+            eps = gnmax_guarantee(self.lam, dominating_noises(self.queries_max, self.classes), delta,
+                                  self.accountant or "rdp")[0]
         elif self.profile == "tight":
             eps = tight_epsilon(self.epsilon, self.delta, self.queries_max)
             delta = optimal_delta(self.instance_epsilon, self.cutoff, eps)
@@ -464,8 +479,18 @@ class SubSampParameters:
             eps, delta = composition_guarantee(self.instance_epsilon, self.cutoff, self.delta)
         if eps > MAX_EPSILON:
             return eps, delta, math.inf
-        sampler = math.nextafter((1 + math.exp(eps)) * self.queries_max * TAIL_SAMPLER_ERROR, math.inf)
+        sampler = math.nextafter((1 + math.exp(eps)) * self.sampler_error(), math.inf)
         return eps, delta, sampler
+
+    def sampler_error(self) -> float:
+        """The total variation between the run's sampled noise and exact noise, over all m queries: a
+        tail bit per query (TAIL_SAMPLER_ERROR each), or, for gnmax over c > 2 classes, c noise values
+        per answer by inverse CDF, each within (2 J + 3) TAIL_SAMPLER_ERROR
+        (pcqr.pipeline.privacy.noise.DiscreteLaplaceTail.values; J the table's span at count_sigma)."""
+        if self.classes == 2:
+            return self.queries_max * TAIL_SAMPLER_ERROR
+        entries = 2 * gaussian_tail_span(count_sigma(self.lam)) + 3
+        return math.nextafter(self.queries_max * self.classes * entries * TAIL_SAMPLER_ERROR, math.inf)
 
     def delta_terms(self) -> DeltaTerms:
         """Each term of the run's delta; see the module docstring."""
@@ -535,6 +560,9 @@ class SubSampParameters:
             raise PcqrError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.gate not in GATES:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
+        check_classes(self.classes)
+        if self.classes != 2 and self.gate != "gnmax":
+            raise PcqrError(f"--gate {self.gate} answers two classes, not {self.classes}")
         if self.accountant not in (None, *ACCOUNTANTS) or (self.accountant is not None and self.gate != "gnmax"):
             raise PcqrError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (gnmax only), got {self.accountant!r}")
         if self.noise_split not in NOISE_SPLITS:
@@ -585,10 +613,17 @@ class SubSampParameters:
 
     def majority_kept(self, agreeing: int) -> float:
         """gnmax: the probability that a query on which ``agreeing`` of the k models agree gets their
-        label (the smaller of the two labels' cases: ties go to 0), from the sampler's own table."""
-        from pcqr.pipeline.privacy.gnmax import count_sigma
+        label (the smaller of the two labels' cases: ties go to 0), from the sampler's own table. Over
+        c > 2 classes, the continuous Gaussians' approximation (this only chooses the default k, which
+        is not in the certificate): the rest of the votes on one other class, margin d = 2 agreeing - k,
+        Phi(d / (sqrt 2 s)) less the c - 2 empty classes' chances Q(agreeing / (sqrt 2 s)), s the noise
+        on each count (count_sigma(lam))."""
         from pcqr.pipeline.privacy.noise import DiscreteGaussianTail
 
+        if self.classes > 2:
+            spread = math.sqrt(2) * count_sigma(self.lam)
+            won = 0.5 * math.erfc(-(2 * agreeing - self.subsamples) / (spread * math.sqrt(2)))
+            return won - (self.classes - 2) * 0.5 * math.erfc(agreeing / (spread * math.sqrt(2)))
         tail = DiscreteGaussianTail(count_sigma(self.lam))
         k = self.subsamples
         ones = tail.probability(k // 2 + 1 - agreeing)  # label 1, ct(1) = agreeing: Z >= k//2 + 1 - ct(1)
@@ -616,7 +651,10 @@ class SubSampParameters:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.classes == 2:  # two-class sessions' states stay byte for byte as before issue 49
+            del data["classes"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubSampParameters:
