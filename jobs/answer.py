@@ -17,6 +17,7 @@ from pcqr.jobs.common import (
 )
 from pcqr.jobs.options import check_labels_alone, privacy_options
 from pcqr.pipeline.data.outputs import check_session_paths
+from pcqr.pipeline.privacy.limits import MAX_CLASSES
 from pcqr.pipeline.session.answering import answer_stream
 from pcqr.pipeline.options import AnswerOptions, TrainingOptions
 from pcqr.pipeline.session.state_lock import lock_state
@@ -39,7 +40,9 @@ from pcqr.pipeline.session.state_lock import lock_state
 @click.option("--id-column", default=None, help="Query id column (integers). Default: query_id if the queries have it, "
               "else row positions; a column given here must exist.")
 @click.option("--batch-size", type=int, default=AnswerOptions.batch_size, show_default=True, help="Queries per batch (one log file each).")
-@click.option("--fallback-label", type=click.IntRange(0, 1), default=None, help="Fill abstained/refused answers with this label (post-processing).")
+@click.option("--fallback-label", type=click.IntRange(0, MAX_CLASSES - 1), default=None,
+              help="Fill abstained/refused answers with this label (post-processing): 0 or 1, or a class index "
+              "below the session's --classes.")
 @click.option("--truth", default=None, help=TRUTH_HELP.format(what="the accuracy of the answered queries"))
 @click.option("--after-halt", type=click.Choice(["refuse", "student"]), default=AnswerOptions.after_halt, show_default=True,
               help="After the T-th instance: refuse every later query, or answer it with a student fitted on the "

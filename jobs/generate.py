@@ -53,6 +53,9 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 @click.option("--positive-rate", type=float, default=None,
               help=f"--concept corner: the share of positive rows before label noise, in (0, 1) (default "
               f"{DEFAULT_POSITIVE_RATE}); with --noise q the labels' share is r (1 - q) + (1 - r) q.")
+@click.option("--classes", type=int, default=2, show_default=True,
+              help="c, the labels 0 .. c - 1: more than two (at most 100) with --concept halfspace, the class "
+              "argmax_j <w_j, x> - b_j of c seeded directions (--noise: a flipped label is one of the other c - 1).")
 @click.option("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, show_default=True,
               help="Rows per parquet file (one Dask task each).")
 @click.option("--out", type=click.Path(file_okay=False), required=True,
@@ -62,7 +65,7 @@ def _progress(total: int) -> Iterator[Callable[[int], None]]:
 @cluster_option
 @json_option
 def command(kind: str, rows: int, features: int, queries: int, seed: int, noise: float | None,
-            concept_kind: str, integer_scale: float | None, positive_rate: float | None, rows_per_file: int,
+            concept_kind: str, integer_scale: float | None, positive_rate: float | None, classes: int, rows_per_file: int,
             out: str, overwrite: bool, cluster: str | None, as_json: bool) -> None:
     """Write synthetic classification data: DIR/private, DIR/queries, DIR/truth (parquet).
 
@@ -71,7 +74,7 @@ def command(kind: str, rows: int, features: int, queries: int, seed: int, noise:
     private files' parquet schema metadata.
     """
     spec = make_spec(kind, concept_kind, rows, features, queries, seed, noise, rows_per_file, integer_scale,
-                     positive_rate)
+                     positive_rate, classes)
     check_out(out, overwrite, [("--cluster", cluster)])
     started = time.perf_counter()
     # array work (numpy draws, Parquet writes): a local cluster of threads, 2.3-2.9 s for the README's

@@ -70,7 +70,11 @@ def privacy_options(func: F) -> F:
                      "import path under an allowed module (sklearn., pcqr.pipeline., or a prefix the operator lists "
                      "in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
-        click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column (0/1) of the private data."),
+        click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column of the private data: 0/1, or the class indices 0 .. c - 1 with --classes c."),
+        click.option("--classes", type=int, default=TrainingOptions.classes, show_default=True,
+                     help="c, how many classes the labels and answers range over (public, given: never read from "
+                          "the private rows); the private labels are 0 .. c - 1. More than two (at most 100) are "
+                          "answered by --gate gnmax only, in realizable mode."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name)."),
         click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed)."),
         click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private."),

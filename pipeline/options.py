@@ -15,6 +15,12 @@ from typing import Any, Sequence
 #: ``--learner auto`` (the default; ``PrivateClassifier(learner='auto')``): a decision tree as deep as the
 #: rows a model gets can support (pcqr.pipeline.models.learners.auto_learner). Named here, where
 #: nothing imports scikit-learn, so that a summary or a warning can tell an auto session by its name.
+#: --classes: at most this many (a released class is an int8 index in the gates, the log's batches and
+#: the answered index's outcome bits; pcqr.pipeline.privacy.limits.check_classes).
+MAX_CLASSES = 100
+
+
+
 AUTO = "auto"
 AUTO_TREE = "sklearn.tree.DecisionTreeClassifier"
 #: ``--student-learner cross-validated`` (the after-halt student of an auto session): the learner
@@ -46,6 +52,7 @@ class TrainingOptions:
     learner: str = AUTO
     learner_param: tuple[str, ...] = ()
     label: str = "label"
+    classes: int = 2  # c: the private labels are 0 .. c - 1 (more than two: --gate gnmax only; issue 49)
     features: str | None = None
     seed: int | None = None
     insecure_seed: bool = False
@@ -66,7 +73,7 @@ class TrainingOptions:
         keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "labels", "beta",
                 "profile", "gate", "guess", "subsamples", "threshold", "learner")
         return {**{k: getattr(self, k) for k in keys}, "features": recorded_features(self.features),
-                "state": self.state}
+                "state": self.state, **({"classes": self.classes} if self.classes != 2 else {})}
 
 
 @dataclass(frozen=True)

@@ -75,14 +75,14 @@ def test_the_order_of_the_list_changes_no_row_and_no_budget(tmp_path, thread_clu
 
 
 @pytest.mark.parametrize("classes,message", [
-    (["a"], "expected a list of two distinct labels"),
-    (["a", "a"], "expected a list of two distinct labels"),
-    (["a", 1], "expected a list of two distinct labels"),
-    ([True, False], "expected a list of two distinct labels"),
-    ("ab", "expected a list of two distinct labels"),
-    (["", "b"], "expected a list of two distinct labels"),
-    ([1.5, 2.5], "expected a list of two distinct labels"),
-    (["a", "b", "c"], "3 classes, but pcqr's sessions answer two"),
+    (["a"], "expected a list of 2 to 100 distinct labels"),
+    (["a", "a"], "expected a list of 2 to 100 distinct labels"),
+    (["a", 1], "expected a list of 2 to 100 distinct labels"),
+    ([True, False], "expected a list of 2 to 100 distinct labels"),
+    ("ab", "expected a list of 2 to 100 distinct labels"),
+    (["", "b"], "expected a list of 2 to 100 distinct labels"),
+    ([1.5, 2.5], "expected a list of 2 to 100 distinct labels"),
+    ([f"c{i}" for i in range(101)], "expected a list of 2 to 100 distinct labels"),
 ])
 def test_a_bad_class_list_is_refused_before_anything_is_charged(classes, message, tmp_path,
                                                                 thread_cluster_yaml) -> None:

@@ -169,6 +169,7 @@ def test_answers_are_fixed_by_the_key_and_the_position() -> None:
 def test_the_gate_stops_at_m_and_refuses_bad_counts() -> None:
     gate = _gate(4, 6.0, 10)
     counts = np.tile([3, 3, 2, 2], (15, 1))
+    counts[10:] = 0  # past the m answers the answer loop counts no votes: refused unread
     released = gate.release(counts, 10, lambda: None)
     assert released.spent == 10 and list(released.status[10:]) == [2] * 5 and gate.halted
     for bad in (np.tile([3, 3, 2, 1], (2, 1)), np.tile([3, 3, 4], (2, 1)), np.tile([11, -1, 0, 0], (2, 1))):
@@ -216,3 +217,34 @@ def test_other_gates_refuse_more_than_two_classes(gate: str) -> None:
 def test_a_bad_class_count_is_one_line(bad: object) -> None:
     with pytest.raises(PcqrError, match=r"^--classes must be a whole number of classes in \[2, 100\], got"):
         SubSampParameters.create("tight", 1.0, 1e-6, 500, 500, 0.05, gate="gnmax", classes=bad)  # type: ignore[arg-type]
+
+
+#: sha256 of each two-class gate's parameters, thresholds, releases on fixed votes and final state, as
+#: computed by the code before issue 49's c-class changes (fa09bbd): the two-class path is unchanged.
+BEFORE_ISSUE_49 = {
+    "stability": "5a97332291dd3a69a573b8505718aaa6c00a701af6bee503ce4db77be9d175fd",
+    "guess": "3c8c21d33a76c7bde394c6afc825637fa9777730d95706171ab8d025e9cbf9da",  # parameters and thresholds
+    "gnmax": "bbf8be75fa8b48ce79f72e8c5914c02680b3a8ca5980448a0c58f3105e973abf",
+}
+
+
+@pytest.mark.parametrize("gate", sorted(BEFORE_ISSUE_49))
+def test_the_two_class_gates_release_byte_for_byte_what_they_did_before(gate: str) -> None:
+    import hashlib
+
+    from pcqr.pipeline.gates.registry import new_gate
+    from pcqr.pipeline.privacy.noise import SeededNoise
+
+    params = SubSampParameters.create("tight", 2.0, 1e-6, 50, 2000, 0.05, subsamples=400, gate=gate)
+    released = new_gate(params, SeededNoise(5))
+    rng = np.random.default_rng(11)
+    digest = hashlib.sha256(json.dumps(params.to_dict(), sort_keys=True).encode())
+    digest.update(np.asarray(released.state.thresholds).tobytes())
+    X = rng.standard_normal((2000, 3))
+    for start in () if gate == "guess" else range(0, 2000, 500):  # the guess gate's student needs a log
+        out = released.release(rng.integers(0, 401, 500), 400, lambda: X[start:start + 500])
+        for array in (out.status, out.label, out.source):
+            digest.update(np.asarray(array).tobytes())
+        digest.update(str(out.spent).encode())
+    digest.update(json.dumps(released.state.to_dict(), sort_keys=True).encode())
+    assert digest.hexdigest() == BEFORE_ISSUE_49[gate]

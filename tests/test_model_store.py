@@ -79,7 +79,7 @@ def test_a_round_trip_gives_identical_votes(name: str, tmp_path) -> None:
 
 
 def test_state_round_trip_and_an_old_pickle_is_refused_without_being_opened(tmp_path) -> None:
-    session = SimpleNamespace(params=SimpleNamespace(subsamples=K), features=["a", "b", "c"])
+    session = SimpleNamespace(params=SimpleNamespace(subsamples=K, classes=2), features=["a", "b", "c"])
     ensemble = _ensemble(LearnerSpec("stump"))
     save_models(str(tmp_path), ensemble)
     assert sorted(os.listdir(tmp_path)) == [MODELS_FILE]

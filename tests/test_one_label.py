@@ -16,7 +16,7 @@ from tests.conftest import write_parquet
 
 def _session(answered: int, ones: int | None, k: int = 100, rows: int = 10_000) -> SimpleNamespace:
     return SimpleNamespace(totals={"answered": answered}, released_ones=ones, private_rows=rows,
-                           params=SimpleNamespace(subsamples=k), learner={"name": "stump"})
+                           params=SimpleNamespace(subsamples=k, classes=2), learner={"name": "stump"})
 
 
 @pytest.mark.parametrize(("answered", "ones", "warned"), [

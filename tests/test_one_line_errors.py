@@ -194,7 +194,7 @@ def test_a_local_cluster_of_no_workers_is_refused(session_data: Path, capsys: py
     (["fly"], ["No such command 'fly'", "(see pcqr --help)"]),
     (["budget", "set"], ["Missing argument 'DATASET'", "(see pcqr budget set --help)"]),
     (["release-answer"], ["Missing argument 'TABLE'"]),
-    (["answer", "--fallback-label", "2", "--state", "s", "--queries", "q"], ["'--fallback-label'", "2 is not in the range"]),
+    (["answer", "--fallback-label", "100", "--state", "s", "--queries", "q"], ["'--fallback-label'", "100 is not in the range"]),
 ])
 def test_click_usage_errors_have_pcqr_prefix_in_one_line(argv: list[str], needles: list[str], tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str],

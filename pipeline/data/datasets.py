@@ -264,12 +264,14 @@ def feature_matrix(table: pa.Table | pa.RecordBatch, features: Sequence[str], fi
     return matrix
 
 
-def label_vector(table: pa.Table, label: str, file: str) -> np.ndarray:
-    """The labels as int8; PcqrError naming file and column if any is not 0 or 1."""
+def label_vector(table: pa.Table, label: str, file: str, classes: int = 2) -> np.ndarray:
+    """The labels as int8; PcqrError naming file and column if any is not 0 or 1 (over ``classes`` c > 2:
+    not a whole number in 0 .. c - 1). The value itself is not echoed: it is private."""
     column = table.column(label)
     values = as_float64(column)
-    if column.null_count or not np.isin(values, (0, 1)).all():
-        raise PcqrError(f"{file}: label column {label!r} has values outside {{0, 1}}")
+    if column.null_count or not np.isin(values, np.arange(classes)).all():
+        allowed = "{0, 1}" if classes == 2 else f"0 .. {classes - 1} (--classes {classes})"
+        raise PcqrError(f"{file}: label column {label!r} has values outside {allowed}")
     return values.astype(np.int8)
 
 

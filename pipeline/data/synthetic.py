@@ -38,6 +38,7 @@ from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.atomic import write_atomic
 from pcqr.pipeline.data.outputs import Named, Output, check_outputs
 from pcqr.pipeline.data.user_files import parse_json
+from pcqr.pipeline.options import MAX_CLASSES
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.data.parquet_opener import schema_of
 
@@ -67,14 +68,19 @@ _OURS = re.compile(r"part-\d+\.parquet|\.part-\d+\.parquet\.tmp-[0-9a-f]+")  # o
 class Concept:
     """Label 1 iff score(x) > bias; score is x0 (threshold) or <weights, x> (halfspace); xor: 1 iff
     (x0 > 0) != (x1 > 0) (bias 0, no weights); corner: 1 iff x0 > cuts[0] and x1 > cuts[1] (bias 0);
-    point: 1 iff x0 == bias (an integer)."""
+    point: 1 iff x0 == bias (an integer). Over c > 2 classes (halfspace only): the class
+    argmax_j <w_j, x> - b_j, the c unit vectors w_j one after another in ``weights``, b_j in ``cuts``."""
     kind: str
     bias: float
     weights: tuple[float, ...] = ()
     cuts: tuple[float, ...] = ()
+    classes: int = 2
 
     def labels(self, x: np.ndarray) -> np.ndarray:
         """Noise-free int8 labels of the rows of ``x`` (shape rows x features)."""
+        if self.classes > 2:
+            scores = x @ np.asarray(self.weights).reshape(self.classes, -1).T - np.asarray(self.cuts)
+            return np.argmax(scores, axis=1).astype(np.int8)
         if self.kind == "xor":
             return ((x[:, 0] > 0) != (x[:, 1] > 0)).astype(np.int8)
         if self.kind == "corner":
@@ -86,6 +92,9 @@ class Concept:
 
     def to_json(self) -> str:
         """The public description stored under :data:`CONCEPT_KEY`."""
+        if self.classes > 2:
+            return json.dumps({"kind": "halfspace", "classes": self.classes, "weights": list(self.weights),
+                               "biases": list(self.cuts)}, sort_keys=True)
         if self.kind == "threshold":
             body: dict[str, object] = {"kind": "threshold", "feature": "x0", "threshold": self.bias}
         elif self.kind == "xor":
@@ -102,6 +111,9 @@ class Concept:
     def from_json(cls, text: str | bytes) -> Concept:
         """Inverse of :meth:`to_json` (floats round-trip exactly)."""
         body = parse_json(text, f"the generated data's {CONCEPT_KEY}")
+        if body.get("classes", 2) > 2:
+            return cls("halfspace", 0.0, tuple(float(w) for w in body["weights"]),
+                       tuple(float(b) for b in body["biases"]), int(body["classes"]))
         if body["kind"] == "threshold":
             return cls("threshold", float(body["threshold"]))
         if body["kind"] == "xor":
@@ -126,6 +138,7 @@ class DatasetSpec:
     rows_per_file: int = DEFAULT_ROWS_PER_FILE
     integer_scale: float | None = None  # x0 = floor(S z) (the point concept: POINT_SCALE when None)
     positive_rate: float | None = None  # the corner concept's (DEFAULT_POSITIVE_RATE); None for the others
+    classes: int = 2  # c: more than two with the halfspace concept only (the argmax of c linear scores)
 
 
 @dataclass(frozen=True)
@@ -140,8 +153,13 @@ class Part:
 def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, seed: int,
               noise: float | None = None,
               rows_per_file: int = DEFAULT_ROWS_PER_FILE, integer_scale: float | None = None,
-              positive_rate: float | None = None) -> DatasetSpec:
+              positive_rate: float | None = None, classes: int = 2) -> DatasetSpec:
     """Check the options (PcqrError naming the option) and fill in the default noise."""
+    if isinstance(classes, bool) or not isinstance(classes, int) or not 2 <= classes <= MAX_CLASSES:
+        raise PcqrError(f"--classes: must be a whole number of classes in [2, {MAX_CLASSES}], got {classes!r}")
+    if classes > 2 and concept != "halfspace":
+        raise PcqrError(f"--classes {classes}: the {concept} concept has two labels; more classes need --concept "
+                        "halfspace (the argmax of c linear scores)")
     if kind not in KINDS:
         raise PcqrError(f"--kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     if concept not in CONCEPTS:
@@ -178,15 +196,22 @@ def make_spec(kind: str, concept: str, rows: int, features: int, queries: int, s
         raise PcqrError(f"--integer-scale: must be in (0, 2^40], got {integer_scale}")
     scale = None if integer_scale is None else float(integer_scale)
     rate = None if positive_rate is None else float(positive_rate)
-    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, scale, rate)
+    return DatasetSpec(kind, concept, rows, features, queries, seed, float(noise), rows_per_file, scale, rate, classes)
 
 
 def concept_from_seed(concept: str, features: int, seed: int,
-                      positive_rate: float = DEFAULT_POSITIVE_RATE) -> Concept:
+                      positive_rate: float = DEFAULT_POSITIVE_RATE, classes: int = 2) -> Concept:
     """The hidden concept for this seed: t, b ~ U(-1, 1), w uniform on the unit sphere, the point j
     uniform on the integers of [-50, 50]; xor has none. corner: P(x0 > a) = r^u with u ~ U(0.3, 0.7)
     and P(x1 > b) = r^(1 - u), so that P(x0 > a, x1 > b) = r (= ``positive_rate``: x0, x1 are
-    independent standard normals)."""
+    independent standard normals). Over c > 2 classes (halfspace): c directions w_j uniform on the
+    unit sphere and offsets b_j ~ U(-0.25, 0.25), the class argmax_j <w_j, x> - b_j."""
+    if classes > 2:
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"], classes)))
+        w = rng.standard_normal((classes, features))
+        w /= np.linalg.norm(w, axis=1, keepdims=True)
+        offsets = rng.uniform(-0.25, 0.25, classes)
+        return Concept("halfspace", 0.0, tuple(float(v) for v in w.ravel()), tuple(float(b) for b in offsets), classes)
     if concept == "xor":
         return Concept("xor", 0.0)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_STREAM_IDS["concept"],)))
@@ -223,7 +248,13 @@ def make_chunk(kind: str, concept: Concept, rows: int, features: int, noise: flo
         x[:, 0] = np.floor((POINT_SCALE if integer_scale is None else integer_scale) * x[:, 0])
     labels = concept.labels(x)
     if kind == "agnostic" and noise > 0:
-        labels ^= (np.random.default_rng(flip_seed).random(rows) < noise).astype(np.int8)
+        flip_rng = np.random.default_rng(flip_seed)
+        flips = flip_rng.random(rows) < noise
+        if concept.classes == 2:
+            labels ^= flips.astype(np.int8)
+        else:  # a flipped label is one of the other c - 1 classes, uniformly
+            moved = (labels + flip_rng.integers(1, concept.classes, rows)) % concept.classes
+            labels = np.where(flips, moved, labels).astype(np.int8)
     columns = {f"x{j}": np.ascontiguousarray(x[:, j]) for j in range(features)}
     return pa.table({**columns, "label": labels})
 
@@ -238,6 +269,8 @@ def _schema(spec: DatasetSpec, concept: Concept, dataset: str) -> pa.Schema:
         info["integer_scale"] = spec.integer_scale
     if spec.positive_rate is not None:
         info["positive_rate"] = spec.positive_rate
+    if spec.classes > 2:
+        info["classes"] = spec.classes
     metadata = {SYNTHETIC_KEY: json.dumps(info, sort_keys=True)}
     if dataset == "private":
         metadata[CONCEPT_KEY] = concept.to_json()
@@ -367,7 +400,7 @@ def write_dataset(spec: DatasetSpec, out: str, client: Client, overwrite: bool =
         for dataset in DATASETS if not remote else ():
             os.makedirs(os.path.join(out, dataset), exist_ok=True)
         concept = concept_from_seed(spec.concept, spec.features, spec.seed,
-                                    spec.positive_rate or DEFAULT_POSITIVE_RATE)
+                                    spec.positive_rate or DEFAULT_POSITIVE_RATE, spec.classes)
         futures = client.map(write_part, parts, spec=spec, concept=concept, pure=False)
         for future in as_completed(futures):
             future.result()

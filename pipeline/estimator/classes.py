@@ -1,7 +1,7 @@
-"""The public class list of ``PrivateClassifier(classes=[...])`` (issue 49, item 1, two classes).
+"""The public class list of ``PrivateClassifier(classes=[...])`` (issue 49, item 1).
 
-pcqr's sessions answer class indices 0 and 1; a user's labels may be any two values (``'<=50K'`` and
-``'>50K'``, 1 and 2). The list is public and given, never read from the private rows (reading it
+pcqr's sessions answer class indices 0 .. c - 1 (0 and 1 by default); a user's labels may be any c
+distinct values of one type (``'<=50K'`` and ``'>50K'``, 1 and 2, ``['low', 'mid', 'high']``). The list is public and given, never read from the private rows (reading it
 from ``y`` would release which labels occur), so:
 
 * ``fit`` maps each private label to its index in the **sorted** list, refusing one outside it in one
@@ -12,8 +12,8 @@ from ``y`` would release which labels occur), so:
 * ``predict`` maps each released index back to the label: post-processing of the released answer.
 * ``classes_`` is the sorted list, scikit-learn's convention.
 
-Multi-class sessions (c > 2) are not built (docs/privacy.md, "Design: the gates for c > 2 classes"):
-a list of more than two labels is refused in one line.
+More than two classes are answered by the gnmax gate only (docs/privacy.md, "the gates for c > 2
+classes"); at most pcqr.pipeline.privacy.limits.MAX_CLASSES.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _plain(label: Any) -> int | str:
 
 @dataclass(frozen=True)
 class ClassList:
-    """Two public labels, sorted: label ``labels[i]`` is the session's class index i."""
+    """The public labels, sorted: label ``labels[i]`` is the session's class index i."""
 
     labels: tuple[int | str, ...] = BINARY
 
@@ -53,12 +53,13 @@ class ClassList:
     def indices(self, y: np.ndarray) -> np.ndarray:
         """Each label of ``y`` as its class index (int8); ValueError, not naming it, for a label outside the list."""
         values = np.asarray(y)
-        one = _equal(values, self.labels[1])
-        inside = one | _equal(values, self.labels[0])
-        if not inside.all():  # the label itself is private: not echoed
+        index = np.full(values.shape, -1, dtype=np.int8)
+        for i, label in enumerate(self.labels):
+            index[_equal(values, label)] = i
+        if np.any(index < 0):  # the label itself is private: not echoed
             raise ValueError(f"y: holds labels outside classes={list(self.labels)!r} (the public class list is "
                              "given, never read from the private labels)")
-        return one.astype(np.int8)
+        return index
 
     def index(self, label: Any, name: str) -> int:
         """One label (``fallback_label``) as its index; PcqrError naming ``name`` if it is not in the list."""
@@ -104,16 +105,16 @@ def class_list(classes: Any) -> ClassList:
     """``classes`` (None: 0 and 1) as a checked, sorted ClassList; PcqrError in one line otherwise."""
     if classes is None:
         return ClassList()
-    expected = "expected a list of two distinct labels, all integers or all non-empty strings"
+    from pcqr.pipeline.privacy.limits import MAX_CLASSES
+
+    expected = (f"expected a list of 2 to {MAX_CLASSES} distinct labels, all integers or all non-empty strings")
     if isinstance(classes, (str, bytes)) or not isinstance(classes, (list, tuple, np.ndarray)):
         raise PcqrError(f"PrivateClassifier: classes={reprlib.repr(classes)}: {expected}")
     try:
         labels = [_plain(label) for label in np.asarray(classes, dtype=object).ravel()]
     except ValueError:
         raise PcqrError(f"PrivateClassifier: classes={reprlib.repr(classes)}: {expected}") from None
-    if len(labels) > 2 and len(set(labels)) == len(labels):
-        raise PcqrError(f"PrivateClassifier: classes={reprlib.repr(classes)}: {len(labels)} classes, but pcqr's "
-                        "sessions answer two; multi-class queries are not built yet")
-    if len(labels) != 2 or labels[0] == labels[1] or type(labels[0]) is not type(labels[1]):
+    kinds = {type(label) for label in labels}
+    if not 2 <= len(labels) <= MAX_CLASSES or len(set(labels)) != len(labels) or len(kinds) != 1:
         raise PcqrError(f"PrivateClassifier: classes={reprlib.repr(classes)}: {expected}")
-    return ClassList(tuple(sorted(labels)))  # type: ignore[type-var]  # both int or both str
+    return ClassList(tuple(sorted(labels)))  # type: ignore[type-var]  # all int or all str

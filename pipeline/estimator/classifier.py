@@ -18,7 +18,9 @@ block, the estimator's garbage collection or the interpreter's exit.
 """
 from __future__ import annotations
 
+import numbers
 import os
+import reprlib
 import warnings
 from typing import Any
 
@@ -316,7 +318,11 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         if self.fallback_label is None:
             return classes, None
         if not classes.named:
-            return classes, check_arguments("PrivateClassifier", {"fallback_label": self.fallback_label})["fallback_label"]
+            value = self.fallback_label
+            if not (isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and value in (0, 1)):
+                raise PcqrError(f"PrivateClassifier: fallback_label={reprlib.repr(value)}: expected 0 or 1 "
+                                "(one of classes_, [0, 1])")
+            return classes, int(value)
         return classes, classes.index(self.fallback_label, "fallback_label")
 
     def _create(self, state: str, rows: pa.Table, params: dict[str, Any]) -> dict[str, Any]:
@@ -330,7 +336,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             pq.write_table(rows, private)
             with Session.create(
                 state, private, **{k: params[k] for k in SESSION_KEYWORDS}, features=rows.column_names[:-1],
-                label=LABEL, local_threads=True,
+                label=LABEL, classes=len(self._labels()[0].labels), local_threads=True,
                 reporter=ESTIMATOR,  # long work: a line at WARNING after every 15 s of silence (docs/api.md)
                 name=self._charge_label(rows),
             ) as session:
@@ -348,7 +354,7 @@ class PrivateClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     def _subsamples(self, rows: int, params: dict[str, Any]) -> int | None:
         """k to ask for when none was given: None (the gate's rule), unless the rule's k exceeds the
         rows: then one row per model, and a warning saying what that means."""
-        options = TrainingOptions.from_values({**params, "state": ""})
+        options = TrainingOptions.from_values({**params, "state": "", "classes": len(self._labels()[0].labels)})
         wanted = default_subsamples(options, rows)
         if wanted <= rows:
             return None

@@ -135,7 +135,8 @@ class NoisyArgmax:
         Parameters
         ----------
         counts : int array (n, c)
-            ct(j) for each query and class j (private); each row sums to k.
+            ct(j) for each query and class j (private); each row the gate reads (the first m - spent)
+            sums to k.
         subsamples : int
             k.
 
@@ -145,10 +146,11 @@ class NoisyArgmax:
         label : int8 array, the released class index where answered (else 0)
         """
         classes = self.params.classes
-        counts = checked_class_votes(counts, subsamples, classes)
-        n = counts.shape[0]
+        n = np.shape(counts)[0]
         state = self.state
         allowed = 0 if self.halted else min(n, self.params.cutoff - state.bottoms)
+        # the rows past the m answers are refused unread (their votes were not counted: zeros)
+        counts = checked_class_votes(np.asarray(counts)[:allowed], subsamples, classes)
         u_hi, u_lo = self._stream.uniforms(classes * state.queries_seen, classes * allowed)
         noise = self._tail.values(u_hi, u_lo).reshape(allowed, classes)
         status = np.full(n, REFUSED, dtype=np.int8)

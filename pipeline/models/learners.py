@@ -198,7 +198,7 @@ class LearnerSpec:
         except (TypeError, ValueError) as exc:
             raise PcqrError(f"--learner-param for {self.name}: {_first_line(exc)}") from None
 
-    def check(self, n_features: int, rows: int) -> Any:
+    def check(self, n_features: int, rows: int, classes: int = 2) -> Any:
         """Everything about the learner that can be checked before the charge; returns a fitted trial model.
 
         Builds the estimator, lets it validate its parameters (scikit-learn's declared
@@ -207,6 +207,9 @@ class LearnerSpec:
         rejects (a solver that does not support a penalty, a feature index out of range) are
         refused now, in one line, and not on a worker after the charge.
         """
+        if classes > 2 and self.name in BUILTIN_LEARNERS:
+            raise PcqrError(f"--learner {self.name}: a one-feature threshold predicts two labels; "
+                            f"--classes {classes} needs a multi-class learner (auto, or a scikit-learn classifier)")
         estimator = self.build()
         where = f"--learner {self.name}" + (f" --learner-param {_shown(self.params)}" if self.params else "")
         if hasattr(estimator, "_parameter_constraints"):
@@ -214,7 +217,7 @@ class LearnerSpec:
                 estimator._validate_params()
             except (TypeError, ValueError) as exc:
                 raise PcqrError(f"--learner-param for {self.name}: {_first_line(exc)}") from None
-        X, y = trial_sample(n_features, rows)
+        X, y = trial_sample(n_features, rows, classes)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -230,11 +233,12 @@ class LearnerSpec:
         return 1
 
 
-def trial_sample(n_features: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed public sample: small non-negative integers (valid for count-based learners too), labels 0, 1, 0, ..."""
-    n = max(2, min(rows, TRIAL_ROWS))
+def trial_sample(n_features: int, rows: int, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed public sample: small non-negative integers (valid for count-based learners too), labels
+    0, 1, 0, ... (over c classes: 0, 1, ..., c - 1, 0, ...)."""
+    n = max(classes, min(rows, TRIAL_ROWS))
     X = np.random.default_rng(0).integers(0, 4, size=(n, n_features)).astype(np.float64)
-    return X, np.arange(n) % 2
+    return X, np.arange(n) % classes
 
 
 def _first_line(exc: BaseException) -> str:

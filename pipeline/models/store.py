@@ -60,7 +60,7 @@ def dump_models(ensemble: Ensemble) -> bytes:
     return sink.getvalue()
 
 
-def load_models_file(path: str, k: int, n_features: int, modules: Sequence[str] = ()) -> Ensemble:
+def load_models_file(path: str, k: int, n_features: int, modules: Sequence[str] = (), classes: int = 2) -> Ensemble:
     """The ensemble in ``path``, checked against a session of ``k`` models on ``n_features`` features.
 
     Parameters
@@ -71,6 +71,8 @@ def load_models_file(path: str, k: int, n_features: int, modules: Sequence[str] 
         The session's number of models and of feature columns.
     modules : sequence of str
         The operator's extra allowed learner modules (cluster.yaml ``pcqr: learners: allow:``).
+    classes : int
+        c, the session's labels 0 .. c - 1 (a one-class model's label must be one of them).
 
     Raises
     ------
@@ -78,30 +80,33 @@ def load_models_file(path: str, k: int, n_features: int, modules: Sequence[str] 
         One line naming ``path``: not a model file, another session's (other k or features),
         a value out of range, or a type outside the allowed modules.
     """
-    return _from_arrays(_read(path), path, k, n_features, modules)
+    return _from_arrays(_read(path), path, k, n_features, modules, classes)
 
 
-def check_storable(model: Any, n_features: int, modules: Sequence[str] = ()) -> None:
+def check_storable(model: Any, n_features: int, modules: Sequence[str] = (), classes: int = 2) -> None:
     """Refuse, before any charge, a learner whose fitted models could not be saved and loaded back
     (a type skops cannot write, or one outside the allowed modules): one fitted trial model goes
     through the same write and checked read as the session's k models will."""
     name = f"{type(model).__module__}.{type(model).__qualname__}"
     try:
-        data = dump_models(Ensemble([model]))
+        data = dump_models(Ensemble([model], classes))
     except Exception as exc:  # noqa: BLE001 -- skops refuses what it cannot represent
         raise PcqrError(f"--learner: a fitted {name} cannot be stored without pickle ({_first_line(exc)})") from None
     arrays = parse_npz(data, "the trial model file", ARRAY_FILE_LIMIT)
     try:
-        _from_arrays(arrays, "the trial model file", 1, n_features, modules)
+        _from_arrays(arrays, "the trial model file", 1, n_features, modules, classes)
     except PcqrError as exc:
         raise PcqrError(f"--learner: a fitted {name} cannot be stored and loaded back ({exc})") from None
 
 
-def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: int, modules: Sequence[str]) -> Ensemble:
+def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: int, modules: Sequence[str],
+                 classes: int = 2) -> Ensemble:
     kind = str(arrays.pop("kind", ""))
     if str(arrays.pop("format", "")) != FORMAT:
         raise PcqrError(f"{path}: not a pcqr model file (format {FORMAT} expected)")
     check = _Checker(path, arrays, k, n_features)
+    if classes > 2 and kind in ("stump", "linear"):
+        raise check.error(f"{kind} models vote between two labels; the session has {classes} classes")
     if kind == "stump":
         features = check.array("feature", np.int64, (k,))
         thresholds = check.array("threshold", np.float64, (k,))
@@ -117,7 +122,8 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         return Ensemble.of(LinearVotes(coefs, intercepts))
     if kind in ("trees", "erm", "skops"):  # models as objects: scikit-learn is imported for erm and skops only
         constant = check.array("constant", np.int8, (k,))
-        check.that(bool(np.isin(constant, (-1, 0, 1)).all()), "a constant label is not -1, 0 or 1")
+        check.that(bool(np.isin(constant, (-1, *range(classes))).all()),
+                   "a constant label is not -1, 0 or 1" if classes == 2 else f"a constant label is not -1 or 0 .. {classes - 1}")
         fitted_count = int((constant == -1).sum())
         if kind == "trees":
             fitted = load_trees(check.arrays, fitted_count, n_features, check.error)
@@ -130,7 +136,7 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
         models, it = [], iter(fitted)
         for label in constant.tolist():
             models.append(next(it) if label == -1 else ConstantModel(label))
-        return Ensemble.of(ModelVotes(models))
+        return Ensemble.of(ModelVotes(models, classes))
     raise PcqrError(f"{path}: not a pcqr model file (unknown kind {kind!r})")
 
 

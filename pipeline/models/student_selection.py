@@ -72,7 +72,8 @@ def select_student(named: dict[str, Any], X: np.ndarray, y: np.ndarray,
     pool = candidates(dict(named.get("params") or {}))
     X, y = X[:SELECTION_ROWS], y[:SELECTION_ROWS]
     counts = np.bincount(np.asarray(y, dtype=np.int64), minlength=2)
-    if counts.min() < FOLDS:  # one label (a constant student) or too few of one to fold
+    seen = counts[counts > 0]  # over c > 2 classes, a class no answer holds does not stop the folds
+    if seen.size < 2 or seen.min() < FOLDS:  # one label (a constant student) or too few of one to fold
         return pool[0], {}
     from sklearn.model_selection import StratifiedKFold
     from threadpoolctl import threadpool_limits

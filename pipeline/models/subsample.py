@@ -63,10 +63,10 @@ def assignment_counts(part_rows: Sequence[int], k: int, rng: np.random.Generator
     return counts
 
 
-def load_part(part: Part, features: Sequence[str], label: str) -> tuple[np.ndarray, np.ndarray]:
-    """Worker task: read one part of a labelled dataset and check its values."""
+def load_part(part: Part, features: Sequence[str], label: str, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read one part of a labelled dataset and check its values (labels 0 .. classes - 1)."""
     table = read_part(part, [*features, label])
-    return feature_matrix(table, features, part.file), label_vector(table, label, part.file)
+    return feature_matrix(table, features, part.file), label_vector(table, label, part.file, classes)
 
 
 def split_rows(
@@ -103,13 +103,15 @@ def train_models(
     learner: LearnerSpec,
     seed: int,
     on_progress: Callable[[int], None] | None = None,
+    classes: int = 2,
 ) -> Ensemble:
-    """Train the k subsample models of a Parquet dataset on the cluster (private Ensemble)."""
+    """Train the k subsample models of a Parquet dataset on the cluster (private Ensemble), its labels
+    0 .. classes - 1."""
     assert dataset.label is not None
     check_subsamples(dataset.rows, k, learner.min_rows)
     parts = dataset.parts(PART_ROWS)
-    sources = [client.submit(load_part, p, dataset.features, dataset.label, pure=False) for p in parts]
-    return train_models_on(client, sources, [p.rows for p in parts], k, learner, seed, on_progress)
+    sources = [client.submit(load_part, p, dataset.features, dataset.label, classes, pure=False) for p in parts]
+    return train_models_on(client, sources, [p.rows for p in parts], k, learner, seed, on_progress, classes)
 
 
 def train_models_on(
@@ -120,8 +122,10 @@ def train_models_on(
     learner: LearnerSpec,
     seed: int,
     on_progress: Callable[[int], None] | None = None,
+    classes: int = 2,
 ) -> Ensemble:
-    """Train k subsample models from row sources already on the cluster (futures of (X, y))."""
+    """Train k subsample models from row sources already on the cluster (futures of (X, y)); the
+    ensemble counts votes over ``classes`` labels."""
     check_subsamples(int(sum(source_rows)), k, learner.min_rows)
     seeds = np.random.SeedSequence(seed).spawn(len(sources) + 1)
     counts = assignment_counts(source_rows, k, np.random.default_rng(seeds[-1]))
@@ -146,4 +150,4 @@ def train_models_on(
             on_progress(len(models[b]))
     for s in splits:
         s.release()
-    return Ensemble([m for block in models for m in block])
+    return Ensemble([m for block in models for m in block], classes)

@@ -1,4 +1,5 @@
-"""The k subsample models as one ensemble that counts votes: ct(1) for each query.
+"""The k subsample models as one ensemble that counts votes: ct(1) for each query (over c > 2 classes,
+ct(j) for each query and class j: :meth:`Ensemble.count_classes`).
 
 Vote counts are private (they are computed from the private models). They are
 computed on the workers and travel only to the driver's coordinator; they are
@@ -11,7 +12,8 @@ hold only arrays (what :mod:`pcqr.pipeline.models.store` writes, and what Dask s
   parameter arrays, two binary searches per (query, feature);
 * linear classifiers (scikit-learn's ``LinearClassifierMixin`` with one row of
   ``coef_``, e.g. LogisticRegression, LinearSVC): :class:`LinearVotes`, one matrix product;
-* anything else: :class:`ModelVotes`, each model's ``predict`` in turn.
+* anything else, and every ensemble over c > 2 classes: :class:`ModelVotes`, each model's ``predict``
+  in turn.
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ class VoteCounter(Protocol):
 class Ensemble:
     """k trained models, with the fastest vote counter their types allow."""
 
-    def __init__(self, models: Sequence[Any]) -> None:
-        self.counter: VoteCounter = _choose_counter(models)
+    def __init__(self, models: Sequence[Any], classes: int = 2) -> None:
+        self.counter: VoteCounter = _choose_counter(models) if classes == 2 else ModelVotes(models, classes)
 
     @classmethod
     def of(cls, counter: VoteCounter) -> Ensemble:
@@ -55,9 +57,30 @@ class Ensemble:
         by each model's ``predict`` in Python: worker threads then count as fast as processes."""
         return isinstance(self.counter, (StumpVotes, LinearVotes))
 
+    @property
+    def classes(self) -> int:
+        """c: the labels the models vote among (2 unless built for more)."""
+        return getattr(self.counter, "classes", 2)
+
     def count_ones(self, X: np.ndarray) -> np.ndarray:
         """ct(1) per row of X: how many models predict label 1 (int32)."""
+        if self.classes != 2:
+            raise ValueError(f"count_ones: the ensemble votes among {self.classes} classes (count_classes)")
         return self.counter(np.asarray(X, dtype=np.float64))
+
+    def count_votes(self, X: np.ndarray) -> np.ndarray:
+        """What a gate reads: ct(1) per row (int32, (n,)) over two classes, else :meth:`count_classes`."""
+        X = np.asarray(X, dtype=np.float64)
+        return self.counter(X) if self.classes == 2 else self.count_classes(X)
+
+    def count_classes(self, X: np.ndarray) -> np.ndarray:
+        """ct(j) per row of X and class j (int32, (n, c)): how many models predict class j."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.classes == 2:
+            ones = self.counter(X)
+            return np.column_stack([self.size - ones, ones]).astype(np.int32)
+        assert isinstance(self.counter, ModelVotes)
+        return self.counter.class_counts(X)
 
 
 def _choose_counter(models: Sequence[Any]) -> VoteCounter:
@@ -168,14 +191,28 @@ class LinearVotes:
 
 
 class ModelVotes:
-    """Any models: each one's ``predict`` in turn."""
+    """Any models: each one's ``predict`` in turn (labels 0 .. classes - 1)."""
 
-    def __init__(self, models: Sequence[Any]) -> None:
+    def __init__(self, models: Sequence[Any], classes: int = 2) -> None:
         self.models = list(models)
         self.size = len(self.models)
+        self.classes = classes
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
+        if self.classes != 2:
+            return self.class_counts(X)
         ones = np.zeros(X.shape[0], dtype=np.int32)
         for m in self.models:
             ones += np.asarray(m.predict(X)).astype(np.int32) == 1
         return ones
+
+    def class_counts(self, X: np.ndarray) -> np.ndarray:
+        """ct(j) per row and class j (int32, (n, c)); ValueError if a model predicts outside 0 .. c - 1."""
+        counts = np.zeros((X.shape[0], self.classes), dtype=np.int32)
+        rows = np.arange(X.shape[0])
+        for m in self.models:
+            predicted = np.asarray(m.predict(X)).astype(np.int64)
+            if predicted.size and (predicted.min() < 0 or predicted.max() >= self.classes):
+                raise ValueError(f"a model predicts a class outside 0 .. {self.classes - 1}")
+            np.add.at(counts, (rows, predicted), 1)
+        return counts

@@ -52,9 +52,9 @@ def correct_margin(p: SubSampParameters) -> int | None:
 
 
 def gate_parameters(gate: str, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
-                    subsamples: int | None) -> SubSampParameters:
-    """A gate's certified parameters at the CLI's default profile (tight)."""
-    return SubSampParameters.create("tight", epsilon, delta, cutoff, m, beta, subsamples, None, gate)
+                    subsamples: int | None, classes: int = 2) -> SubSampParameters:
+    """A gate's certified parameters at the CLI's default profile (tight), over ``classes`` labels."""
+    return SubSampParameters.create("tight", epsilon, delta, cutoff, m, beta, subsamples, None, gate, classes)
 
 
 def recommend_gate(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
@@ -129,7 +129,7 @@ SMALL_DATA_LABELS = (100, 50)
 
 
 def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
-                     subsamples: int | None = None) -> tuple[int, str, int, str]:
+                     subsamples: int | None = None, classes: int = 2) -> tuple[int, str, int, str]:
     """``--labels M`` for a stream of m queries, from public parameters only (n, eps, delta, m): M,
     the gate, its k and why (one clause).
 
@@ -152,7 +152,7 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     from pcqr.pipeline.privacy.subsamp import GNMAX_ROWS_PER_MODEL
 
     def k_at(labels: int) -> int:
-        return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).subsamples
+        return gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples, classes).subsamples
 
     def rows_at(labels: int) -> int:  # rows a model at M answers; -1 where gnmax cannot certify M (ε 700, M 1,000)
         try:
@@ -177,7 +177,8 @@ def recommend_labels(rows: int, epsilon: float, delta: float, cutoff: int, m: in
     if few is not None:
         over = k_at(labels)
         labels = few
-    k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples).for_rows(rows).subsamples
+    k = gate_parameters("gnmax", epsilon, delta, cutoff, labels, beta, subsamples,
+                        classes).for_rows(rows).subsamples
     if few is not None:
         why = (f"small data: at M = {LABELS_FLOOR} gnmax's k = {over:,} would leave {rows // over:,} rows a model "
                f"(fewer than {SMALL_DATA_ROWS_PER_MODEL}); "

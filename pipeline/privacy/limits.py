@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from pcqr.pipeline.options import MAX_CLASSES
 from pcqr.pipeline.spelling import spelled, spelled_with
 
 #: Memory one up-front structure of the driver may take (bytes).
@@ -262,16 +263,14 @@ def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: 
 
 # --- a delta that means something (issue 47, item 7) ----------------------------------------------
 
-#: --classes: at most this many (a released class is an int8 index in the gates and the log's batches).
-MAX_CLASSES = 100
-
-
 def check_classes(classes: object) -> None:
-    """Refuse (one line) a class count that is not a whole number in [2, MAX_CLASSES]."""
+    """Refuse (one line) a class count (--classes) that is not a whole number in [2, MAX_CLASSES]
+    (pcqr.pipeline.options.MAX_CLASSES, where the data layer reads it too)."""
     from pcqr.pipeline.errors import PcqrError
 
     if isinstance(classes, bool) or not isinstance(classes, int) or not 2 <= classes <= MAX_CLASSES:
-        raise PcqrError(f"{spelled('--classes')} must be a whole number of classes in [2, {MAX_CLASSES}], got {classes!r}")
+        raise PcqrError(f"{spelled('--classes')} must be a whole number of classes in [2, {MAX_CLASSES}], "
+                        f"got {classes!r}")
 
 
 #: --delta at or above this is refused, wherever a delta is taken from a user (train, answer, learn,

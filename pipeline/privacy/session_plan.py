@@ -26,7 +26,7 @@ from typing import Any
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
-from pcqr.pipeline.privacy.limits import check_training_size, count_range
+from pcqr.pipeline.privacy.limits import check_classes, check_training_size, count_range
 from pcqr.pipeline.privacy.subsamp import SubSampParameters, check_queries_max
 from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 from pcqr.pipeline.spelling import spelled, spelled_with
@@ -114,13 +114,17 @@ def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:
     answers after the halt (``after_halt`` 'student', the default), gnmax for the M labels
     :func:`choose_labels` recommends (M < m; the plan records M as ``--labels M`` would); else the
     gate :func:`choose_gate` picks from public parameters. k by the gate's rule unless ``--subsamples``."""
-    asked = requested_gate(options)
+    asked = requested_gate(options) or ("gnmax" if options.classes > 2 and options.labels is not None else None)
     labelled = None if asked or options.labels is not None else choose_labels(options, rows)
     if labelled is not None:
         labels, reason = labelled
         params = realizable_parameters(replace(options, queries_max=labels), "gnmax", rows)
         return SessionPlan("realizable", params, gate_chosen=reason, labels=labels)
     gate, why = (asked, None) if asked else choose_gate(options, rows)
+    if options.classes > 2 and gate != "gnmax":
+        raise PcqrError(f"{spelled_with('--classes', options.classes)}: gnmax, the only gate that answers more "
+                        f"than two classes, cannot serve this request ({why}); "
+                        f"give --labels M, a larger {spelled('--epsilon')} or more rows")
     params = realizable_parameters(options, gate, rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
         raise PcqrError(f"{spelled_with('--cutoff', options.cutoff)}: {spelled_with('--gate', 'gnmax')} spends one "
@@ -159,7 +163,7 @@ def realizable_parameters(options: TrainingOptions, gate: str, rows: int) -> Sub
     certificate's check of every value, k by the gate's rule unless ``options.subsamples`` is given."""
     return SubSampParameters.create(
         options.profile or "tight", options.epsilon, options.delta, options.cutoff, options.queries_max,
-        options.beta, options.subsamples, options.threshold, gate,
+        options.beta, options.subsamples, options.threshold, gate, options.classes,
     ).for_rows(rows)
 
 
@@ -185,7 +189,8 @@ def choose_labels(options: TrainingOptions, rows: int) -> tuple[int, str] | None
     check_queries_max(options.queries_max)  # before the ladder is walked: its k are calibrated up to m
     try:
         labels, _, k, why = recommend_labels(rows, options.epsilon, options.delta, options.cutoff,
-                                             options.queries_max, options.beta, options.subsamples)
+                                             options.queries_max, options.beta, options.subsamples,
+                                             options.classes)
     except PcqrError:  # gnmax cannot be certified here: choose_gate says what can
         return None
     if labels >= options.queries_max or rows // k < LABELS_ROWS_PER_MODEL:
@@ -219,6 +224,12 @@ def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
     reserved = reserved_gate(options)
     if reserved is not None:
         return reserved
+    if options.classes > 2:  # the only gate built for c classes: chosen where it certifies
+        try:
+            realizable_parameters(options, "gnmax", rows)
+        except PcqrError as exc:
+            return "guess", f"gnmax is refused here: {exc}"
+        return "gnmax", f"gnmax is the gate that answers {options.classes} classes"
     try:
         return recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
                               options.beta, options.subsamples)
@@ -232,6 +243,14 @@ def check_mode_options(options: TrainingOptions) -> None:
     mode, gate = options.mode, requested_gate(options)
     if mode not in MODES:
         raise PcqrError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_classes(options.classes)
+    if options.classes > 2 and mode != "realizable":
+        raise PcqrError(f"{spelled_with('--classes', options.classes)}: --mode {mode} relabels by the exponential "
+                        "mechanism over two-label dichotomies; more than two classes need --mode realizable")
+    if options.classes > 2 and gate not in (None, "gnmax"):
+        given = spelled_with("--gate", gate) if options.gate else spelled_with("--guess", options.guess)
+        raise PcqrError(f"{given}: {spelled_with('--classes', options.classes)} needs --gate gnmax (the {gate} "
+                        "gate's multi-class test is not built yet; leave --gate out or give gnmax)")
     if mode == "realizable":
         return
     if gate not in (None, "stability"):

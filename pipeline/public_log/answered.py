@@ -11,10 +11,16 @@ after-halt student, whose answers are indexed).
 
 Keys are 64-bit keyed hashes of the feature rows (-0.0 folded into 0.0), computed by the
 workers; the key is a secret per-session seed in session.json, so nobody can craft colliding
-queries. The index compares a key's upper 62 bits: two distinct rows collide with probability
-2^-62 per pair (for 10^7 answered queries about 1e-5 per session): a collision would hand one
-query the other's answer -- an accuracy error, never a privacy one, since every answer handed
-out is already public.
+queries. Each entry is one uint64 packed by the index's :class:`OutcomeLayout` (from the
+session's class count c, issue 49): the outcome -- a class 0 .. c - 1, or the abstention, c -- in
+the b = max(2, c.bit_length()) lowest bits, the key's upper 64 - b bits above them (b = 2 for two
+and three classes, 3 for four to seven, 7 for 100). Two-class sessions keep the original layout bit
+for bit: labels 0 and 1, abstained 2 (:data:`ABSTAINED_OUTCOME`), the key's upper 62 bits. The index
+compares those upper 64 - b bits: two different queries share an entry with probability about
+2^-(64-b) per pair (two classes: 2^-62, for 10^7 answered queries about 1e-5 per session; 100
+classes: 2^-57, about 3.5e-4). A collision would hand one query the other's answer -- a wrong
+repeated answer, an accuracy error, never a privacy one: the keys are keyed hashes of public query
+features, and every answer handed out is already public.
 
 The index is sorted runs of packed (key, outcome) entries, 8 bytes per answered query, merged
 geometrically (amortised O(log) per insert). Up to :data:`MEMORY_ENTRIES` entries (4 MiB) live in
@@ -31,6 +37,8 @@ session's last hash.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -38,6 +46,7 @@ import numpy as np
 from pcqr.pipeline.data.private_folder import PrivateFolder, private_file
 
 from pcqr.pipeline.errors import PcqrError
+from pcqr.pipeline.privacy.limits import MAX_CLASSES
 from pcqr.pipeline.public_log.batches import PREV_HASH_KEY, batch_files, batch_path, sha256
 from pcqr.pipeline.data.parquet_opener import parquet_bytes, read_parquet, schema_of
 
@@ -77,10 +86,11 @@ def row_keys(X: np.ndarray, seed: int) -> np.ndarray:
     return column_keys([X[:, j] for j in range(X.shape[1])], X.shape[0], seed)
 
 
-#: An entry's outcome, in its two lowest bits: the released label 0 or 1, or an abstention.
+#: A two-class entry's outcome, in its two lowest bits: the released label 0 or 1, or an abstention
+#: (the two-class :class:`OutcomeLayout`'s; an index over c classes: its :attr:`AnsweredIndex.abstained`).
 ABSTAINED_OUTCOME = 2
-_OUTCOME_BITS = np.uint64(3)
-_KEY_BITS = ~_OUTCOME_BITS  # a key's upper 62 bits
+_OUTCOME_BITS = np.uint64(3)  # the two-class layout's outcome mask
+_KEY_BITS = ~_OUTCOME_BITS  # a key's upper 62 bits (the two-class layout's key mask)
 #: The most entries the index keeps in memory (4 MiB); more spill to disk.
 MEMORY_ENTRIES = 2**19
 #: Entries per read of a run on disk (512 KiB), and per fence.
@@ -88,25 +98,73 @@ CHUNK = 2**16
 _ENTRY = np.dtype(np.uint64)
 
 
-def _match(run: np.ndarray, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray) -> None:
-    """Mark the sorted ``needles`` found in the sorted ``run`` (upper 62 bits equal) and take their outcomes."""
+@dataclass(frozen=True)
+class OutcomeLayout:
+    """How an index over ``classes`` classes packs an outcome beside a key in one uint64 entry: the
+    outcome -- a class 0 .. classes - 1, or :attr:`abstained` = ``classes`` -- in the :attr:`bits` =
+    max(2, classes.bit_length()) lowest bits (:attr:`outcome_mask`), the key's upper 64 - bits bits
+    above them (:attr:`key_mask`). Two and three classes keep 2 bits, four to seven use 3, 100 use 7.
+    Two classes are the original layout, bit for bit (abstained 2, masks 3 and ~3: the module's
+    :data:`ABSTAINED_OUTCOME`, ``_OUTCOME_BITS`` and ``_KEY_BITS``).
+
+    Two different queries share an entry when their keys agree on the key bits: with b outcome bits,
+    with probability about 2^-(64-b) per pair -- a wrong repeated answer, not a privacy matter (the
+    keys are keyed hashes of public query features; every answer handed out is public). Outcomes are
+    int8 in lookups: at most :data:`pcqr.pipeline.privacy.limits.MAX_CLASSES` (100) classes."""
+
+    classes: int = 2
+    bits: int = field(init=False, repr=False, compare=False)
+    outcome_mask: np.uint64 = field(init=False, repr=False, compare=False)
+    key_mask: np.uint64 = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        classes = self.classes
+        if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)) or not 2 <= classes <= MAX_CLASSES:
+            raise ValueError(f"an answered-query index has 2 .. {MAX_CLASSES} classes, got {classes!r}")
+        classes = int(classes)
+        bits = max(2, classes.bit_length())
+        object.__setattr__(self, "classes", classes)
+        object.__setattr__(self, "bits", bits)
+        object.__setattr__(self, "outcome_mask", np.uint64((1 << bits) - 1))
+        object.__setattr__(self, "key_mask", ~np.uint64((1 << bits) - 1))
+
+    @property
+    def abstained(self) -> int:
+        """The abstention's outcome: ``classes`` (2 for two classes, as :data:`ABSTAINED_OUTCOME`)."""
+        return self.classes
+
+
+_TWO_CLASSES = OutcomeLayout()
+assert (_TWO_CLASSES.abstained, _TWO_CLASSES.outcome_mask, _TWO_CLASSES.key_mask) == (
+    ABSTAINED_OUTCOME, _OUTCOME_BITS, _KEY_BITS)
+
+
+@lru_cache(maxsize=None)
+def _layout(classes: int) -> OutcomeLayout:
+    """The layout of ``classes`` classes (one object per class count)."""
+    return OutcomeLayout(classes)
+
+
+def _match(run: np.ndarray, needles: np.ndarray, hits: np.ndarray, labels: np.ndarray,
+           layout: OutcomeLayout = _TWO_CLASSES) -> None:
+    """Mark the sorted ``needles`` found in the sorted ``run`` (key bits of ``layout`` equal) and take their outcomes."""
     entry = run[np.minimum(np.searchsorted(run, needles), run.shape[0] - 1)]
-    hit = ~hits & ((entry & _KEY_BITS) == needles)
+    hit = ~hits & ((entry & layout.key_mask) == needles)
     hits |= hit
-    labels[hit] = (entry[hit] & _OUTCOME_BITS).astype(np.int8)
+    labels[hit] = (entry[hit] & layout.outcome_mask).astype(np.int8)
 
 
 class DiskRun:
     """A sorted run in a file: read in chunks of :data:`CHUNK` entries, one fence (its first entry's
-    key) per chunk kept in memory."""
+    key bits, by the index's ``layout``) per chunk kept in memory."""
 
-    def __init__(self, path: str, size: int, fences: np.ndarray) -> None:
-        self.path, self.size, self.fences = path, size, fences
+    def __init__(self, path: str, size: int, fences: np.ndarray, layout: OutcomeLayout = _TWO_CLASSES) -> None:
+        self.path, self.size, self.fences, self.layout = path, size, fences, layout
         self._file = open(path, "rb")  # noqa: SIM115 (closed by close(), when the index goes)
 
     @classmethod
-    def write(cls, path: str, chunks: Iterator[np.ndarray]) -> DiskRun:
-        """The run made of ``chunks`` (sorted, in order), written to a new private file."""
+    def write(cls, path: str, chunks: Iterator[np.ndarray], layout: OutcomeLayout = _TWO_CLASSES) -> DiskRun:
+        """The run made of ``chunks`` (sorted, in order, packed by ``layout``), written to a new private file."""
         private_file(path)
         size, fences = 0, []
         with open(path, "wb") as out:
@@ -116,7 +174,7 @@ class DiskRun:
                 fences.append(chunk[(-size) % CHUNK::CHUNK].copy())
                 size += chunk.shape[0]
         # a fence is compared with needles (outcomes cleared): an entry with outcome > 0 is above its needle
-        return cls(path, size, (np.concatenate(fences) if fences else np.zeros(0, _ENTRY)) & _KEY_BITS)
+        return cls(path, size, (np.concatenate(fences) if fences else np.zeros(0, _ENTRY)) & layout.key_mask, layout)
 
     def chunk(self, number: int, buffer: np.ndarray) -> np.ndarray:
         """Chunk ``number`` of the run, read into ``buffer``."""
@@ -137,7 +195,7 @@ class DiskRun:
         last = np.append(first[1:], needles.shape[0])
         for number in np.flatnonzero(last > first).tolist():  # (slices are views: marked in place)
             a, b = int(first[number]), int(last[number])
-            _match(self.chunk(number, buffer), needles[a:b], hits[a:b], labels[a:b])
+            _match(self.chunk(number, buffer), needles[a:b], hits[a:b], labels[a:b], self.layout)
 
     def close(self) -> None:
         self._file.close()
@@ -163,12 +221,17 @@ def _merged(one: DiskRun, two: DiskRun) -> Iterator[np.ndarray]:
 
 
 class AnsweredIndex:
-    """Sorted runs of packed entries, one uint64 per answered (or abstained) query: the row key's
-    upper 62 bits, the outcome (label 0 or 1, :data:`ABSTAINED_OUTCOME`) in the two lowest. Runs are merged geometrically; at most
+    """Sorted runs of packed entries, one uint64 per answered (or abstained) query, by the index's
+    :class:`OutcomeLayout` over ``classes`` classes: the row key's upper 64 - b bits, the outcome (a
+    class 0 .. classes - 1, or :attr:`abstained`) in the b lowest (two classes: the upper 62 bits,
+    label 0 or 1 or :data:`ABSTAINED_OUTCOME`, as always). Runs are merged geometrically; at most
     :data:`MEMORY_ENTRIES` entries stay in memory (8 bytes each, about twice that while merging), the
-    rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index)."""
+    rest in runs on disk (:class:`DiskRun`, in a private folder removed with the index).
 
-    def __init__(self, memory_entries: int = MEMORY_ENTRIES, spill: str | None = None) -> None:
+    ``classes`` is keyword-only (so the two positional defaults stay ``(memory_entries, spill)``)."""
+
+    def __init__(self, memory_entries: int = MEMORY_ENTRIES, spill: str | None = None, *, classes: int = 2) -> None:
+        self.layout = _layout(classes)
         self._runs: list[np.ndarray] = []
         self._disk: list[DiskRun] = []
         self._folder: PrivateFolder | None = None
@@ -178,6 +241,16 @@ class AnsweredIndex:
 
     def __len__(self) -> int:
         return sum(run.shape[0] for run in self._runs) + sum(run.size for run in self._disk)
+
+    @property
+    def classes(self) -> int:
+        """The session's class count c: outcomes are classes 0 .. c - 1 or :attr:`abstained`."""
+        return self.layout.classes
+
+    @property
+    def abstained(self) -> int:
+        """The abstention's outcome in this index: c (2 for two classes, :data:`ABSTAINED_OUTCOME`)."""
+        return self.layout.abstained
 
     @property
     def nbytes(self) -> int:
@@ -190,20 +263,22 @@ class AnsweredIndex:
         return sum(run.size for run in self._disk) * _ENTRY.itemsize
 
     def lookup(self, keys: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(found, outcome) per key: the label 0 or 1 or :data:`ABSTAINED_OUTCOME`; 0 where not found.
-        ``order``: :func:`key_order` of ``keys``, if the caller has it (else sorted here)."""
+        """(found, outcome) per key: a class 0 .. c - 1 or :attr:`abstained` (int8); 0 where not found.
+        ``order``: :func:`key_order` of ``keys`` over this index's classes, if the caller has it (else
+        sorted here)."""
         found = np.zeros(keys.shape[0], dtype=bool)
         label = np.zeros(keys.shape[0], dtype=np.int8)
         if not (self._runs or self._disk) or not keys.shape[0]:
             return found, label
-        needles = keys & _KEY_BITS
+        layout = self.layout
+        needles = keys & layout.key_mask
         if order is None:  # sorted needles: the binary searches walk each run in order (2-3x faster)
             order = np.argsort(needles)
         needles = needles[order]
         hits = np.zeros(keys.shape[0], dtype=bool)
         labels = np.zeros(keys.shape[0], dtype=np.int8)
         for run in self._runs:
-            _match(run, needles, hits, labels)
+            _match(run, needles, hits, labels, layout)
         if self._disk:
             buffer = np.empty(CHUNK, _ENTRY)
             for disk in self._disk:
@@ -212,20 +287,22 @@ class AnsweredIndex:
         return found, label
 
     def add(self, keys: np.ndarray, labels: np.ndarray, absent: bool = False) -> None:
-        """Insert answered or abstained queries with their outcomes (``labels``: 0, 1 or
-        :data:`ABSTAINED_OUTCOME`; keys already present are ignored; of equal keys, the first's).
+        """Insert answered or abstained queries with their outcomes (``labels``: a class 0 .. c - 1 or
+        :attr:`abstained`, anything else refused: ValueError; keys already present are ignored; of equal
+        keys, the first's).
         ``absent``: the caller has just looked every key up and found none (the answer loop's fresh
         answers), so the lookup is not repeated."""
         if keys.shape[0] == 0:
             return
-        upper = keys & _KEY_BITS
-        outcomes = _outcomes(labels)
+        key_mask = self.layout.key_mask
+        upper = keys & key_mask
+        outcomes = _outcomes(labels, self.layout)
         run = np.sort(upper | outcomes)  # ~1 ms per 10^5 keys
-        if np.any((run[1:] & _KEY_BITS) == (run[:-1] & _KEY_BITS)):  # a key twice: keep the first's outcome
+        if np.any((run[1:] & key_mask) == (run[:-1] & key_mask)):  # a key twice: keep the first's outcome
             upper, first = np.unique(upper, return_index=True)  # a stable sort: ~10 ms per 10^5 keys
             run = upper | outcomes[first]
         if not absent:
-            known, _ = self.lookup(run)  # (lookup compares the upper 62 bits)
+            known, _ = self.lookup(run)  # (lookup compares the key bits only)
             run = run[~known]
         while self._runs and self._runs[-1].shape[0] <= 2 * run.shape[0]:
             run = np.concatenate((self._runs.pop(), run))
@@ -240,11 +317,12 @@ class AnsweredIndex:
         run = np.concatenate(self._runs)
         run.sort(kind="stable")
         self._runs = []
-        self._disk.append(DiskRun.write(self._new_file(), (run[i:i + CHUNK] for i in range(0, run.shape[0], CHUNK))))
+        self._disk.append(DiskRun.write(self._new_file(), (run[i:i + CHUNK] for i in range(0, run.shape[0], CHUNK)),
+                                        self.layout))
         del run
         while len(self._disk) > 1 and self._disk[-2].size <= 2 * self._disk[-1].size:
             two, one = self._disk.pop(), self._disk.pop()
-            self._disk.append(DiskRun.write(self._new_file(), _merged(one, two)))
+            self._disk.append(DiskRun.write(self._new_file(), _merged(one, two), self.layout))
             one.close()
             two.close()
 
@@ -263,18 +341,20 @@ class AnsweredIndex:
             self._folder.close()
 
 
-def key_order(keys: np.ndarray) -> np.ndarray:
-    """The stable order that sorts rows by the bits of their keys the index compares (equal keys keep
-    their rows' order): :meth:`AnsweredIndex.lookup` and :func:`origins` both take it."""
-    return np.argsort(compared(keys), kind="stable")
+def key_order(keys: np.ndarray, classes: int = 2) -> np.ndarray:
+    """The stable order that sorts rows by the bits of their keys an index over ``classes`` classes
+    compares (equal keys keep their rows' order): :meth:`AnsweredIndex.lookup` and :func:`origins`
+    both take it."""
+    return np.argsort(compared(keys, classes), kind="stable")
 
 
-def origins(keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
-    """For every row, the position of the first row with the same key, as the index compares them
-    (itself for a first): one sort (``order``, :func:`key_order`, if the caller has it)."""
+def origins(keys: np.ndarray, order: np.ndarray | None = None, classes: int = 2) -> np.ndarray:
+    """For every row, the position of the first row with the same key, as an index over ``classes``
+    classes compares them (itself for a first): one sort (``order``, :func:`key_order` over the same
+    classes, if the caller has it)."""
     n = keys.shape[0]
-    order = key_order(keys) if order is None else order
-    ranked = compared(keys)[order]
+    order = key_order(keys, classes) if order is None else order
+    ranked = compared(keys, classes)[order]
     starts = np.ones(n, dtype=bool)
     starts[1:] = ranked[1:] != ranked[:-1]
     if starts.all():
@@ -284,23 +364,27 @@ def origins(keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     return origin
 
 
-def compared(keys: np.ndarray) -> np.ndarray:
-    """The bits of row keys the index compares (two rows are the same query iff these are equal)."""
-    return np.asarray(keys, dtype=np.uint64) & _KEY_BITS
+def compared(keys: np.ndarray, classes: int = 2) -> np.ndarray:
+    """The bits of row keys an index over ``classes`` classes compares (its layout's key bits: two rows
+    are the same query iff these are equal)."""
+    return np.asarray(keys, dtype=np.uint64) & _layout(classes).key_mask
 
 
-def _outcomes(labels: np.ndarray) -> np.ndarray:
-    """Outcomes as entry bits, refusing anything but 0, 1 and :data:`ABSTAINED_OUTCOME`."""
+def _outcomes(labels: np.ndarray, layout: OutcomeLayout = _TWO_CLASSES) -> np.ndarray:
+    """Outcomes as entry bits, refusing anything but a class 0 .. c - 1 and ``layout``'s abstention."""
     outcomes = np.asarray(labels, dtype=np.int64)
-    if outcomes.size and (outcomes.min() < 0 or outcomes.max() > ABSTAINED_OUTCOME):
-        raise ValueError("an answered query's outcome is 0, 1 or ABSTAINED_OUTCOME")
+    if outcomes.size and (outcomes.min() < 0 or outcomes.max() > layout.abstained):
+        raise ValueError(f"an answered query's outcome is a class 0 .. {layout.classes - 1} "
+                         f"or the abstention {layout.abstained}")
     return outcomes.astype(np.uint64)
 
 
 def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: int, last_hash: str,
-                   spill: str | None = None) -> AnsweredIndex:
+                   spill: str | None = None, classes: int = 2) -> AnsweredIndex:
     """The index of the first ``batches`` batch files of a session's log (answered and abstained rows),
-    served only once their hash chain is verified (issue 11: verified before served).
+    served only once their hash chain is verified (issue 11: verified before served), over the
+    session's ``classes`` c: an answer outside 0 .. c - 1 is refused as tampering, an abstained row
+    gets the index's :attr:`AnsweredIndex.abstained`.
 
     Each file's SHA-256 must be the one the next file records as its predecessor, and the last
     one's the session's ``last_hash`` (which the ledger vouches for: pcqr.pipeline.session.book),
@@ -310,7 +394,8 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
     """
     from pcqr.pipeline.data.datasets import feature_matrix
 
-    index = AnsweredIndex(spill=spill)
+    index = AnsweredIndex(spill=spill, classes=classes)
+    allowed = np.arange(classes)
     files = dict(batch_files(log_dir))
     previous = ""
     for number in range(batches):
@@ -333,9 +418,9 @@ def index_from_log(log_dir: str, features: Sequence[str], seed: int, batches: in
             rows = table.filter(kept)
             X = feature_matrix(rows, features, path)
             answer = rows.column("answer").fill_null(0).to_numpy(zero_copy_only=False)
-            if np.any((answer != 0) & (answer != 1)):  # not what pcqr writes
+            if not np.isin(answer, allowed).all():  # not what pcqr writes (a class 0 .. c - 1)
                 raise _tampered(path)
-            outcome = np.where(status[kept] == "abstained", ABSTAINED_OUTCOME, answer).astype(np.int8)
+            outcome = np.where(status[kept] == "abstained", index.abstained, answer).astype(np.int8)
             index.add(row_keys(X, seed), outcome)
     if previous != last_hash:
         raise _tampered(files.get(batches - 1, log_dir))

@@ -262,6 +262,16 @@ def _inspect(number: int, path: str) -> _Batch:
     return batch
 
 
+def classes_of(provenance: dict[str, Any] | None) -> int:
+    """c, the classes a batch's session answers (its parameters' ``classes``; 2 when absent, as every
+    session before issue 49 wrote), or 2 for a value that is not a whole number in range (the answer
+    check then refuses any index above 1)."""
+    from pcqr.pipeline.privacy.limits import MAX_CLASSES
+
+    value = (provenance.get("parameters") or {}).get("classes", 2) if isinstance(provenance, dict) else 2
+    return value if isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_CLASSES else 2
+
+
 def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: bool) -> str | None:
     """The first thing wrong in a parsed batch file alone (None: nothing)."""
     altered = f"batch {number} is altered"
@@ -302,8 +312,10 @@ def _content_fault(number: int, table: pa.Table, batch: _Batch, has_provenance: 
         np.count_nonzero(spending & (status == "answered")))
     answer = table.column("answer")
     known = pc.drop_null(answer).to_numpy()
-    if np.any((known != 0) & (known != 1)):
-        return f"{altered}: its answer column holds values other than 0, 1 and null"
+    classes = classes_of(batch.provenance)
+    if np.any((known < 0) | (known >= classes)):
+        held = "0, 1" if classes == 2 else f"the class indices 0 .. {classes - 1}"
+        return f"{altered}: its answer column holds values other than {held} and null"
     given = answer.is_valid().to_numpy(zero_copy_only=False)
     answered = status == "answered"
     if np.any(answered & ~given):

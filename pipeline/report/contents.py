@@ -29,8 +29,8 @@ from pcqr.pipeline.public_log.replay import STATUSES, read_answers
 from pcqr.pipeline.public_log.replayed import verified
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
-CERTIFICATE_KEYS = ("mode", "gate", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff", "queries_max", "labels",
-                    "subsamples", "threshold", "privacy")
+CERTIFICATE_KEYS = ("mode", "gate", "classes", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff",
+                    "queries_max", "labels", "subsamples", "threshold", "privacy")
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
                      "only each query's released label, status and source.")
 BINS = 100  # the most bins the stream is cut into
@@ -179,7 +179,8 @@ def certificate_of(provenance: dict[str, Any]) -> dict[str, Any]:
     try:
         plan = SessionPlan.from_records(provenance.get("parameters"), provenance.get("agnostic_parameters"),
                                         provenance.get("universal_parameters"))
-        proven = {**plan.certificate(), "accountant": plan.params.accountant_name}
+        proven = {**plan.certificate(), "accountant": plan.params.accountant_name,
+                  **({"classes": plan.params.classes} if plan.params.classes != 2 else {})}
     except (KeyError, TypeError, ValueError) as exc:
         raise PcqrError(f"the log's provenance does not describe a pcqr session's parameters ({exc})") from None
     found = {"queries_max": (provenance.get("parameters") or {}).get("queries_max"), **provenance, **proven}
@@ -255,7 +256,7 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     from pcqr.pipeline.data.datasets import scan_dataset
     from pcqr.pipeline.report.evaluation import load_truth
 
-    lookup = load_truth(truth)
+    lookup = load_truth(truth, classes=report.certificate.get("classes", 2))
     expected = lookup(answers.column("query_id").to_numpy())
     status = answers.column("status").to_numpy(zero_copy_only=False)
     source = answers.column("source").to_numpy(zero_copy_only=False)

@@ -15,8 +15,9 @@ from pcqr.pipeline.data.datasets import QUERY_ID, check_id_type, id_values, labe
 from pcqr.pipeline.errors import PcqrError
 
 
-def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> Callable[[np.ndarray], np.ndarray]:
-    """A lookup from query ids to true labels (-1 where the truth has no such id)."""
+def load_truth(uri: str, label: str = "label", id_column: str = "query_id",
+               classes: int = 2) -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup from query ids to true labels (-1 where the truth has no such id); the labels 0 .. classes - 1."""
     dataset = scan_dataset(uri, "truth")
     for column in (id_column, label):
         if column not in dataset.schema.names:
@@ -29,7 +30,7 @@ def load_truth(uri: str, label: str = "label", id_column: str = "query_id") -> C
     for part in dataset.parts(1 << 20):
         table = read_part(part, [id_column, label])
         ids.append(id_values(table, id_column, part.file, "--truth id").to_numpy())
-        labels.append(label_vector(table, label, part.file))
+        labels.append(label_vector(table, label, part.file, classes))
     all_ids, all_labels = np.concatenate(ids), np.concatenate(labels)
     order = np.argsort(all_ids, kind="stable")
     all_ids, all_labels = all_ids[order], all_labels[order]
@@ -103,11 +104,11 @@ def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.nda
     return worst
 
 
-def answered_accuracy(answers: pa.Table, truth_uri: str) -> tuple[float | None, int, int]:
+def answered_accuracy(answers: pa.Table, truth_uri: str, classes: int = 2) -> tuple[float | None, int, int]:
     """Accuracy of the answered queries of a logged answers table (query_id, answer, status) against a
     truth file, as ``pcqr answer --truth`` counts it: over the answered queries the truth covers.
     Returns (accuracy, evaluated, missing)."""
-    lookup = load_truth(truth_uri)
+    lookup = load_truth(truth_uri, classes=classes)
     answered = answers.column("status").to_numpy(zero_copy_only=False) == "answered"
     ids = answers.column("query_id").to_numpy()[answered]
     labels = answers.column("answer").to_numpy(zero_copy_only=False)[answered]

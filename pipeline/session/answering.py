@@ -23,6 +23,7 @@ from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.mechanisms.universal import check_private_fingerprint
 from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE
+from pcqr.pipeline.spelling import spelled_with
 from pcqr.pipeline.privacy.noise import noise_source
 from pcqr.pipeline.public_log.answered import index_from_log
 from pcqr.pipeline.session.book import SessionBook
@@ -166,7 +167,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     if session is not None:  # verified before served: the log's whole hash chain, before anything else
         remove_leftovers(state)  # a killed run's spilled index (this process holds the state's lock)
         answered = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
-                                  spill=state)
+                                  spill=state, classes=session.params.classes)
     features = list(plan.private.features) if plan else session.features  # type: ignore[union-attr]
     if plan is not None:  # the new session's guess and learner, as session.json will hold them
         guess = plan.guess.to_dict() if plan.guess is not None else None
@@ -175,6 +176,10 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
         assert session is not None
         guess, learner = session.guess, session.learner
     labels = plan.privacy.labels if plan is not None else session.labels  # type: ignore[union-attr]
+    classes = plan.params.classes if plan is not None else session.params.classes  # type: ignore[union-attr]
+    if answering.fallback_label is not None and answering.fallback_label >= classes:
+        raise PcqrError(f"{spelled_with('--fallback-label', answering.fallback_label)}: the session answers "
+                        f"{'0 or 1' if classes == 2 else f'the class indices 0 .. {classes - 1}'}")
     if labels is not None and answering.after_halt == "refuse":
         raise PcqrError(f"--after-halt refuse: the session was planned with --labels {labels:,}, whose student "
                         "answers every query after the first M; leave --after-halt out (a session trained with "
@@ -183,7 +188,7 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     student = after_halt_learner(answering, guess, learner, features, modules,
                                  checked_now=plan is not None or answering.student_learner is not None)
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
-    truth = load_truth(answering.truth) if answering.truth else None
+    truth = load_truth(answering.truth, classes=classes) if answering.truth else None
     if session is not None and (finished := answered_before(session, queries, answering.batch_size)) is not None:
         # a re-run of an input answered in full, recognised in the driver: no cluster, no model loaded
         return _nothing_asked(session, finished, queries, log_dir, state, answering, student, reporter)

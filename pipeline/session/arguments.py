@@ -23,7 +23,9 @@ import numpy as np
 
 from pcqr.pipeline.budget.bounds import text_problem
 from pcqr.pipeline.errors import PcqrError
-from pcqr.pipeline.privacy.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_CUTOFF, MAX_EPSILON, MAX_SUBSAMPLES
+from pcqr.pipeline.privacy.limits import (
+    MAX_BATCH_SIZE, MAX_CLASSES, MAX_COUNT, MAX_CUTOFF, MAX_EPSILON, MAX_SUBSAMPLES,
+)
 from pcqr.pipeline.privacy.session_plan import MODES
 from pcqr.pipeline.privacy.subsamp import GATES, PROFILES
 from pcqr.pipeline.session.distillation import AFTER_HALT
@@ -96,8 +98,10 @@ RULES: dict[str, Rule] = {
     "epsilon": positive(MAX_EPSILON), "delta": NUMBER, "alpha": NUMBER, "beta": NUMBER, "threshold": NUMBER,
     "cutoff": whole(1, MAX_CUTOFF), "queries_max": whole(1, MAX_COUNT), "labels": whole(1, MAX_COUNT),
     "subsamples": whole(1, MAX_SUBSAMPLES), "batch_size": whole(1, MAX_BATCH_SIZE), "seed": whole(0, 2**64 - 1),
+    "classes": whole(2, MAX_CLASSES),
     "profile": one_of(*PROFILES), "gate": one_of(*GATES), "mode": one_of(*MODES), "after_halt": one_of(*AFTER_HALT),
-    "fallback_label": Rule("0 or 1 (one of classes_, [0, 1])", lambda v: _integral(v) and v in (0, 1), int),
+    "fallback_label": Rule(f"a class index: 0 or 1, or below the session's classes (at most {MAX_CLASSES})",
+                           lambda v: _integral(v) and 0 <= v < MAX_CLASSES, int),
     "guess": TEXT, "learner": TEXT, "student_learner": TEXT, "hypothesis": TEXT, "label": TEXT, "id_column": TEXT,
     "learner_params": PARAMS, "student_learner_params": PARAMS, "features": COLUMNS,
     "state": PATH, "log": PATH, "private": PATH, "truth": PATH, "cluster": PATH, "ledger": LEDGER,

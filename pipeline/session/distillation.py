@@ -112,6 +112,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     from pcqr.pipeline.models.portable import portable
     from pcqr.pipeline.models.student_selection import student_specs
     from pcqr.pipeline.models.released import model_record, write_model
+    from pcqr.pipeline.public_log.replay import classes_of
     from pcqr.pipeline.public_log.replayed import verified
     from pcqr.pipeline.session.planning import read_state_summary
 
@@ -120,6 +121,9 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     with reporter.phase("verifying the log"):
         report = verified(log_dir, last_hash, f"--log {log_dir}", f"--state {state}")
     provenance = report.provenance or {}
+    if (classes := classes_of(provenance)) != 2:  # pcqr.pipeline.models.portable holds two-class forms only
+        raise PcqrError(f"--log {log_dir}: the session answers {classes} classes; a released model file holds a "
+                        "two-class student only (multi-class distillation is not built yet)")
     features = provenance.get("features")
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)):
         raise PcqrError(f"--log {log_dir}: its provenance names no feature columns")

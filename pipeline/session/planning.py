@@ -111,8 +111,9 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     guess = None if plan.params.gate != "guess" else GuessSpec.parse(
         options.guess or "student", options.learner, given, private.features)
     check_subsamples(private.rows, plan.params.subsamples, learner.min_rows)
-    trial = learner.check(len(private.features), private.rows // plan.params.subsamples)  # not on a worker, uncharged
-    check_storable(trial, len(private.features), learner.modules)  # its models can be saved and loaded
+    classes = plan.params.classes
+    trial = learner.check(len(private.features), private.rows // plan.params.subsamples, classes)  # uncharged
+    check_storable(trial, len(private.features), learner.modules, classes)  # its models can be saved and loaded
     return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess, student=student), reporter)
 
 
@@ -226,7 +227,8 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
     with reporter.phase("training models", total=k, unit="models") as bar:
         if plan.agnostic is None:
             ensemble = train_models(
-                client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update
+                client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update,
+                classes=plan.params.classes,
             )
         else:
             ensemble = train_models_on(
@@ -296,10 +298,10 @@ CLASS_WEIGHTED = "--learner auto --learner-param class_weight=balanced"
 
 def one_label_warning(session: SessionState) -> str | None:
     """One line when the session's released answers are (nearly) all one label, and what to try, from
-    public facts only: the released labels (as the log holds them), n and k. None otherwise, and for a
-    state from before the count."""
+    public facts only: the released labels (as the log holds them), n and k. None otherwise, for a
+    state from before the count, and over c > 2 classes (the count is of label 1 only)."""
     answered, ones = session.totals["answered"], session.released_ones
-    if ones is None or ones > answered or answered < ONE_LABEL_ANSWERS or \
+    if session.params.classes != 2 or ones is None or ones > answered or answered < ONE_LABEL_ANSWERS or \
             min(ones, answered - ones) > ONE_LABEL_SHARE * answered:  # (ones > answered: a state rolled back by hand)
         return None
     label = 1 if ones > answered - ones else 0
@@ -330,6 +332,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "profile": p.profile,
         "accountant": p.accountant_name,
         "gate": p.gate,
+        **({"classes": p.classes} if p.classes != 2 else {}),
         **({"sigma": p.lam} if p.gate == "gnmax" else {
             "lambda": p.lam, "noise_split": p.noise_split, "threshold_noise_scale": p.threshold_noise_scale,
             "query_noise_scale": p.query_noise_scale}),

@@ -155,9 +155,9 @@ class Batch:
 
 
 def count_votes(ensemble: Ensemble, X: np.ndarray) -> np.ndarray:
-    """Worker: ct(1) of the k models for each row of X, the fresh queries the gate can still test
-    (private: to the coordinator only)."""
-    return ensemble.count_ones(X)
+    """Worker: ct(1) of the k models for each row of X (over c > 2 classes, the (n, c) counts ct(j)), the
+    fresh queries the gate can still test (private: to the coordinator only)."""
+    return ensemble.count_votes(X)
 
 
 def query_chunks(part: Part, features: Sequence[str], id_column: str | None, rows: int, seed: int,

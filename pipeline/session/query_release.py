@@ -27,7 +27,7 @@ from distributed import Client, as_completed
 
 from pcqr.pipeline.data import locations
 from pcqr.pipeline.data.allocators import TRIM_EVERY, trim_free_memory
-from pcqr.pipeline.public_log.answered import ABSTAINED_OUTCOME, AnsweredIndex, index_from_log
+from pcqr.pipeline.public_log.answered import AnsweredIndex, index_from_log
 from pcqr.pipeline.data.cluster import hold
 from pcqr.pipeline.session.committer import Committer, Handover
 from pcqr.pipeline.data.datasets import QUERY_ID, Dataset, Part
@@ -308,7 +308,11 @@ def release_answers(
         switch.run()  # the previous run stopped between the last coordinator batch and the switch
     if index is None:
         index = index_from_log(log_dir, session.features, session.dedupe_seed, session.next_batch, session.last_hash,
-                               spill=state_dir)
+                               spill=state_dir, classes=session.params.classes)
+    if index.classes != session.params.classes:  # its layout packs the session's classes and abstention
+        raise RuntimeError(f"internal error: an answered-query index of {index.classes} classes for a session "
+                           f"of {session.params.classes}")
+    abstained = index.abstained  # the outcome the index holds for an abstention (c; 2 for two classes)
     # a task, not scatter: Dask can recompute it if every worker holding the models dies
     shared = hold(client, ensemble) if switch is None or not switch.done else None
     # Batches in flight (read, their votes asked for, not yet released): enough that no worker
@@ -348,7 +352,7 @@ def release_answers(
         committer.put(Handover(log, batch_provenance, copy.deepcopy(session)))
         if keys.shape[0]:  # the batch's fresh outcomes (test() found none of them in the index)
             kept = np.flatnonzero(((status == ANSWERED) | (status == ABSTAINED)) & (source != DUPLICATE_CODE))
-            index.add(keys[kept], np.where(status[kept] == ABSTAINED, ABSTAINED_OUTCOME, label[kept]), absent=True)
+            index.add(keys[kept], np.where(status[kept] == ABSTAINED, abstained, label[kept]), absent=True)
         if truth is not None:
             answered = status == ANSWERED
             expected = truth(log.column("query_id").to_numpy())
@@ -364,8 +368,8 @@ def release_answers(
         """A query equal to an earlier one of the stream gets its outcome; every other one goes
         through the session's gate (its copies later in the batch, ``origin``, get what it got)."""
         n = values.shape[0]
-        status = np.where(found & (outcome == ABSTAINED_OUTCOME), ABSTAINED, ANSWERED).astype(np.int8)
-        label = np.where(found & (outcome != ABSTAINED_OUTCOME), outcome, 0).astype(np.int8)
+        status = np.where(found & (outcome == abstained), ABSTAINED, ANSWERED).astype(np.int8)
+        label = np.where(found & (outcome != abstained), outcome, 0).astype(np.int8)
         source = np.full(n, DUPLICATE_CODE, dtype=np.int8)
         rest = np.flatnonzero(~found)
         if not rest.size:
@@ -408,7 +412,7 @@ def release_answers(
         batch = planned.batch
         table, keys = batch.table, batch.keys
         matrix = functools.cache(batch.matrix)  # made once, if a gate, the student or h_priv reads it
-        values, voted = planned.votes()
+        values, voted = planned.votes(session.params.classes)
         found, outcome = planned.settled(index)
         start = 0
         while start < table.num_rows:

@@ -201,7 +201,8 @@ class Session:
                subsamples: int | None = None, threshold: float | None = None,
                learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
                mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
-               label: str = TrainingOptions.label, features: Sequence[str] | None = None,
+               label: str = TrainingOptions.label, classes: int = TrainingOptions.classes,
+               features: Sequence[str] | None = None,
                seed: int | None = None, insecure_seed: bool = False, cluster: str | None = None,
                client: Any = None, ledger: str | None = None, wait: bool = False,
                reporter: Reporter = LOGGING, local_threads: bool = False, name: str | None = None) -> Session:
@@ -270,7 +271,11 @@ class Session:
         alpha : float
             Agnostic and universal modes' target excess error.
         label : str
-            The label column (0/1).
+            The label column (0/1; over ``classes`` c > 2, the class indices 0 .. c - 1).
+        classes : int
+            c, how many classes the labels and answers range over (public, given, never read from the
+            rows): 2 by default; more (at most 100) are answered by ``gate='gnmax'`` only, in
+            realizable mode (docs/privacy.md, "the gates for c > 2 classes").
         features : sequence of str, optional
             Feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name).
         seed : int, optional
@@ -299,7 +304,7 @@ class Session:
             "queries_max": queries_max, "labels": labels, "after_halt": after_halt, "beta": beta, "profile": profile,
             "gate": gate, "guess": guess, "subsamples": subsamples, "threshold": threshold, "learner": learner,
             "learner_params": learner_params, "mode": mode, "hypothesis": hypothesis, "alpha": alpha, "label": label,
-            "features": features, "seed": seed, "insecure_seed": insecure_seed, "cluster": cluster, "ledger": ledger,
+            "classes": classes, "features": features, "seed": seed, "insecure_seed": insecure_seed, "cluster": cluster, "ledger": ledger,
             "wait": wait, "local_threads": local_threads, "name": name,
         }, optional=_OPTIONAL)  # as Python values: a NumPy integer as an int
         options = TrainingOptions.from_values({**checked, "learner_param": _param_items(learner_params),
@@ -442,6 +447,10 @@ class Session:
             "student_learner": student_learner, "student_learner_params": student_learner_params,
             "private_log": private_log,
         }, optional=_OPTIONAL)  # as Python values: a NumPy integer as an int
+        classes = load_session(self.state).params.classes
+        if checked["fallback_label"] is not None and checked["fallback_label"] >= classes:
+            raise PcqrError(f"Session.answer: fallback_label={checked['fallback_label']!r}: expected "
+                            f"{'0 or 1' if classes == 2 else f'a class index 0 .. {classes - 1}'} (the session's classes)")
         with tempfile.TemporaryDirectory(prefix="pcqr-queries-") as scratch:
             path = queries if isinstance(queries, (str, os.PathLike)) else self._write_queries(queries, scratch)
             before = load_session(self.state).next_batch

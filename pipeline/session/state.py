@@ -259,7 +259,8 @@ def load_models(state_dir: str, session: SessionState, modules: Sequence[str] = 
     if not os.path.exists(path) and os.path.exists(old):  # never opened: unpickling runs code
         raise PcqrError(f"{old}: written by an older pcqr (a pickle, which pcqr no longer loads); retrain")
     try:
-        return load_models_file(path, session.params.subsamples, len(session.features), modules)
+        return load_models_file(path, session.params.subsamples, len(session.features), modules,
+                                session.params.classes)
     except MissingFile:
         raise PcqrError(f"--state {state_dir}: no trained models ({MODELS_FILE} missing)") from None
 

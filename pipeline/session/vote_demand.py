@@ -42,7 +42,7 @@ class Planned:
 
     batch: Batch
     found: np.ndarray  # bool: in the index when planned
-    outcome: np.ndarray  # int8: their outcome (label 0/1, ABSTAINED_OUTCOME)
+    outcome: np.ndarray  # int8: their outcome (class 0 .. c - 1, or the index's abstained)
     carried: np.ndarray  # bool: equal to a fresh query of a batch ahead, looked up again when released
     origin: np.ndarray  # int64: each row's first row of the same key in the batch (itself for a first)
     fresh: int  # the batch's fresh queries (first of their key, in neither of the above)
@@ -54,10 +54,10 @@ class Planned:
     def rows(self) -> int:
         return self.batch.table.num_rows
 
-    def votes(self) -> tuple[np.ndarray, np.ndarray]:
-        """ct(1) of every row (0 where not voted on) and the mask of the rows voted on: the tasks'
-        results, in order."""
-        values = np.zeros(self.rows, dtype=np.int32)
+    def votes(self, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+        """ct(1) of every row (over c > 2 ``classes``, the (rows, c) counts; 0 where not voted on) and the
+        mask of the rows voted on: the tasks' results, in order."""
+        values = np.zeros(self.rows if classes == 2 else (self.rows, classes), dtype=np.int32)
         mask = np.zeros(self.rows, dtype=bool)
         for piece, future in zip(self.pieces, self.futures):
             values[piece] = future.result()
@@ -90,16 +90,17 @@ class VoteDemand:
         ``before_switch``: universal mode, the stream's rows still to pass through the coordinator
         (counted from the first batch not yet released), None otherwise."""
         keys = batch.keys
-        order = key_order(keys)  # one sort: the index's lookup and the batch's copies
+        classes = self.index.classes  # the index's layout: which key bits make one query
+        order = key_order(keys, classes)  # one sort: the index's lookup and the batch's copies
         found, outcome = self.index.lookup(keys, order)
         carried = np.zeros(keys.shape[0], dtype=bool)
-        ranked = compared(keys)
+        ranked = compared(keys, classes)
         needles = ranked[order]  # sorted: the searches walk each array in order
         for ahead in self._ahead:  # each sorted: a batch ahead's fresh keys
             if ahead.size:
                 carried[order] |= ahead[np.minimum(np.searchsorted(ahead, needles), ahead.size - 1)] == needles
         carried &= ~found
-        origin = origins(keys, order)  # rows of one key are alike: all found, all carried, or neither
+        origin = origins(keys, order, classes)  # rows of one key are alike: all found, all carried, or neither
         firsts = np.flatnonzero(~found & ~carried & (origin == np.arange(keys.shape[0])))
         room = max(0, capacity - self.fresh_ahead)
         if before_switch is not None:  # the rows at or past the switch are h_priv's

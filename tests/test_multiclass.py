@@ -1,0 +1,161 @@
+"""Sessions over c > 2 classes (issue 49), end to end as users run them: ``pcqr generate --classes``,
+``train`` and ``answer --classes`` through gnmax, ``replay`` and ``report`` with a truth file, repeats
+answered from the log, and ``PrivateClassifier`` with string labels under cross-validation; every
+misuse refused in one line before anything is charged or written."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sklearn.model_selection import cross_val_score
+
+import pcqr
+from pcqr.jobs.cli import main
+from tests.hostile_world import ledger_rows
+
+CLASSES = 5
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(code: int, err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("pcqr: error: "), err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def _spent(ledger: Path) -> dict:
+    """The ledger's charges not refunded and its sessions (what a refused command must leave empty)."""
+    rows = ledger_rows(str(ledger))
+    return {name: rows[name] for name in ("charges", "sessions") if rows.get(name)}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """A 5-class task: the argmax of 5 seeded linear scores of 6 features, 5% of labels moved."""
+    root = tmp_path_factory.mktemp("multiclass")
+    cluster = str(root / "cluster.yaml")
+    Path(cluster).write_text("pcqr:\n  cluster:\n    backend: local\n    n-workers: 1\n"
+                             "    threads-per-worker: 2\n    processes: false\n")
+    assert main(["generate", "--kind", "agnostic", "--concept", "halfspace", "--classes", str(CLASSES),
+                 "--noise", "0.05", "--rows", "40000", "--features", "6", "--queries", "1500", "--seed", "3",
+                 "--out", str(root / "data"), "--cluster", cluster]) == 0
+    return root
+
+
+def test_generate_writes_c_classes_and_refuses_a_binary_concept(generated, capsys, tmp_path) -> None:
+    labels = pq.read_table(generated / "data" / "private").column("label").to_numpy()
+    counts = np.bincount(labels, minlength=CLASSES)
+    assert counts.size == CLASSES and counts.min() > 0.05 * labels.size  # every class present
+    meta = pq.read_schema(next((generated / "data" / "private").glob("*.parquet"))).metadata
+    assert json.loads(meta[b"pcqr.concept"])["classes"] == CLASSES
+    code, _, err = _cli(capsys, "generate", "--concept", "threshold", "--classes", "3", "--rows", "100",
+                        "--out", str(tmp_path / "x"))
+    _one_line(code, err, "--classes 3: the threshold concept has two labels")
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_answer_replay_report_over_five_classes(generated, capsys, tmp_path) -> None:
+    data, cluster = generated / "data", str(generated / "cluster.yaml")
+    ledger, state, log = tmp_path / "ledger.sqlite", tmp_path / "state", tmp_path / "log"
+    common = ["--ledger", str(ledger), "--cluster", cluster]
+    code, out, err = _cli(capsys, "train", "--private", str(data / "private"), "--classes", str(CLASSES),
+                          "--epsilon", "2", "--queries-max", "1500", "--state", str(state), "--json", *common)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["classes"] == CLASSES and summary["gate"] == "gnmax"
+    assert summary["proven_epsilon"] <= 2 and summary["proven_delta"] <= 1e-6
+    params = json.loads((state / "session.json").read_text())["params"]
+    assert params["classes"] == CLASSES
+    code, out, err = _cli(capsys, "answer", "--state", str(state), "--queries", str(data / "queries"), "--log", str(log),
+                          "--truth", str(data / "truth"), "--json", *common)
+    assert code == 0, err
+    answered = json.loads(out)
+    answers = pq.read_table(log).column("answer").to_numpy()
+    assert set(np.unique(answers)) == set(range(CLASSES))  # the log holds class indices, every one used
+    assert answered["accuracy"] > 0.6  # chance is about 0.3 (the largest class's share)
+    provenance = json.loads(pq.read_schema(next(log.glob("batch-*.parquet"))).metadata[b"pcqr.provenance"])
+    assert provenance["parameters"]["classes"] == CLASSES
+    code, out, err = _cli(capsys, "replay", str(log), "--truth", str(data / "truth"), "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["accuracy"] == answered["accuracy"]  # after the answers' CSV
+    code, out, err = _cli(capsys, "report", "--log", str(log), "--truth", str(data / "truth"),
+                          "--out", str(tmp_path / "report.html"), "--json")
+    assert code == 0, err and (tmp_path / "report.html").exists()
+    code, _, err = _cli(capsys, "distill", "--log", str(log), "--out", str(tmp_path / "student.json"))
+    _one_line(code, err, f"the session answers {CLASSES} classes", "not built yet")
+    assert not (tmp_path / "student.json").exists()
+    # repeats of logged queries get their logged classes, at no cost
+    first = pq.read_table(log).sort_by("query_id").slice(0, 300)
+    again = first.select(["query_id", *[f"x{j}" for j in range(6)]])
+    again = again.set_column(0, "query_id", pa.array(np.arange(10**6, 10**6 + 300)))
+    pq.write_table(again, tmp_path / "again.parquet")
+    code, out, err = _cli(capsys, "answer", "--state", str(state), "--queries", str(tmp_path / "again.parquet"),
+                          "--log", str(log), "--json", *common)
+    assert code == 0, err
+    batches = sorted(log.glob("batch-*.parquet"))
+    repeated = pq.read_table(batches[-1]).sort_by("query_id")
+    assert repeated.column("source").to_pylist() == ["duplicate"] * 300
+    assert repeated.column("answer").to_pylist() == first.column("answer").to_pylist()
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--classes", "1"], ["--classes must be a whole number of classes in [2, 100], got 1"]),
+    (["--classes", "101"], ["--classes must be a whole number of classes in [2, 100], got 101"]),
+    (["--classes", "5", "--gate", "guess"], ["--gate guess: --classes 5 needs --gate gnmax"]),
+    (["--classes", "5", "--gate", "stability"], ["--gate stability: --classes 5 needs --gate gnmax"]),
+    (["--classes", "5", "--mode", "agnostic", "--hypothesis", "threshold"], ["--mode agnostic relabels"]),
+    (["--classes", "5", "--learner", "stump"], ["--learner stump", "needs a multi-class learner"]),
+    (["--classes", "3"], ["label column 'label' has values outside 0 .. 2 (--classes 3)"]),
+    ([], ["label column 'label' has values outside {0, 1}"]),
+])
+def test_a_misused_class_count_is_one_line_and_spends_nothing(generated, capsys, tmp_path, args, needles) -> None:
+    ledger, state = tmp_path / "ledger.sqlite", tmp_path / "state"
+    code, _, err = _cli(capsys, "train", "--private", str(generated / "data" / "private"), "--epsilon", "2",
+                        "--queries-max", "1000", "--state", str(state), "--ledger", str(ledger),
+                        "--cluster", str(generated / "cluster.yaml"), *args)
+    _one_line(code, err, *needles)
+    assert not state.exists() and _spent(ledger) == {}  # a label found outside: the charge is refunded
+
+
+def test_a_fallback_label_outside_the_classes_is_refused_before_anything(generated, capsys, tmp_path) -> None:
+    ledger, state, log = tmp_path / "ledger.sqlite", tmp_path / "state", tmp_path / "log"
+    common = ["--ledger", str(ledger), "--cluster", str(generated / "cluster.yaml")]
+    assert main(["train", "--private", str(generated / "data" / "private"), "--classes", "5", "--epsilon", "2",
+                 "--queries-max", "500", "--state", str(state), *common]) == 0
+    capsys.readouterr()
+    code, _, err = _cli(capsys, "answer", "--state", str(state), "--queries", str(generated / "data" / "queries"),
+                        "--log", str(log), "--fallback-label", "5", *common)
+    _one_line(code, err, "--fallback-label 5: the session answers the class indices 0 .. 4")
+    assert not log.exists()
+
+
+def test_private_classifier_with_three_named_classes_under_cross_validation(thread_cluster_yaml, tmp_path,
+                                                                          monkeypatch) -> None:
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+    warnings.simplefilter("ignore", pcqr.PrivacyCostWarning)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12_000, 3))
+    y = np.where(X[:, 0] > 0.5, "high", np.where(X[:, 1] > 0, "mid", "low"))
+    clf = pcqr.PrivateClassifier(epsilon=4.0, classes=["mid", "low", "high"], cluster=thread_cluster_yaml,
+                                 seed=1, insecure_seed=True)
+    scores = cross_val_score(clf, X, y, cv=2)
+    assert scores.min() > 0.8  # chance: 0.4
+    fitted = clf.fit(X[:6000], y[:6000])
+    assert fitted.classes_.tolist() == ["high", "low", "mid"]
+    predicted = fitted.predict(X[6000:6500])
+    assert set(predicted.tolist()) == {"high", "low", "mid"}
+    with pytest.raises(ValueError, match=r"y: holds labels outside classes=\['high', 'low', 'mid'\]") as refused:
+        pcqr.PrivateClassifier(epsilon=4.0, classes=["mid", "low", "high"], cluster=thread_cluster_yaml).fit(
+            X[:100], np.where(np.arange(100) == 7, "secret", y[:100]))
+    assert "secret" not in str(refused.value)
