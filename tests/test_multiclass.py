@@ -91,7 +91,17 @@ def test_train_answer_replay_report_over_five_classes(generated, capsys, tmp_pat
     assert json.loads(out.strip().splitlines()[-1])["accuracy"] == answered["accuracy"]  # after the answers' CSV
     code, out, err = _cli(capsys, "report", "--log", str(log), "--truth", str(data / "truth"),
                           "--out", str(tmp_path / "report.html"), "--json")
-    assert code == 0, err and (tmp_path / "report.html").exists()
+    assert code == 0, err
+    assert str(tmp_path / "report-confusion.png") in json.loads(out)["figures"] and (tmp_path / "report-confusion.png").exists()
+    from pcqr.pipeline.report.contents import session_report
+
+    report = session_report(str(log), truth=str(data / "truth"))
+    confusion = report.truth.confusion
+    assert confusion.shape == (CLASSES, CLASSES) and confusion.sum() == 1500  # every answer, every truth
+    assert np.trace(confusion) / confusion.sum() == pytest.approx(answered["accuracy"])
+    page = (tmp_path / "report.html").read_text()
+    for j in range(CLASSES):  # each true class's accuracy beside the figures
+        assert f"accuracy on true class {j}" in page
     code, _, err = _cli(capsys, "distill", "--log", str(log), "--out", str(tmp_path / "student.json"))
     _one_line(code, err, f"the session answers {CLASSES} classes", "not built yet")
     assert not (tmp_path / "student.json").exists()

@@ -47,6 +47,7 @@ class Truth:
     correct: np.ndarray
     true_ones: np.ndarray
     by_source: dict[str, tuple[int, int]]
+    confusion: np.ndarray | None = None  # c > 2 classes: (c, c) counts, row the true class, column the answer
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,15 @@ class SessionReport:
     halt_at: int | None
     truth: Truth | None = None
     state_summary: dict[str, Any] | None = None
+    by_class: np.ndarray | None = None  # c > 2 classes: per bin (rows) the answers released as each class
     notes: list[str] = field(default_factory=list)
     log_notes: list[str] = field(default_factory=list)  # the log's verification (pcqr replay's lines)
     last_vouched: bool = False  # the last batch matched the state's last hash
+
+    @property
+    def classes(self) -> int:
+        """c, the classes the session answers (its certificate's ``classes``; 2 when absent)."""
+        return int(self.certificate.get("classes", 2))
 
     @property
     def total_queries(self) -> int:
@@ -231,6 +238,9 @@ def _over_the_stream(log_dir: str, answers: Any, certificate: dict[str, Any], fi
     tested_abstention = (status == "abstained") & (source != DUPLICATE)  # a copy's repeated abstention: free
     spent = tested_abstention | (answered & np.isin(source, SPENDING_SOURCES))
     after_halt = np.flatnonzero((status == "refused") | (answered & (source == STUDENT)))
+    classes = int(certificate.get("classes", 2))
+    by_class = None if classes == 2 else np.column_stack(
+        [_per_bin(answered & (label == j), edges) for j in range(classes)])
     return SessionReport(
         log=log_dir, files_read=list(files), certificate=certificate,
         batches=int(np.unique(answers.column("batch").to_numpy()).size), edges=edges,
@@ -238,7 +248,7 @@ def _over_the_stream(log_dir: str, answers: Any, certificate: dict[str, Any], fi
         sources={name: _per_bin(answered & (source == name), edges) for name in _in_order_of_appearance(source[answered])},
         ones=_per_bin(answered & (label == 1), edges), spent_at=np.flatnonzero(spent) + 1,
         tested=int(np.count_nonzero(tested_abstention | (answered & np.isin(source, GATED_SOURCES)))),
-        halt_at=int(after_halt[0]) + 1 if after_halt.size else None,
+        halt_at=int(after_halt[0]) + 1 if after_halt.size else None, by_class=by_class,
     )
 
 
@@ -264,9 +274,14 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     evaluated = (status == "answered") & (expected >= 0)
     right = evaluated & (np.where(evaluated, released, -2) == expected)
     report.files_read.extend(scan_dataset(truth, "truth").files)
+    confusion = None
+    if report.classes > 2:  # rows: the truth's class; columns: the released one (over the evaluated answers)
+        confusion = np.zeros((report.classes, report.classes), dtype=np.int64)
+        np.add.at(confusion, (expected[evaluated], released[evaluated].astype(np.int64)), 1)
     return Truth(
         evaluated=_per_bin(evaluated, report.edges), correct=_per_bin(right, report.edges),
         true_ones=_per_bin(evaluated & (expected == 1), report.edges),
         by_source={name: (int(np.count_nonzero(evaluated & (source == name))),
                           int(np.count_nonzero(right & (source == name)))) for name in report.sources},
+        confusion=confusion,
     )

@@ -135,8 +135,18 @@ def _student_words(report: SessionReport) -> str:
 
 
 def labels(report: SessionReport, fig: Any) -> None:
-    """The share of answers released as 1, per bin (and the truth's share on the same queries)."""
+    """The share of answers released as 1, per bin (and the truth's share on the same queries); over c > 2
+    classes, the share released as each class."""
     ax = fig.subplots()
+    if report.by_class is not None:
+        for j in range(report.by_class.shape[1]):
+            data(ax.plot(report.centers(), share(report.by_class[:, j], report.statuses["answered"]), marker=".",
+                         lw=1.5, label=f"class {j}"))
+        ax.set_ylim(-0.02, 1.02)
+        stream(ax, report, "share of the bin's answers")
+        title(ax, "Released classes over the stream (the votes behind them are private)")
+        legend(ax)
+        return
     data(ax.plot(report.centers(), share(report.ones, report.statuses["answered"]), marker="o", markersize=5,
                   lw=2.5, alpha=0.6, color="tab:purple", label="released 1 (share of the bin's answers)"))
     if report.truth is not None:  # drawn thin over the released line: where they agree both show
@@ -196,6 +206,23 @@ def sources(report: SessionReport, fig: Any) -> None:
     title(ax, "Accuracy by source")
 
 
+def confusion(report: SessionReport, fig: Any) -> None:
+    """c > 2 classes, with a truth file: the answers' confusion matrix (each row, a true class, as shares)."""
+    assert report.truth is not None and report.truth.confusion is not None
+    counts = report.truth.confusion
+    rows = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    ax = fig.subplots()
+    data(ax.imshow(rows, cmap="Blues", vmin=0.0, vmax=1.0))
+    for (i, j), value in np.ndenumerate(counts):
+        ax.text(j, i, f"{value:,}", ha="center", va="center", fontsize=8,
+                color="white" if rows[i, j] > 0.6 else "black")
+    ax.set_xticks(range(counts.shape[1]))
+    ax.set_yticks(range(counts.shape[0]))
+    ax.set_xlabel("released class")
+    ax.set_ylabel("true class (--truth)")
+    title(ax, "Answers against the truth (shaded: the shares of each true class)")
+
+
 class Drawing(NamedTuple):
     """How one figure is drawn: the function, its height in inches, its margins (:func:`frame`)."""
 
@@ -207,7 +234,7 @@ class Drawing(NamedTuple):
 
 DRAW = {"budget": Drawing(budget, 3.6), "outcomes": Drawing(outcomes, 3.8), "gate": Drawing(gate, 3.6),
         "accuracy": Drawing(accuracy, 5.4), "sources": Drawing(sources, 3.4, left=0.3, right=0.9),
-        "labels": Drawing(labels, 3.4)}
+        "labels": Drawing(labels, 3.4), "confusion": Drawing(confusion, 4.2, left=0.2, right=0.8)}
 CAPTIONS: dict[str, str | dict[str, str]] = {
     "budget": "The privacy budget against the query stream: each step is one instance spent (an abstention, a "
               "flipped or a noisy-majority answer); the session halts if it reaches the dashed line.",
@@ -227,7 +254,9 @@ CAPTIONS: dict[str, str | dict[str, str]] = {
     "sources": "Accuracy of the answers by where they came from (the log's source column), against --truth; "
                "whiskers: 95% Wilson interval.",
     "labels": "The share of answers released as 1 in each bin; with --truth, the share labelled 1 in the truth "
-              "on the same queries.",
+              "on the same queries (over more than two classes: the share released as each class).",
+    "confusion": "More than two classes: how the answers (columns) meet the truth (rows) over the answered queries "
+                 "the truth covers; the table beside gives each true class's accuracy.",
 }
 
 
@@ -238,5 +267,7 @@ def caption(name: str, report: SessionReport) -> str:
 
 
 def figure_names(report: SessionReport) -> list[str]:
-    """The figures this report draws, in page order (accuracy by source needs a truth file)."""
-    return [name for name in DRAW if name != "sources" or report.truth is not None]
+    """The figures this report draws, in page order (accuracy by source needs a truth file; the confusion
+    matrix, a truth file and c > 2 classes)."""
+    return [name for name in DRAW if (name != "sources" or report.truth is not None)
+            and (name != "confusion" or (report.truth is not None and report.truth.confusion is not None))]
