@@ -163,6 +163,9 @@ def one_run(task: dict[str, Any], eps: float, work: Path, cluster: str, **option
     from pcqr.pipeline.session.state import load_models, load_session
 
     truth = task["arrays"][3]
+    classes = task.get("classes", 2)
+    if classes != 2:
+        options = {**options, "classes": classes}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stream = {} if "labels" in options else {"queries_max": QUERIES}  # --labels M replaces --queries-max
@@ -177,8 +180,10 @@ def one_run(task: dict[str, Any], eps: float, work: Path, cluster: str, **option
     state = str(work / "state")
     ensemble = load_models(state, load_session(state))
     k = ensemble.size
+    votes = ensemble.count_votes(task["arrays"][2])  # ct(1), or the (n, c) counts (ties: the smaller class)
+    vote = (2 * votes > k) if classes == 2 else np.argmax(votes, axis=1)
     return {"accuracy": float(np.mean(np.where(answered, answer, -1) == truth)),
-            "teachers": float(np.mean((2 * ensemble.count_ones(task["arrays"][2]) > k) == truth)),
+            "teachers": float(np.mean(vote == truth)),
             "k": k, "labels": summary.get("labels") or QUERIES, "gate": summary.get("gate"),
             "learner": summary.get("learner")}
 

@@ -54,15 +54,19 @@ def norm_bound(encoding: str) -> float:
     return math.sqrt(len(numeric) + len(categorical))
 
 
-def load_adult(adult: Path = ADULT, encoding: str = "wide") -> Split:
-    """(X_train, y_train, X_test, y_test, feature names) in ``encoding`` (the module docstring)."""
+def load_adult(adult: Path = ADULT, encoding: str = "wide", target: str = "income") -> Split:
+    """(X_train, y_train, X_test, y_test, feature names) in ``encoding`` (the module docstring). ``target``:
+    ``income`` (label 1 iff >50K), or a categorical column (issue 49's multi-class tasks: its category's
+    index in adult.names, the column left out of the features; a row whose value is "?" is dropped)."""
     numeric, categorical, unknown_kept = ENCODINGS[encoding]
     known = {name: values + (["?"] if name in unknown_kept else []) for name, values in categories(adult).items()}
-    used = [name for name in COLUMNS[:-1] if name in numeric or name in categorical]
+    used = [name for name in COLUMNS[:-1] if (name in numeric or name in categorical) and name != target]
 
     def read(path: Path) -> tuple[np.ndarray, np.ndarray]:
         rows = [r.split(", ") for r in path.read_text().splitlines() if r and not r.startswith("|")]
         rows = [r for r in rows if len(r) == len(COLUMNS)]
+        if target != "income":
+            rows = [r for r in rows if r[COLUMNS.index(target)].strip() in known[target]]
         columns = []
         for name in used:
             values = [r[COLUMNS.index(name)].strip() for r in rows]
@@ -70,7 +74,10 @@ def load_adult(adult: Path = ADULT, encoding: str = "wide") -> Split:
                 columns.append(np.array(values, dtype=float)[:, None] / BOUNDS[name])
             else:
                 columns.append(np.array([[v == c for c in known[name]] for v in values], dtype=float))
-        y = np.array([r[-1].strip().rstrip(".") == ">50K" for r in rows], dtype=np.int8)
+        if target == "income":
+            y = np.array([r[-1].strip().rstrip(".") == ">50K" for r in rows], dtype=np.int8)
+        else:
+            y = np.array([known[target].index(r[COLUMNS.index(target)].strip()) for r in rows], dtype=np.int8)
         return np.hstack(columns), y
 
     names = [n for name in used for n in ([name] if name in numeric else [f"{name}={c}" for c in known[name]])]
