@@ -122,8 +122,8 @@ def test_train_answer_replay_report_over_five_classes(generated, capsys, tmp_pat
 @pytest.mark.parametrize("args,needles", [
     (["--classes", "1"], ["--classes must be a whole number of classes in [2, 100], got 1"]),
     (["--classes", "101"], ["--classes must be a whole number of classes in [2, 100], got 101"]),
-    (["--classes", "5", "--gate", "guess"], ["--gate guess: --classes 5 needs --gate gnmax"]),
-    (["--classes", "5", "--gate", "stability"], ["--gate stability: --classes 5 needs --gate gnmax"]),
+    (["--classes", "5", "--gate", "guess"], ["--gate guess: --classes 5 needs --gate gnmax or stability"]),
+    (["--classes", "5", "--guess", "prior"], ["--guess prior: --classes 5 needs --gate gnmax or stability"]),
     (["--classes", "5", "--mode", "agnostic", "--hypothesis", "threshold"], ["--mode agnostic relabels"]),
     (["--classes", "5", "--learner", "stump"], ["--learner stump", "needs a multi-class learner"]),
     (["--classes", "3"], ["label column 'label' has values outside 0 .. 2 (--classes 3)"]),
@@ -169,3 +169,27 @@ def test_private_classifier_with_three_named_classes_under_cross_validation(thre
         pcqr.PrivateClassifier(epsilon=4.0, classes=["mid", "low", "high"], cluster=thread_cluster_yaml).fit(
             X[:100], np.where(np.arange(100) == 7, "secret", y[:100]))
     assert "secret" not in str(refused.value)
+
+
+def test_the_stability_gate_answers_five_classes(generated, capsys, tmp_path) -> None:
+    """--gate stability over c classes: the plurality through the sparse vector on its gap; abstentions
+    spend the T instances, then the student answers (every class index in the log)."""
+    data = generated / "data"
+    ledger, state, log = tmp_path / "ledger.sqlite", tmp_path / "state", tmp_path / "log"
+    common = ["--ledger", str(ledger), "--cluster", str(generated / "cluster.yaml")]
+    code, out, err = _cli(capsys, "train", "--private", str(data / "private"), "--classes", str(CLASSES), "--gate",
+                          "stability", "--epsilon", "8", "--cutoff", "10", "--queries-max", "1500", "--state",
+                          str(state), "--json", *common)
+    assert code == 0, err
+    assert json.loads(out)["gate"] == "stability" and json.loads(out)["classes"] == CLASSES
+    code, out, err = _cli(capsys, "answer", "--state", str(state), "--queries", str(data / "queries"), "--log", str(log),
+                          "--json", *common)
+    assert code == 0, err
+    table = pq.read_table(log)
+    sources = table.column("source").to_pylist()
+    assert "sparse_vector" in sources and table.column("status").to_pylist().count("abstained") == 10
+    assert set(pc_unique(table.column("answer"))) <= set(range(CLASSES))
+
+
+def pc_unique(column: pa.ChunkedArray) -> list[int]:
+    return [v for v in column.unique().to_pylist() if v is not None]

@@ -61,6 +61,14 @@ positions only. :attr:`SparseVector.work` counts what was done (tests compare tw
 
 Nothing here is released except the answer (label / bottom / refused): not the
 votes, not the gap, not the noisy values, not c's intermediate noise.
+
+More than two classes (issue 49; docs/privacy.md, "the gates for c > 2 classes"): ``y_hat`` is the
+plurality class (ties: the smallest index) and ``gap`` = ct(1st) - ct(2nd), the margin between the
+largest and the second-largest count (:func:`plurality_gap`). One moved vote changes each order
+statistic of the counts by at most 1, so gap moves by at most 2: the sensitivity above, the same
+noise, eps0 and composition. The plurality can change between neighbours only where gap <= 2 (a
+vote from the first to the second class turns 2 into a tie), the binary gate's worst unstable gap:
+the same delta_stab = T p1, p1 the pass probability at gap 2.
 """
 from __future__ import annotations
 
@@ -69,7 +77,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pcqr.pipeline.gates.gate import Features, PublicRecord, Released, SparseVectorState, checked_votes, source_codes
+from pcqr.pipeline.gates.gate import (
+    Features, PublicRecord, Released, SparseVectorState, checked_class_votes, checked_votes, source_codes,
+)
 from pcqr.pipeline.privacy.noise import DiscreteLaplaceTail, KeyedStream, NoiseSource, below, session_key
 from pcqr.pipeline.privacy.subsamp import SubSampParameters
 from pcqr.pipeline.public_log.batches import ABSTAINED, ANSWERED, REFUSED, SPARSE_VECTOR_CODE
@@ -163,7 +173,8 @@ class SparseVector:
         Parameters
         ----------
         ones : array of int
-            ct(1) for each query: how many of the k models vote 1 (private).
+            ct(1) for each query: how many of the k models vote 1 (private); over c > 2 classes
+            (``params.classes``) the (n, c) counts ct(j), each row the gate may test summing to k.
         subsamples : int
             k, the number of models.
 
@@ -172,12 +183,26 @@ class SparseVector:
         status : int8 array (ANSWERED, ABSTAINED, REFUSED)
         label : int8 array, the majority label where answered (else 0)
         """
-        ones = checked_votes(ones, subsamples)
-        label = (2 * ones > subsamples).astype(np.int8)
-        gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
+        if self.params.classes > 2:
+            label, gap = self._plurality(ones, subsamples)
+        else:
+            ones = checked_votes(ones, subsamples)
+            label = (2 * ones > subsamples).astype(np.int8)
+            gap = np.abs(2 * ones - subsamples)  # sensitivity 2: one record moves one vote
         status, _ = self._run(gap, 0, subsamples, stop_at_bottom=False)
         label[status != ANSWERED] = 0
         return status, label
+
+    def _plurality(self, counts: np.ndarray, subsamples: int) -> tuple[np.ndarray, np.ndarray]:
+        """(plurality, gap) of each query's c counts; the rows past the gate's capacity (their votes
+        not counted: zeros) get gap 0 unread, and are refused before any is tested."""
+        counts = np.asarray(counts)
+        readable = min(counts.shape[0], self.capacity)
+        checked = checked_class_votes(counts[:readable], subsamples, self.params.classes)
+        label = np.zeros(counts.shape[0], dtype=np.int8)
+        gap = np.zeros(counts.shape[0], dtype=np.int64)
+        label[:readable], gap[:readable] = plurality_gap(checked)
+        return label, gap
 
     def process_guess(self, ones: np.ndarray, guess: np.ndarray, subsamples: int,
                       stop_at_bottom: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
@@ -314,3 +339,10 @@ class SparseVector:
                 first_above = self._first_above()
         return i, True
 
+
+def plurality_gap(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The plurality class of each row of (n, c) counts (ties: the smallest index, int8) and the gap
+    ct(1st) - ct(2nd) (int64): the stability gate's label and statistic over c > 2 classes."""
+    counts = np.asarray(counts, dtype=np.int64)
+    top_two = np.sort(counts, axis=1)[:, -2:]
+    return np.argmax(counts, axis=1).astype(np.int8), top_two[:, 1] - top_two[:, 0]

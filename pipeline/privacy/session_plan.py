@@ -121,10 +121,10 @@ def plan_realizable(options: TrainingOptions, rows: int) -> SessionPlan:
         params = realizable_parameters(replace(options, queries_max=labels), "gnmax", rows)
         return SessionPlan("realizable", params, gate_chosen=reason, labels=labels)
     gate, why = (asked, None) if asked else choose_gate(options, rows)
-    if options.classes > 2 and gate != "gnmax":
-        raise PcqrError(f"{spelled_with('--classes', options.classes)}: gnmax, the only gate that answers more "
-                        f"than two classes, cannot serve this request ({why}); "
-                        f"give --labels M, a larger {spelled('--epsilon')} or more rows")
+    if options.classes > 2 and gate not in ("gnmax", "stability"):
+        raise PcqrError(f"{spelled_with('--classes', options.classes)}: gnmax, the gate chosen for more than two "
+                        f"classes, cannot serve this request ({why}); give --gate stability, --labels M, a larger "
+                        f"{spelled('--epsilon')} or more rows")
     params = realizable_parameters(options, gate, rows)
     if params.gate == "gnmax" and options.cutoff not in (TrainingOptions.cutoff, options.queries_max):
         raise PcqrError(f"{spelled_with('--cutoff', options.cutoff)}: {spelled_with('--gate', 'gnmax')} spends one "
@@ -224,12 +224,12 @@ def choose_gate(options: TrainingOptions, rows: int) -> tuple[str, str]:
     reserved = reserved_gate(options)
     if reserved is not None:
         return reserved
-    if options.classes > 2:  # the only gate built for c classes: chosen where it certifies
+    if options.classes > 2:  # gnmax where it certifies, else the stability gate (the guess gate answers two)
         try:
             realizable_parameters(options, "gnmax", rows)
         except PcqrError as exc:
-            return "guess", f"gnmax is refused here: {exc}"
-        return "gnmax", f"gnmax is the gate that answers {options.classes} classes"
+            return "stability", f"gnmax is refused here ({exc}); the stability gate answers {options.classes} classes"
+        return "gnmax", f"gnmax answers {options.classes} classes, every query to m"
     try:
         return recommend_gate(rows, options.epsilon, options.delta, options.cutoff, options.queries_max,
                               options.beta, options.subsamples)
@@ -247,10 +247,10 @@ def check_mode_options(options: TrainingOptions) -> None:
     if options.classes > 2 and mode != "realizable":
         raise PcqrError(f"{spelled_with('--classes', options.classes)}: --mode {mode} relabels by the exponential "
                         "mechanism over two-label dichotomies; more than two classes need --mode realizable")
-    if options.classes > 2 and gate not in (None, "gnmax"):
+    if options.classes > 2 and gate not in (None, "gnmax", "stability"):
         given = spelled_with("--gate", gate) if options.gate else spelled_with("--guess", options.guess)
-        raise PcqrError(f"{given}: {spelled_with('--classes', options.classes)} needs --gate gnmax (the {gate} "
-                        "gate's multi-class test is not built yet; leave --gate out or give gnmax)")
+        raise PcqrError(f"{given}: {spelled_with('--classes', options.classes)} needs --gate gnmax or stability "
+                        f"(the {gate} gate's multi-class test is not built yet; leave --gate out or give one of them)")
     if mode == "realizable":
         return
     if gate not in (None, "stability"):

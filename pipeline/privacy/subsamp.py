@@ -272,9 +272,14 @@ class SubSampParameters:
         check_classes(classes)
         if classes == 2:
             return GATE_PARAMETERS[gate](profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
+        if gate == "stability":  # the plurality's gap: the binary gap's sensitivity and stability (sparse_vector)
+            params = replace(GATE_PARAMETERS[gate](profile, epsilon, delta, cutoff, queries_max, beta, subsamples,
+                                                   threshold), classes=classes)
+            params.certify()
+            return params
         if gate != "gnmax":
-            raise PcqrError(f"--gate {gate} answers two classes; {classes} classes need --gate gnmax (the {gate} "
-                            "gate's multi-class test is not built yet)")
+            raise PcqrError(f"--gate {gate} answers two classes; {classes} classes need --gate gnmax or stability "
+                            f"(the {gate} gate's multi-class test is not built yet)")
         return cls.gnmax(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, classes=classes)
 
     @classmethod
@@ -561,7 +566,7 @@ class SubSampParameters:
         if self.gate not in GATES:
             raise PcqrError(f"--gate must be one of {', '.join(GATES)}, got {self.gate!r}")
         check_classes(self.classes)
-        if self.classes != 2 and self.gate != "gnmax":
+        if self.classes != 2 and self.gate not in ("gnmax", "stability"):
             raise PcqrError(f"--gate {self.gate} answers two classes, not {self.classes}")
         if self.accountant not in (None, *ACCOUNTANTS) or (self.accountant is not None and self.gate != "gnmax"):
             raise PcqrError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (gnmax only), got {self.accountant!r}")
