@@ -35,6 +35,10 @@ Answer codes of :func:`run_sparse_vector` (int8):
     2  ABSTAINED   the coordinator answered bottom (the count c of bottoms grew by one)
     3  REFUSED     the session had halted (c reached T) or had seen m queries
 
+Over c > 2 classes (issue 49: ``subsamp_parameters(..., classes=c)``, gates 'gnmax' and 'stability'),
+the queries are given as an (q, c) array of class counts and the codes are the class index j for
+an answer j, c for an abstention and c + 1 for a refusal (the table above at c = 2).
+
 Example
 -------
 >>> import numpy as np
@@ -77,6 +81,7 @@ def subsamp_parameters(
     beta: float = 0.05,
     profile: str = "tight",
     gate: str = "stability",
+    classes: int = 2,
 ) -> SubSampParameters:
     """A_SubSamp's parameters through the CLI's certification.
 
@@ -96,6 +101,7 @@ def subsamp_parameters(
         with :func:`run_guess_gate`; w may then be negative, default 0) or 'gnmax' (the Gaussian noisy
         argmax: run it with :func:`run_gnmax`; needs profile='tight' and threshold None; ``cutoff`` is
         not used: the session halts after ``queries_max`` answers).
+    classes : c, the labels the votes range over (2; more for 'gnmax' and 'stability' only).
 
     Returns
     -------
@@ -103,7 +109,8 @@ def subsamp_parameters(
         ``.certificate()`` gives proven_epsilon and each delta term. Raises PcqrError
         (one line) for a setting pcqr refuses.
     """
-    return SubSampParameters.create(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, gate)
+    return SubSampParameters.create(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, gate,
+                                    classes)
 
 
 def run_guess_gate(
@@ -163,7 +170,8 @@ def run_gnmax(
     Parameters
     ----------
     ones : array of int, shape (q,)
-        ct(1) of each query, in [0, subsamples].
+        ct(1) of each query, in [0, subsamples]; over c > 2 classes, shape (q, c): each query's class
+        counts, summing to k.
     subsamples : int
         k.
     params : SubSampParameters
@@ -175,15 +183,19 @@ def run_gnmax(
     -------
     np.ndarray of int8, shape (sessions, q)
         ANSWERED_0 / ANSWERED_1 (the noisy majority) or REFUSED (after m answers). Never abstains.
+        Over c > 2 classes: the released class, or c + 1 after m answers.
     """
     from pcqr.pipeline.gates.noisy_argmax import NoisyArgmax
 
-    votes = _vote_counts(ones, subsamples)
+    votes = _vote_counts(ones, subsamples, params.classes)
     if params.gate != "gnmax":
         raise PcqrError("params: run_gnmax needs parameters made with gate='gnmax'")
+    refused = REFUSED if params.classes == 2 else params.classes + 1
+
     def one(source: NoiseSource) -> np.ndarray:
-        status, label = NoisyArgmax.create(params, source).process(votes, subsamples)
-        return np.where(status == _ANSWERED, label, REFUSED)
+        gate = NoisyArgmax.create(params, source)
+        status, label = gate.process(votes, subsamples) if params.classes == 2 else gate.process_classes(votes, subsamples)
+        return np.where(status == _ANSWERED, label, refused)
 
     return _independent_sessions(sessions, votes.shape[0], noise, one)
 
@@ -200,7 +212,8 @@ def run_sparse_vector(
     Parameters
     ----------
     ones : array of int, shape (q,)
-        ct(1) of each query: how many of the ``subsamples`` models vote 1, in [0, subsamples].
+        ct(1) of each query: how many of the ``subsamples`` models vote 1, in [0, subsamples]; over
+        c > 2 classes, shape (q, c): each query's class counts, summing to k.
     subsamples : int
         k.
     params : SubSampParameters
@@ -216,13 +229,15 @@ def run_sparse_vector(
     np.ndarray of int8, shape (sessions, q)
         The codes of the module docstring.
     """
-    votes = _vote_counts(ones, subsamples)
+    votes = _vote_counts(ones, subsamples, params.classes)
     if params.gate != "stability":
         raise PcqrError(f"params: run_sparse_vector runs the stability gate; use run_{params.gate.replace('guess', 'guess_gate')} "
                         f"for gate={params.gate!r}")
+    abstained, refused = (ABSTAINED, REFUSED) if params.classes == 2 else (params.classes, params.classes + 1)
+
     def one(source: NoiseSource) -> np.ndarray:
         status, label = SparseVector.create(params, source).process(votes, subsamples)
-        return np.where(status == _ANSWERED, label, np.where(status == _ABSTAINED, ABSTAINED, REFUSED))
+        return np.where(status == _ANSWERED, label, np.where(status == _ABSTAINED, abstained, refused))
 
     return _independent_sessions(sessions, votes.shape[0], noise, one)
 
@@ -239,10 +254,16 @@ def _independent_sessions(sessions: int, queries: int, noise: NoiseSource | None
     return codes
 
 
-def _vote_counts(ones: np.ndarray, subsamples: int) -> np.ndarray:
+def _vote_counts(ones: np.ndarray, subsamples: int, classes: int = 2) -> np.ndarray:
     if not (isinstance(subsamples, (int, np.integer)) and subsamples >= 1):
         raise PcqrError(f"subsamples (k) must be a positive integer, got {subsamples!r}")
     votes = np.asarray(ones)
+    if classes > 2:
+        if votes.ndim != 2 or votes.shape[1] != classes or not (votes.size == 0 or np.issubdtype(votes.dtype, np.integer)):
+            raise PcqrError(f"ones must be a (q, {classes}) array of integer class counts (params.classes = {classes})")
+        if votes.size and (votes.min() < 0 or np.any(votes.sum(axis=1) != subsamples)):
+            raise PcqrError(f"ones: each query's class counts must be non-negative and sum to k = {subsamples}")
+        return votes.astype(np.int64)
     if votes.ndim != 1 or not (votes.size == 0 or np.issubdtype(votes.dtype, np.integer)):
         raise PcqrError("ones must be a one-dimensional array of integer vote counts ct(1)")
     if votes.size and (votes.min() < 0 or votes.max() > subsamples):

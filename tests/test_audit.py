@@ -210,3 +210,21 @@ def test_histogram_and_cdf_runs() -> None:
         x, "0:15", 1.0, runs=1, noise=SeededNoise(3))
     with pytest.raises(PcqrError, match="needs at least"):
         audit.histogram_runs(x[:100], "0:15", 1.0, 1e-6, runs=1, alpha=0.01)
+
+
+def test_the_c_class_gates_run_through_the_audit_surface() -> None:
+    """Over c = 3 classes (issue 49) the auditor gives (q, 3) class counts: gnmax's codes are the
+    released classes (a unanimous query's class almost always at eps 8), the stability gate's the
+    plurality, c for an abstention and c + 1 for a refusal; a count matrix that is not (q, c) or does not
+    sum to k is refused in one line."""
+    gn = audit.subsamp_parameters(8.0, 1e-3, cutoff=2, queries_max=2, subsamples=60, gate="gnmax", classes=3)
+    codes = audit.run_gnmax(np.array([[0, 60, 0], [0, 0, 60], [20, 20, 20]]), 60, gn, sessions=200)
+    assert codes.shape == (200, 3) and (codes[:, 0] == 1).mean() > 0.95 and (codes[:, 1] == 2).mean() > 0.95
+    assert set(np.unique(codes[:, 2]).tolist()) == {4}  # past m = 2: refused, code c + 1
+    st = audit.subsamp_parameters(100.0, 1e-3, cutoff=20, queries_max=10, subsamples=50, gate="stability", classes=3)
+    codes = audit.run_sparse_vector(np.array([[0, 0, 50], [25, 25, 0]]), 50, st, sessions=200)
+    assert set(np.unique(codes[:, 0]).tolist()) <= {2, 3} and (codes[:, 0] == 2).mean() > 0.9
+    assert set(np.unique(codes[:, 1]).tolist()) <= {0, 3}  # a tie: class 0 (the smaller index) or abstain
+    for bad in (np.array([30, 30]), np.array([[30, 30]]), np.array([[30, 30, 1]])):
+        with pytest.raises(PcqrError, match=r"^ones"):
+            audit.run_gnmax(bad, 60, gn, sessions=1)

@@ -257,3 +257,23 @@ def test_the_certified_delta_is_never_below_a_50_digit_exact_delta(epsilon: floa
         ours = Decimal(pld_delta(at, sigma, m))
         assert exact * (1 + Decimal("1e-9")) <= ours <= exact * (1 + Decimal("1e-6")) + Decimal("1e-300"), \
             (at, exact, ours)
+
+
+def test_a_bound_that_grows_with_eps_still_certifies_where_it_fits() -> None:
+    """At small sigma and large eps the PLD bound's Poisson term grows with e^eps, so the bound can fit
+    delta at eps 8 and not at the RDP's 8.03 above it. The true delta(eps) is non-increasing, so a fit at
+    eps' certifies every larger eps: pld_epsilon returns such an eps' (and its bound fits there), and
+    a session at eps 8, delta 1e-3, m 20 is certified (it was refused: 'only certifies (8.028, ...)')."""
+    from pcqr.pipeline.privacy.gnmax import zcdp_epsilon, gnmax_rho
+    from pcqr.pipeline.privacy.subsamp import SubSampParameters
+
+    delta = 0.998e-3
+    sigma = calibrate_sigma(8.0, delta, 20, accountant="pld")
+    rdp = zcdp_epsilon(gnmax_rho(sigma, 20), delta)[0]
+    assert pld_delta(rdp, sigma, 20) > delta >= pld_delta(8.0 * (1 - 4e-9), sigma, 20)  # not monotone
+    eps = pld_epsilon(sigma, 20, delta)
+    assert eps <= 8.0 and pld_delta(eps, sigma, 20) <= delta
+    for classes in (2, 3):
+        params = SubSampParameters.create("tight", 8.0, 1e-3, 20 // (classes - 1), 20 // (classes - 1), 0.05,
+                                          gate="gnmax", classes=classes)
+        assert params.accountant == "pld" and params.guarantee()[0] <= 8.0

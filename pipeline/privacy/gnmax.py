@@ -38,6 +38,10 @@ certified before it keep "rdp"):
   [-W, m/2 - V1 eps) with that bound at most 1e-300, each pointwise error counted once per integer
   of the window, and the float sums' relative error bounded by _PLD_RELATIVE_ERROR. The
   certified delta adds every one of these terms, in the direction that only enlarges it.
+* The bound is not monotone in eps (its Poisson term is multiplied by 1 + e^eps), but the true delta(eps)
+  is non-increasing: a bound within delta at eps' certifies every eps >= eps'. So :func:`pld_epsilon`
+  returns the smallest eps' it finds where the bound fits, also where it does not fit at the RDP's eps
+  (small sigma, large eps: eps 8, delta 1e-3, m 20 was refused before issue 49).
 
 At eps = 1, delta = 0.998e-6, m = 2,000 the PLD's sigma is about 267 (the RDP conversion's: 287).
 
@@ -184,8 +188,18 @@ def _pld_epsilon(sigma: float, answers: int, delta: float) -> float:
     if not 0 < delta < 1:
         raise PcqrError(f"--delta must be in (0, 1), got {delta}")
     hi = zcdp_epsilon(gnmax_rho(sigma, answers), delta)[0]  # certified: the PLD's is at most this
-    if not pld_fits(sigma, answers) or pld_delta(hi, sigma, answers) > delta:
-        return hi  # the RDP certificate stands where the PLD cannot improve on it
+    if not pld_fits(sigma, answers):
+        return hi  # the RDP certificate stands where the PLD cannot run
+    if pld_delta(hi, sigma, answers) > delta:
+        # The bound is not monotone in eps: its Poisson error term grows with e^eps (at large eps and
+        # small sigma it can exceed delta at the RDP's eps while certifying a smaller one). The true
+        # delta(eps) is non-increasing, so a bound <= delta at eps' certifies every eps >= eps': look
+        # for the bound's minimum below hi (it is convex: a convex decreasing part plus E (1 + e^eps)),
+        # and take the first eps below it where the bound fits.
+        valley = _bound_minimum(sigma, answers, hi)
+        if pld_delta(valley, sigma, answers) > delta:
+            return hi  # the RDP certificate stands where the PLD cannot improve on it
+        hi = valley
     lo = 0.0
     while hi - lo > 1e-9 * hi:
         mid = (lo + hi) / 2
@@ -194,6 +208,25 @@ def _pld_epsilon(sigma: float, answers: int, delta: float) -> float:
         else:
             lo = mid
     return hi
+
+
+def _bound_minimum(sigma: float, answers: int, hi: float) -> float:
+    """Where :func:`pld_delta` is smallest on [0, hi] (golden-section search; the caller checks the
+    value it returns, so the search needs no proof)."""
+    ratio = (math.sqrt(5) - 1) / 2
+    lo, top = 0.0, hi
+    a, b = top - ratio * (top - lo), lo + ratio * (top - lo)
+    fa, fb = pld_delta(a, sigma, answers), pld_delta(b, sigma, answers)
+    for _ in range(100):
+        if fa <= fb:
+            top, b, fb = b, a, fa
+            a = top - ratio * (top - lo)
+            fa = pld_delta(a, sigma, answers)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (top - lo)
+            fb = pld_delta(b, sigma, answers)
+    return a if fa <= fb else b
 
 
 @functools.lru_cache(maxsize=64)
