@@ -40,6 +40,9 @@ Benchmarks (see benchmarks/README.md for what each figure means):
                         tuned grid) on a generated 140,000-row task, Adult, a 4,300-row task, corner and XOR
 * ``teacher_rules``     issue 48: the public rules behind the defaults measured offline (no session; gnmax's noise
                         simulated at pcqr's sigma): the teachers' depth, M per eps, small data's M and k
+* ``multiclass``        issue 49: the defaults over c > 2 classes (5 runs) beside their teachers' vote and
+                        multi-class DP-LR (10 fits) on Adult's relationship and marital status and a generated
+                        five-class task at 10^5 and 10^6 rows
 * ``imbalance``         issue 29, item 4: gnmax's teachers offline (no session) where each sees few positives:
                         class-weighted trees and public vote thresholds, with and without the certified noise
 
@@ -85,6 +88,7 @@ from safety_overhead import bench_safety_overhead
 from sharded_em import bench_sharded_em
 from sspp_intervals import bench_sspp_intervals
 from teacher_rules import bench_teacher_rules
+from multiclass import bench_multiclass
 from training_speedup import bench_training_speedup
 from work_past_m import bench_work_past_m
 from utility import bench_utility
@@ -95,7 +99,7 @@ BENCHMARKS = (
     "agnostic_at_scale", "relabel_stumps", "sharded_em", "sspp_intervals", "pap_thresholds",
     "safety_overhead", "answer_logistic", "utility", "bns_point", "bns_sanitize",
     "bns_thresholds", "bns_label_private", "auto_learner", "imbalance", "labels", "ledger_cost",
-    "practical_sanitizers", "work_past_m", "accuracy", "teacher_rules",
+    "practical_sanitizers", "work_past_m", "accuracy", "teacher_rules", "multiclass",
 )
 
 
@@ -127,6 +131,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "work_past_m": bench_work_past_m,
     "accuracy": bench_accuracy,
     "teacher_rules": bench_teacher_rules,
+    "multiclass": bench_multiclass,
 }
 
 
