@@ -50,12 +50,14 @@ from pcqr.pipeline.privacy.plan_tables import HYPOTHESES, plan_output
 @click.option("--domain", default=None,
               help="--without-public-data: the feature's integer domain LO:HI (LearnThresholds' and SanThresholds' "
                    "range; default 0:4294967295).")
+@click.option("--classes", type=int, default=2, show_default=True,
+              help="c, with --private-rows: the gates over c classes (gnmax and stability; at most 100).")
 @json_option
 def command(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None,
             beta: float | None, epsilon: float | None, delta: float | None,
             queries_max: int | None, gamma: float, rows_per_model: int | None, cutoff: int,
             subsamples: int | None, private_rows: int | None, without_public_data: bool, growth: int,
-            dimensions: int | None, domain: str | None, as_json: bool) -> None:
+            dimensions: int | None, domain: str | None, classes: int, as_json: bool) -> None:
     """Print the private sample size each algorithm's result requires, with its parameters.
 
     \b
@@ -78,7 +80,7 @@ def command(vc: int | None, hypothesis: str | None, features: int | None, alpha:
                                        private_rows, growth, dimensions, domain)
     else:
         out = plan_output(vc, hypothesis, features, alpha, beta, epsilon, delta, queries_max, gamma, rows_per_model,
-                          cutoff, subsamples, private_rows, dimensions, domain)
+                          cutoff, subsamples, private_rows, dimensions, domain, classes)
     if as_json:
         emit_summary(out.summary, as_json=True)
         return

@@ -193,3 +193,22 @@ def test_the_stability_gate_answers_five_classes(generated, capsys, tmp_path) ->
 
 def pc_unique(column: pa.ChunkedArray) -> list[int]:
     return [v for v in column.unique().to_pylist() if v is not None]
+
+
+def test_plan_gives_k_and_m_for_c_classes(capsys) -> None:
+    """pcqr plan --private-rows N --classes c: the gates built for c classes (gnmax's noise on each count,
+    larger than two classes' at the same eps), the guess gate refused, and the defaults train would use."""
+    common = ["plan", "--private-rows", "100000", "--epsilon", "1", "--queries-max", "3000", "--json"]
+    code, out, err = _cli(capsys, *common, "--classes", "5")
+    assert code == 0, err
+    five = json.loads(out)
+    code, out, _ = _cli(capsys, *common)
+    two = json.loads(out)
+    gates = {g["gate"]: g for g in five["gates"]}
+    assert "--gate guess answers two classes" in gates["guess"]["refused"]
+    assert gates["gnmax"]["scale"] > {g["gate"]: g for g in two["gates"]}["gnmax"]["scale"]
+    assert five["inputs"]["classes"] == 5 and "classes" not in two["inputs"]
+    assert five["defaults"]["gate"] == "gnmax" and five["defaults"]["labels"] == five["labels_recommended"]
+    code, _, err = _cli(capsys, "plan", "--alpha", "0.1", "--vc", "1", "--epsilon", "1", "--queries-max", "100",
+                        "--classes", "3")
+    _one_line(code, err, "--classes 3 applies to --private-rows only")

@@ -149,13 +149,15 @@ class PlanOutput:
 def plan_output(vc: int | None, hypothesis: str | None, features: int | None, alpha: float | None, beta: float,
                 epsilon: float | None, delta: float, queries_max: int | None, gamma: float,
                 rows_per_model: int | None, cutoff: int, subsamples: int | None, private_rows: int | None,
-                dimensions: int | None, domain: str | None) -> PlanOutput:
+                dimensions: int | None, domain: str | None, classes: int = 2) -> PlanOutput:
     """``pcqr plan``'s options (as the command names them) checked, and its output: the papers' sample
     sizes, or with ``rows_per_model`` the rows A_SubSamp needs per eps, with ``private_rows`` each
     gate's noise, k and margin (``--without-public-data``: pcqr.pipeline.mechanisms.sample_bounds)."""
     for option, set_value in (("--domain", domain), ("--dimensions", dimensions)):
         if set_value is not None:
             raise PcqrError(f"{option} applies to --without-public-data only")
+    if classes != 2 and private_rows is None:
+        raise PcqrError(f"--classes {classes} applies to --private-rows only (the papers' sample sizes are for two labels)")
     if private_rows is not None:
         if rows_per_model is not None:
             raise PcqrError("give at most one of --private-rows and --rows-per-model")
@@ -164,7 +166,7 @@ def plan_output(vc: int | None, hypothesis: str | None, features: int | None, al
                 raise PcqrError(f"{option} is required with --private-rows")
         assert epsilon is not None and queries_max is not None
         check_overrides(subsamples, None)
-        gates = gate_table(private_rows, epsilon, delta, cutoff, queries_max, beta, subsamples)
+        gates = gate_table(private_rows, epsilon, delta, cutoff, queries_max, beta, subsamples, classes)
         warning = delta_note(delta, private_rows)  # n is known: a delta at or above 1/n is said
         return PlanOutput({**gates, **({"warning": warning} if warning else {})}, gate_table_lines(gates), warning)
     if rows_per_model is not None:

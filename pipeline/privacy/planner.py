@@ -398,10 +398,15 @@ def plan(d: int, alpha: float, beta: float, epsilon: float, delta: float, m: int
 # --- Which gate and how many labels: pcqr.pipeline.privacy.gate_choice (the rules session_plan applies) ---
 
 def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
-               subsamples: int | None = None) -> dict[str, Any]:
+               subsamples: int | None = None, classes: int = 2) -> dict[str, Any]:
     """``pcqr plan --private-rows N``: per gate, its noise, k, rows per model, the margin a query needs
     to be answered correctly CORRECT of the time, what bounds the answers, and the certificate; and the
-    recommended gate (:func:`recommend_gate`, the rule ``pcqr train`` uses when --gate is not given)."""
+    recommended gate (:func:`recommend_gate`, the rule ``pcqr train`` uses when --gate is not given).
+    Over ``classes`` c > 2: the gates built for c classes (gnmax, stability; the guess gate refused), the
+    rules of pcqr.pipeline.privacy.session_plan for c classes."""
+    from pcqr.pipeline.privacy.limits import check_classes
+
+    check_classes(classes)
     count_range("--private-rows (n)", rows, 1, MAX_COUNT, "an exact float")
     check_epsilon_delta(epsilon, delta)
     check_queries_max(m)
@@ -410,7 +415,7 @@ def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, bet
     gates: list[dict[str, Any]] = []
     for gate in ("stability", "guess", "gnmax"):
         try:
-            p = gate_parameters(gate, epsilon, delta, cutoff, m, beta, subsamples).for_rows(rows)
+            p = gate_parameters(gate, epsilon, delta, cutoff, m, beta, subsamples, classes).for_rows(rows)
         except PcqrError as exc:
             gates.append({"gate": gate, "refused": str(exc)})
             continue
@@ -423,17 +428,25 @@ def gate_table(rows: int, epsilon: float, delta: float, cutoff: int, m: int, bet
                         f"until T = {cutoff} flips" if gate == "guess" else f"until T = {cutoff} abstentions"),
             **p.certificate(),
         })
-    gate, why = recommend_gate(rows, epsilon, delta, cutoff, m, beta, subsamples)
-    labels, labels_gate, labels_k, labels_why = recommend_labels(rows, epsilon, delta, cutoff, m, beta, subsamples)
+    if classes == 2:
+        gate, why = recommend_gate(rows, epsilon, delta, cutoff, m, beta, subsamples)
+    else:
+        from pcqr.pipeline.options import TrainingOptions
+        from pcqr.pipeline.privacy.session_plan import choose_gate
+
+        gate, why = choose_gate(TrainingOptions(state="", epsilon=epsilon, delta=delta, cutoff=cutoff, queries_max=m,
+                                                beta=beta, subsamples=subsamples, classes=classes), rows)
+    labels, labels_gate, labels_k, labels_why = recommend_labels(rows, epsilon, delta, cutoff, m, beta, subsamples,
+                                                                 classes)
     return {"inputs": {"private_rows": rows, "subsamples": subsamples, "queries_max": m, "epsilon": epsilon,
-                       "delta": delta, "cutoff": cutoff, "beta": beta},
+                       "delta": delta, "cutoff": cutoff, "beta": beta, **({"classes": classes} if classes != 2 else {})},
             "gates": gates, "recommended_gate": gate, "why": why, "labels_recommended": labels,
             "labels_gate": labels_gate, "labels_subsamples": labels_k, "labels_why": labels_why,
-            "defaults": default_plan(rows, epsilon, delta, cutoff, m, beta, subsamples)}
+            "defaults": default_plan(rows, epsilon, delta, cutoff, m, beta, subsamples, classes)}
 
 
 def default_plan(rows: int, epsilon: float, delta: float, cutoff: int, m: int, beta: float,
-                 subsamples: int | None = None) -> dict[str, Any]:
+                 subsamples: int | None = None, classes: int = 2) -> dict[str, Any]:
     """What ``pcqr train`` (and the one-shot ``pcqr answer``, and PrivateClassifier) plans when given
     neither --gate nor --labels, with the default --after-halt student: the plan's gate, k, the
     labels M it was planned for (None: all m) and why (pcqr.pipeline.privacy.session_plan)."""
@@ -441,6 +454,6 @@ def default_plan(rows: int, epsilon: float, delta: float, cutoff: int, m: int, b
     from pcqr.pipeline.privacy.session_plan import plan_realizable
 
     plan = plan_realizable(TrainingOptions(state="", epsilon=epsilon, delta=delta, cutoff=cutoff, queries_max=m,
-                                           beta=beta, subsamples=subsamples), rows)
+                                           beta=beta, subsamples=subsamples, classes=classes), rows)
     return {"gate": plan.params.gate, "labels": plan.labels, "subsamples": plan.params.subsamples,
             "why": plan.gate_chosen}
