@@ -27,7 +27,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.privacy.agnostic_parameters import AgnosticParameters
 from pcqr.pipeline.privacy.limits import check_classes, check_training_size, count_range
-from pcqr.pipeline.privacy.subsamp import SubSampParameters, check_queries_max
+from pcqr.pipeline.privacy.subsamp import GUESS_OVER_CLASSES, SubSampParameters, check_queries_max
 from pcqr.pipeline.privacy.universal_parameters import UniversalParameters
 from pcqr.pipeline.spelling import spelled, spelled_with
 
@@ -250,7 +250,7 @@ def check_mode_options(options: TrainingOptions) -> None:
     if options.classes > 2 and gate not in (None, "gnmax", "stability"):
         given = spelled_with("--gate", gate) if options.gate else spelled_with("--guess", options.guess)
         raise PcqrError(f"{given}: {spelled_with('--classes', options.classes)} needs --gate gnmax or stability "
-                        f"(the {gate} gate's multi-class test is not built yet; leave --gate out or give one of them)")
+                        f"({GUESS_OVER_CLASSES}; leave --gate out or give one of them)")
     if mode == "realizable":
         return
     if gate not in (None, "stability"):

@@ -279,7 +279,7 @@ class SubSampParameters:
             return params
         if gate != "gnmax":
             raise PcqrError(f"--gate {gate} answers two classes; {classes} classes need --gate gnmax or stability "
-                            f"(the {gate} gate's multi-class test is not built yet)")
+                            f"({GUESS_OVER_CLASSES})")
         return cls.gnmax(profile, epsilon, delta, cutoff, queries_max, beta, subsamples, threshold, classes=classes)
 
     @classmethod
@@ -755,6 +755,10 @@ def _tight_lambda(epsilon: float, delta: float, cutoff: int, split: str = "equal
 
 
 
+#: Why the guess gate answers two classes only (issue 49; docs/privacy.md, "the gates for c > 2 classes").
+GUESS_OVER_CLASSES = ("over more than two classes a disagreement with the guess has no one other label to release: "
+                      "an abstention would teach its student nothing, and a noisy argmax is not yet certified "
+                      "together with the sparse vector")
 #: The gates' parameter constructors (``--gate``): (profile, eps, delta, T, m, beta, k or None, w or
 #: None) to the gate's certified parameters. A new gate is one entry here and one module in
 #: pcqr.pipeline.gates.
