@@ -15,7 +15,7 @@ from pcqr.jobs.common import (
     CLI_REPORTER, TRUTH_HELP, allow_overlap_option, cluster_option, connect_to, emit_summary, json_option,
     ledger_option, wait_option,
 )
-from pcqr.jobs.options import check_labels_alone, privacy_options
+from pcqr.jobs.options import check_labels_alone, class_values, privacy_options
 from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.privacy.limits import MAX_CLASSES
 from pcqr.pipeline.session.answering import answer_stream
@@ -65,7 +65,7 @@ def command(**options: Any) -> None:
 def answer_session(options: dict[str, Any]) -> dict[str, Any]:
     """The command's work, with the state directory locked before its session is read
     (``pcqr replay --into`` answers through it too). Returns the summary."""
-    training, answering = TrainingOptions.from_values(options), AnswerOptions.from_values(options)
+    training, answering = TrainingOptions.from_values(class_values(options)), AnswerOptions.from_values(options)
     creates = training.private is not None  # the one-shot form may create the session
     # outputs on inputs: refused before the lock (which may make --state)
     check_session_paths(training.state, answering.log_dir, private=training.private, queries=answering.queries,

@@ -71,10 +71,12 @@ def privacy_options(func: F) -> F:
                      "in cluster.yaml under pcqr: learners: allow:)."),
         click.option("--learner-param", multiple=True, metavar="KEY=VALUE", help="A parameter of the learner (repeatable)."),
         click.option("--label", default=TrainingOptions.label, show_default=True, help="Label column of the private data: 0/1, or the class indices 0 .. c - 1 with --classes c."),
-        click.option("--classes", type=int, default=TrainingOptions.classes, show_default=True,
-                     help="c, how many classes the labels and answers range over (public, given: never read from "
-                          "the private rows); the private labels are 0 .. c - 1. More than two (at most 100) are "
-                          "answered by --gate gnmax only, in realizable mode."),
+        click.option("--classes", default=str(TrainingOptions.classes), show_default=True,
+                     help="The classes the labels and answers range over (public, given: never read from the private "
+                          "rows): a count c (the labels 0 .. c - 1), or the labels' names in class order, comma-"
+                          "separated (low,mid,high: the label column holds those names; the log's answer holds the "
+                          "class index, its provenance the names). More than two (at most 100) are answered by "
+                          "--gate gnmax (the default) or stability, in realizable mode."),
         click.option("--features", default=None, help="Comma-separated feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name)."),
         click.option("--seed", type=int, default=None, help="Seed all randomness (tests only: needs --insecure-seed)."),
         click.option("--insecure-seed", is_flag=True, help="Accept that --seed makes the output NOT private."),
@@ -89,3 +91,12 @@ def check_labels_alone(ctx: click.Context) -> None:
     given = ctx.get_parameter_source("queries_max") not in (None, ParameterSource.DEFAULT)
     if ctx.params.get("labels") is not None and given:
         raise PcqrError("--labels M replaces --queries-max: give one")
+
+
+def class_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The command's options with ``--classes`` read (pcqr.pipeline.privacy.limits.parse_classes): the
+    count as ``classes``, the names (if given) as ``class_names``."""
+    from pcqr.pipeline.privacy.limits import parse_classes
+
+    count, names = parse_classes(str(values.get("classes", TrainingOptions.classes)))
+    return {**values, "classes": count, "class_names": names}

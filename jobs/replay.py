@@ -32,7 +32,7 @@ from pcqr.jobs.common import (
 )
 from pcqr.pipeline.budget.overlap import guard_public_inputs
 from pcqr.pipeline.data.datasets import scan_dataset
-from pcqr.pipeline.public_log.replay import LogReport, classes_of
+from pcqr.pipeline.public_log.replay import LogReport, class_names_of, classes_of
 from pcqr.pipeline.public_log.replayed import csv_text, replay_summary, verified_answers, write_replayed
 from pcqr.pipeline.report.evaluation import answered_accuracy, check_one_query_per_id
 from pcqr.pipeline.session.replay_into import check_into, check_replay_options, into_agreement, write_replay_queries
@@ -103,8 +103,8 @@ def replay(log: str, out: str | None, truth: str | None, into: str | None, new_l
     if truth is not None:  # the misuse guard first (as in pcqr answer): a --truth of private rows is refused
         guard_public_inputs([("--truth", scan_dataset(truth, "truth"))], allow_private_overlap, ledger, echo=note)
         check_one_query_per_id(log, report.provenance)
-        summary["accuracy"], summary["evaluated"], missing = answered_accuracy(answers, truth,
-                                                                              classes_of(report.provenance))
+        summary["accuracy"], summary["evaluated"], missing = answered_accuracy(
+            answers, truth, classes_of(report.provenance), class_names_of(report.provenance))
         if allow_private_overlap:
             summary["allow_private_overlap"] = True
         if missing:

@@ -13,7 +13,7 @@ import click
 from pcqr.jobs.common import (
     CLI_REPORTER, cluster_option, connect_to, emit_summary, json_option, ledger_option, wait_option,
 )
-from pcqr.jobs.options import check_labels_alone, privacy_options
+from pcqr.jobs.options import check_labels_alone, class_values, privacy_options
 from pcqr.pipeline.data.outputs import check_session_paths
 from pcqr.pipeline.options import TrainingOptions
 from pcqr.pipeline.session.planning import train_new_session
@@ -35,7 +35,7 @@ from pcqr.pipeline.session.state_lock import lock_state
 def command(**options: Any) -> None:
     """Train the k subsample models of a new private session (A_SubSamp steps 1-5)."""
     check_labels_alone(click.get_current_context())
-    training = TrainingOptions.from_values(options)
+    training = TrainingOptions.from_values(class_values(options))
     check_session_paths(training.state, None, private=training.private, ledger=training.ledger,
                         cluster=training.cluster)  # before the lock, which makes --state
     with lock_state(training.state, options["wait"], create=True, command="pcqr train"):

@@ -52,7 +52,8 @@ class TrainingOptions:
     learner: str = AUTO
     learner_param: tuple[str, ...] = ()
     label: str = "label"
-    classes: int = 2  # c: the private labels are 0 .. c - 1 (more than two: --gate gnmax only; issue 49)
+    classes: int = 2  # c: the private labels are 0 .. c - 1 (more than two: gnmax or stability; issue 49)
+    class_names: tuple[str, ...] | None = None  # --classes A,B,C: the labels' names, class i = names[i]
     features: str | None = None
     seed: int | None = None
     insecure_seed: bool = False
@@ -73,7 +74,8 @@ class TrainingOptions:
         keys = ("mode", "hypothesis", "alpha", "epsilon", "delta", "cutoff", "queries_max", "labels", "beta",
                 "profile", "gate", "guess", "subsamples", "threshold", "learner")
         return {**{k: getattr(self, k) for k in keys}, "features": recorded_features(self.features),
-                "state": self.state, **({"classes": self.classes} if self.classes != 2 else {})}
+                "state": self.state, **({"classes": self.classes} if self.classes != 2 else {}),
+                **({"class_names": list(self.class_names)} if self.class_names else {})}
 
 
 @dataclass(frozen=True)

@@ -212,3 +212,67 @@ def test_plan_gives_k_and_m_for_c_classes(capsys) -> None:
     code, _, err = _cli(capsys, "plan", "--alpha", "0.1", "--vc", "1", "--epsilon", "1", "--queries-max", "100",
                         "--classes", "3")
     _one_line(code, err, "--classes 3 applies to --private-rows only")
+
+
+NAMES = ("low", "mid", "high", "top", "max")
+
+
+@pytest.fixture(scope="module")
+def named(generated) -> Path:
+    """The generated task with its labels as names (class i is NAMES[i]), private rows and truth."""
+    root = generated / "named"
+    for part, folder in (("private", "private"), ("truth", "truth")):
+        table = pq.read_table(generated / "data" / part)
+        names = pa.array(np.asarray(NAMES, dtype=object)[table.column("label").to_numpy()].tolist())
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.set_column(table.column_names.index("label"), "label", names), root / folder / "p.parquet")
+    return root
+
+
+def test_named_classes_on_the_command_line(generated, named, capsys, tmp_path) -> None:
+    """--classes low,mid,high,top,max: the label column holds the names (class i = the i-th name), the
+    log's provenance lists them in order, --truth is read by name, the summary names them."""
+    ledger, state, log = tmp_path / "ledger.sqlite", tmp_path / "state", tmp_path / "log"
+    common = ["--ledger", str(ledger), "--cluster", str(generated / "cluster.yaml")]
+    code, out, err = _cli(capsys, "train", "--private", str(named / "private"), "--classes", ",".join(NAMES),
+                          "--epsilon", "2", "--queries-max", "1500", "--state", str(state), "--json", *common)
+    assert code == 0, err
+    assert json.loads(out)["classes"] == 5 and json.loads(out)["class_names"] == ",".join(NAMES)
+    code, out, err = _cli(capsys, "answer", "--state", str(state), "--queries", str(generated / "data" / "queries"),
+                          "--log", str(log), "--truth", str(named / "truth"), "--json", *common)
+    assert code == 0, err
+    accuracy = json.loads(out)["accuracy"]
+    assert accuracy > 0.6
+    provenance = json.loads(pq.read_schema(next(log.glob("batch-*.parquet"))).metadata[b"pcqr.provenance"])
+    assert provenance["class_names"] == list(NAMES)
+    code, out, err = _cli(capsys, "replay", str(log), "--truth", str(named / "truth"), "--json")
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["accuracy"] == accuracy  # the truth read by name again
+
+
+@pytest.mark.parametrize("classes,needles", [
+    ("low,low", ["a name is given twice"]),
+    ("low", ["give at least two names"]),
+    ("low,,high", ["is empty"]),
+    (",".join(f"c{i}" for i in range(101)), ["--classes must be a whole number of classes in [2, 100], got 101"]),
+    ("low,mid,high,top", ["label column 'label' has values outside --classes low,mid,high,top"]),
+])
+def test_bad_class_names_are_one_line_and_spend_nothing(generated, named, capsys, tmp_path, classes, needles) -> None:
+    ledger, state = tmp_path / "ledger.sqlite", tmp_path / "state"
+    code, _, err = _cli(capsys, "train", "--private", str(named / "private"), "--classes", classes, "--epsilon", "2",
+                        "--queries-max", "1000", "--state", str(state), "--ledger", str(ledger),
+                        "--cluster", str(generated / "cluster.yaml"))
+    _one_line(code, err, *needles)
+    assert not state.exists() and _spent(ledger) == {}
+
+
+def test_names_need_a_text_or_whole_number_label_column(generated, capsys, tmp_path) -> None:
+    """A float label column with --classes names is refused from its metadata, before the charge."""
+    ledger, state = tmp_path / "ledger.sqlite", tmp_path / "state"
+    table = pq.read_table(generated / "data" / "private").slice(0, 2000)
+    table = table.set_column(table.column_names.index("label"), "label", table.column("label").cast(pa.float64()))
+    pq.write_table(table, tmp_path / "floats.parquet")
+    code, _, err = _cli(capsys, "train", "--private", str(tmp_path / "floats.parquet"), "--classes", "a,b,c,d,e",
+                        "--epsilon", "2", "--state", str(state), "--ledger", str(ledger))
+    _one_line(code, err, "label column 'label' is double; with --classes names it must hold text or whole numbers")
+    assert not state.exists() and _spent(ledger) == {}

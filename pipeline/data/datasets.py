@@ -102,8 +102,10 @@ def open_dataset(
     label: str | None = None,
     features: Sequence[str] | None = None,
     id_column: str | None = None,
+    named_labels: bool = False,
 ) -> Dataset:
-    """Discover a dataset from metadata only and check its columns.
+    """Discover a dataset from metadata only and check its columns (``named_labels``: the label column
+    holds the names of ``--classes low,mid,high``: text or whole numbers).
 
     ``label`` is required to exist when given; ``features`` defaults to every column other than
     the label and the id column, each of which must then be of a type the table
@@ -117,7 +119,12 @@ def open_dataset(
     for column, option in ((label, "--label"), (id_column, "id column")):
         if column is not None and column not in names:
             raise PcqrError(f"{first}: {role} dataset has no column {column!r} ({option}); columns: {', '.join(names)}")
-    if label is not None and (refused := label_refusal(schema.field(label).type)):
+    if label is not None and named_labels:
+        kind = schema.field(label).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+            raise PcqrError(f"{first}: label column {label!r} is {kind}; with --classes names it must hold text or "
+                            "whole numbers")
+    elif label is not None and (refused := label_refusal(schema.field(label).type)):
         raise PcqrError(f"{first}: label column {label!r} {refused}")
     chosen = _choose_features(schema, first, role, features, {label, id_column})
     return replace(dataset, features=chosen, label=label, id_column=id_column)
@@ -264,15 +271,39 @@ def feature_matrix(table: pa.Table | pa.RecordBatch, features: Sequence[str], fi
     return matrix
 
 
-def label_vector(table: pa.Table, label: str, file: str, classes: int = 2) -> np.ndarray:
+def label_vector(table: pa.Table, label: str, file: str, classes: int = 2,
+                 names: Sequence[str] | None = None) -> np.ndarray:
     """The labels as int8; PcqrError naming file and column if any is not 0 or 1 (over ``classes`` c > 2:
-    not a whole number in 0 .. c - 1). The value itself is not echoed: it is private."""
+    not a whole number in 0 .. c - 1). With ``names`` (``--classes low,mid,high``) each label is its name's
+    index: a text column's values, or a whole-number column's as written (1, not 1.0). The value itself
+    is not echoed: it is private."""
     column = table.column(label)
+    if names is not None:
+        return _named_labels(column, names, f"{file}: label column {label!r}")
     values = as_float64(column)
     if column.null_count or not np.isin(values, np.arange(classes)).all():
         allowed = "{0, 1}" if classes == 2 else f"0 .. {classes - 1} (--classes {classes})"
         raise PcqrError(f"{file}: label column {label!r} has values outside {allowed}")
     return values.astype(np.int8)
+
+
+def _named_labels(column: pa.ChunkedArray, names: Sequence[str], where: str) -> np.ndarray:
+    """Each value's index in ``names`` (int8); PcqrError if one is null or none of them (not echoed)."""
+    refused = PcqrError(f"{where} has values outside --classes {','.join(names)} (or missing ones)")
+    if column.null_count:
+        raise refused
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        values = np.asarray(column.to_pylist(), dtype=object)
+    elif pa.types.is_integer(column.type):
+        values = np.asarray([str(v) for v in column.to_pylist()], dtype=object)
+    else:
+        raise PcqrError(f"{where} holds {column.type} values; with --classes names it must hold text or whole numbers")
+    index = np.full(values.shape, -1, dtype=np.int8)
+    for i, name in enumerate(names):
+        index[values == name] = i
+    if np.any(index < 0):
+        raise refused
+    return index
 
 
 def load_features(part: Part, features: Sequence[str]) -> np.ndarray:

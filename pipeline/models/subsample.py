@@ -63,10 +63,12 @@ def assignment_counts(part_rows: Sequence[int], k: int, rng: np.random.Generator
     return counts
 
 
-def load_part(part: Part, features: Sequence[str], label: str, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """Worker task: read one part of a labelled dataset and check its values (labels 0 .. classes - 1)."""
+def load_part(part: Part, features: Sequence[str], label: str, classes: int = 2,
+              names: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Worker task: read one part of a labelled dataset and check its values (labels 0 .. classes - 1,
+    or with ``names`` each label's index among them)."""
     table = read_part(part, [*features, label])
-    return feature_matrix(table, features, part.file), label_vector(table, label, part.file, classes)
+    return feature_matrix(table, features, part.file), label_vector(table, label, part.file, classes, names)
 
 
 def split_rows(
@@ -104,13 +106,14 @@ def train_models(
     seed: int,
     on_progress: Callable[[int], None] | None = None,
     classes: int = 2,
+    names: Sequence[str] | None = None,
 ) -> Ensemble:
     """Train the k subsample models of a Parquet dataset on the cluster (private Ensemble), its labels
-    0 .. classes - 1."""
+    0 .. classes - 1 (or ``names``, mapped to their indices on the workers)."""
     assert dataset.label is not None
     check_subsamples(dataset.rows, k, learner.min_rows)
     parts = dataset.parts(PART_ROWS)
-    sources = [client.submit(load_part, p, dataset.features, dataset.label, classes, pure=False) for p in parts]
+    sources = [client.submit(load_part, p, dataset.features, dataset.label, classes, names, pure=False) for p in parts]
     return train_models_on(client, sources, [p.rows for p in parts], k, learner, seed, on_progress, classes)
 
 

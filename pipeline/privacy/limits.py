@@ -263,6 +263,31 @@ def gnmax_limit_problem(sigma: float, cutoff: int, queries_max: int, threshold: 
 
 # --- a delta that means something (issue 47, item 7) ----------------------------------------------
 
+#: A --classes name: at most this many characters (a name is public and printed in summaries).
+MAX_CLASS_NAME = 64
+
+
+def parse_classes(text: str) -> tuple[int, tuple[str, ...] | None]:
+    """``--classes``: a count ("5": labels 0 .. 4) or names in class order ("low,mid,high": class i is
+    the i-th name), as (c, names or None); PcqrError in one line otherwise (the names are public: they
+    are echoed)."""
+    from pcqr.pipeline.errors import PcqrError
+
+    text = text.strip()
+    if text.isdigit():
+        check_classes(int(text))
+        return int(text), None
+    names = tuple(name.strip() for name in text.split(","))
+    bad = next((n for n in names if not n or len(n) > MAX_CLASS_NAME or not n.isprintable()), None)
+    if len(names) < 2 or bad is not None or len(set(names)) != len(names):
+        why = (f"the name {bad!r} is empty, longer than {MAX_CLASS_NAME} characters or not printable"
+               if bad is not None else "a name is given twice" if len(names) >= 2 else "give at least two names")
+        raise PcqrError(f"--classes {text[:80]!r}: expected a count (e.g. 5) or two or more distinct names "
+                        f"separated by commas (e.g. low,mid,high); {why}")
+    check_classes(len(names))
+    return len(names), names
+
+
 def check_classes(classes: object) -> None:
     """Refuse (one line) a class count (--classes) that is not a whole number in [2, MAX_CLASSES]
     (pcqr.pipeline.options.MAX_CLASSES, where the data layer reads it too)."""

@@ -262,6 +262,12 @@ def _inspect(number: int, path: str) -> _Batch:
     return batch
 
 
+def class_names_of(provenance: dict[str, Any] | None) -> list[str] | None:
+    """The class names a batch's session was trained with (``--classes low,mid,high``), or None."""
+    names = provenance.get("class_names") if isinstance(provenance, dict) else None
+    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+
+
 def classes_of(provenance: dict[str, Any] | None) -> int:
     """c, the classes a batch's session answers (its parameters' ``classes``; 2 when absent, as every
     session before issue 49 wrote), or 2 for a value that is not a whole number in range (the answer

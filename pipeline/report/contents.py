@@ -29,7 +29,7 @@ from pcqr.pipeline.public_log.replay import STATUSES, read_answers
 from pcqr.pipeline.public_log.replayed import verified
 from pcqr.pipeline.report.evaluation import check_one_query_per_id
 
-CERTIFICATE_KEYS = ("mode", "gate", "classes", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff",
+CERTIFICATE_KEYS = ("mode", "gate", "classes", "class_names", "epsilon", "delta", "proven_epsilon", "proven_delta", "accountant", "cutoff",
                     "queries_max", "labels", "subsamples", "threshold", "privacy")
 VOTE_MARGINS_NOTE = ("Vote margins are not shown: the k models' vote counts are private, and the public log holds "
                      "only each query's released label, status and source.")
@@ -266,7 +266,7 @@ def _truth(report: SessionReport, answers: Any, truth: str) -> Truth:
     from pcqr.pipeline.data.datasets import scan_dataset
     from pcqr.pipeline.report.evaluation import load_truth
 
-    lookup = load_truth(truth, classes=report.certificate.get("classes", 2))
+    lookup = load_truth(truth, classes=report.certificate.get("classes", 2), names=report.certificate.get("class_names"))
     expected = lookup(answers.column("query_id").to_numpy())
     status = answers.column("status").to_numpy(zero_copy_only=False)
     source = answers.column("source").to_numpy(zero_copy_only=False)

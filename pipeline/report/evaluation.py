@@ -5,7 +5,7 @@ queries; it is read in the driver and never touches the private dataset.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -15,22 +15,27 @@ from pcqr.pipeline.data.datasets import QUERY_ID, check_id_type, id_values, labe
 from pcqr.pipeline.errors import PcqrError
 
 
-def load_truth(uri: str, label: str = "label", id_column: str = "query_id",
-               classes: int = 2) -> Callable[[np.ndarray], np.ndarray]:
-    """A lookup from query ids to true labels (-1 where the truth has no such id); the labels 0 .. classes - 1."""
+def load_truth(uri: str, label: str = "label", id_column: str = "query_id", classes: int = 2,
+               names: Sequence[str] | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup from query ids to true labels (-1 where the truth has no such id); the labels 0 .. classes - 1,
+    or with ``names`` (a session trained with --classes low,mid,high) each name's class index."""
     dataset = scan_dataset(uri, "truth")
     for column in (id_column, label):
         if column not in dataset.schema.names:
             raise PcqrError(f"{dataset.files[0]}: --truth has no column {column!r} (it needs {id_column!r} and "
                             f"{label!r}); columns: {', '.join(dataset.schema.names)}")
     check_id_type(dataset.schema, dataset.files[0], id_column, "--truth id")
-    if refused := label_refusal(dataset.schema.field(label).type):
+    kind = dataset.schema.field(label).type
+    if names is not None and not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+        raise PcqrError(f"{dataset.files[0]}: --truth label column {label!r} is {kind}; the session's classes are "
+                        "names: it must hold them as text or whole numbers")
+    if names is None and (refused := label_refusal(kind)):
         raise PcqrError(f"{dataset.files[0]}: --truth label column {label!r} {refused}")
     ids, labels = [], []
     for part in dataset.parts(1 << 20):
         table = read_part(part, [id_column, label])
         ids.append(id_values(table, id_column, part.file, "--truth id").to_numpy())
-        labels.append(label_vector(table, label, part.file, classes))
+        labels.append(label_vector(table, label, part.file, classes, names))
     all_ids, all_labels = np.concatenate(ids), np.concatenate(labels)
     order = np.argsort(all_ids, kind="stable")
     all_ids, all_labels = all_ids[order], all_labels[order]
@@ -104,11 +109,12 @@ def max_threshold_error(answer_of: Callable[[np.ndarray], float], public: np.nda
     return worst
 
 
-def answered_accuracy(answers: pa.Table, truth_uri: str, classes: int = 2) -> tuple[float | None, int, int]:
+def answered_accuracy(answers: pa.Table, truth_uri: str, classes: int = 2,
+                      names: Sequence[str] | None = None) -> tuple[float | None, int, int]:
     """Accuracy of the answered queries of a logged answers table (query_id, answer, status) against a
     truth file, as ``pcqr answer --truth`` counts it: over the answered queries the truth covers.
     Returns (accuracy, evaluated, missing)."""
-    lookup = load_truth(truth_uri, classes=classes)
+    lookup = load_truth(truth_uri, classes=classes, names=names)
     answered = answers.column("status").to_numpy(zero_copy_only=False) == "answered"
     ids = answers.column("query_id").to_numpy()[answered]
     labels = answers.column("answer").to_numpy(zero_copy_only=False)[answered]

@@ -141,7 +141,7 @@ def labels(report: SessionReport, fig: Any) -> None:
     if report.by_class is not None:
         for j in range(report.by_class.shape[1]):
             data(ax.plot(report.centers(), share(report.by_class[:, j], report.statuses["answered"]), marker=".",
-                         lw=1.5, label=f"class {j}"))
+                         lw=1.5, label=_class_name(report, j)))
         ax.set_ylim(-0.02, 1.02)
         stream(ax, report, "share of the bin's answers")
         title(ax, "Released classes over the stream (the votes behind them are private)")
@@ -206,6 +206,12 @@ def sources(report: SessionReport, fig: Any) -> None:
     title(ax, "Accuracy by source")
 
 
+def _class_name(report: SessionReport, j: int) -> str:
+    """Class j as the session names it (--classes low,mid,high), else "class j"."""
+    names = report.certificate.get("class_names")
+    return str(names[j]) if isinstance(names, list) and j < len(names) else f"class {j}"
+
+
 def confusion(report: SessionReport, fig: Any) -> None:
     """c > 2 classes, with a truth file: the answers' confusion matrix (each row, a true class, as shares)."""
     assert report.truth is not None and report.truth.confusion is not None
@@ -216,8 +222,8 @@ def confusion(report: SessionReport, fig: Any) -> None:
     for (i, j), value in np.ndenumerate(counts):
         ax.text(j, i, f"{value:,}", ha="center", va="center", fontsize=8,
                 color="white" if rows[i, j] > 0.6 else "black")
-    ax.set_xticks(range(counts.shape[1]))
-    ax.set_yticks(range(counts.shape[0]))
+    ax.set_xticks(range(counts.shape[1]), [_class_name(report, j) for j in range(counts.shape[1])], rotation=30)
+    ax.set_yticks(range(counts.shape[0]), [_class_name(report, j) for j in range(counts.shape[0])])
     ax.set_xlabel("released class")
     ax.set_ylabel("true class (--truth)")
     title(ax, "Answers against the truth (shaded: the shares of each true class)")

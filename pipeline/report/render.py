@@ -76,8 +76,9 @@ def totals(report: SessionReport) -> dict[str, Any]:
         rows.update({f"accuracy of {name} answers": right / n for name, (n, right) in report.truth.by_source.items() if n})
     if report.truth is not None and report.truth.confusion is not None:  # c > 2: each class's recall
         confusion = report.truth.confusion
-        rows.update({f"accuracy on true class {j}": float(confusion[j, j] / confusion[j].sum())
-                     for j in range(confusion.shape[0]) if confusion[j].sum()})
+        names = report.certificate.get("class_names")
+        rows.update({f"accuracy on true class {names[j] if isinstance(names, list) else j}":
+                     float(confusion[j, j] / confusion[j].sum()) for j in range(confusion.shape[0]) if confusion[j].sum()})
     return rows
 
 

@@ -188,7 +188,8 @@ def _answer(training: TrainingOptions, answering: AnswerOptions, connect: Connec
     student = after_halt_learner(answering, guess, learner, features, modules,
                                  checked_now=plan is not None or answering.student_learner is not None)
     queries = open_matching(answering.queries, "queries", features, "the session's feature columns", answering.id_column)
-    truth = load_truth(answering.truth, classes=classes) if answering.truth else None
+    names = plan.class_names if plan is not None else session.class_names  # type: ignore[union-attr]
+    truth = load_truth(answering.truth, classes=classes, names=names) if answering.truth else None
     if session is not None and (finished := answered_before(session, queries, answering.batch_size)) is not None:
         # a re-run of an input answered in full, recognised in the driver: no cluster, no model loaded
         return _nothing_asked(session, finished, queries, log_dir, state, answering, student, reporter)

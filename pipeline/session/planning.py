@@ -60,6 +60,7 @@ class TrainingPlan:
     hypothesis_class: Any = None  # agnostic and universal mode: the class that relabels and learns
     guess: GuessSpec | None = None  # the guess gate's public guess
     student: dict[str, Any] | None = None  # an auto session's student learner: 'cross-validated', unresolved
+    class_names: tuple[str, ...] | None = None  # --classes low,mid,high: the labels' names, in class order
 
     @property
     def params(self) -> SubSampParameters:
@@ -92,7 +93,8 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     noise = noise_source(options.seed, options.insecure_seed)
     with reporter.phase("reading the private dataset's metadata"):
         private = open_dataset(
-            options.private, "private", label=options.label, features=split_features(options.features)
+            options.private, "private", label=options.label, features=split_features(options.features),
+            named_labels=options.class_names is not None,
         )
     check_mode_options(options)
     hypothesis_class = None if options.mode == "realizable" else _hypothesis_class(options, private)
@@ -114,7 +116,8 @@ def plan_training(options: TrainingOptions, reporter: Reporter = LOGGING) -> Tra
     classes = plan.params.classes
     trial = learner.check(len(private.features), private.rows // plan.params.subsamples, classes)  # uncharged
     check_storable(trial, len(private.features), learner.modules, classes)  # its models can be saved and loaded
-    return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess, student=student), reporter)
+    return _warned(TrainingPlan(plan, learner, private, noise, options.seed, guess=guess, student=student,
+                                class_names=options.class_names), reporter)
 
 
 #: The share of one-class models (balanced labels: a lower bound) from which the few-rows warning is given.
@@ -228,7 +231,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
         if plan.agnostic is None:
             ensemble = train_models(
                 client, plan.private, k, plan.learner, plan.noise.generator_seed(), on_progress=bar.update,
-                classes=plan.params.classes,
+                classes=plan.params.classes, names=plan.class_names,
             )
         else:
             ensemble = train_models_on(
@@ -251,6 +254,7 @@ def train_session(client: Any, plan: TrainingPlan, reporter: Reporter = LOGGING)
         private_fingerprint=fingerprint,
         guess=plan.guess.to_dict() if plan.guess is not None else None,
         labels=plan.privacy.labels,
+        class_names=list(plan.class_names) if plan.class_names else None,
     )
     return session, ensemble
 
@@ -333,6 +337,7 @@ def session_summary(session: SessionState) -> dict[str, Any]:
         "accountant": p.accountant_name,
         "gate": p.gate,
         **({"classes": p.classes} if p.classes != 2 else {}),
+        **({"class_names": ",".join(session.class_names)} if session.class_names else {}),
         **({"sigma": p.lam} if p.gate == "gnmax" else {
             "lambda": p.lam, "noise_split": p.noise_split, "threshold_noise_scale": p.threshold_noise_scale,
             "query_noise_scale": p.query_noise_scale}),

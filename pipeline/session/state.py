@@ -82,6 +82,7 @@ class SessionState:
     guess: dict[str, Any] | None = None  # the guess gate's public guess (pcqr.pipeline.gates.public_guess.GuessSpec)
     released_ones: int | None = 0  # answers released as 1 (public, as the log); None: a state from before the count
     labels: int | None = None  # --labels M (public): the teacher answers the first M queries, the student the rest
+    class_names: list[str] | None = None  # --classes low,mid,high (public): class i's name, the log's provenance lists them
 
     @property
     def processed(self) -> int:
@@ -120,6 +121,7 @@ class SessionState:
             "seeded": not self.private,
             "privacy": "private" if self.private else "NOT PRIVATE: seeded noise (--insecure-seed)",
             "labels": self.labels,
+            **({"class_names": self.class_names} if self.class_names is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +154,7 @@ class SessionState:
             "guess": self.guess,
             "released_ones": self.released_ones,
             "labels": self.labels,
+            **({"class_names": self.class_names} if self.class_names is not None else {}),
         }
 
     @classmethod
@@ -165,6 +168,10 @@ class SessionState:
         if ones is not None and not (type(ones) is int and 0 <= ones < 2**63):
             raise PcqrError(f"the session's released_ones {ones!r} is not a count of its answers (edited state?)")
         params = SubSampParameters.from_dict(data["params"])
+        names = data.get("class_names")
+        if names is not None and not (isinstance(names, list) and len(names) == params.classes
+                                      and all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names)):
+            raise PcqrError("the session's class_names are not its classes' distinct names (edited state?)")
         labels = data.get("labels")
         if labels is not None and not (type(labels) is int and labels == params.queries_max):
             raise PcqrError(f"the session's labels {labels!r} is not the m it was planned for (edited state?)")
@@ -196,6 +203,7 @@ class SessionState:
             guess=data.get("guess"),
             released_ones=ones,
             labels=labels,
+            class_names=names,
         )
 
 
