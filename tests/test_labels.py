@@ -238,15 +238,25 @@ def test_small_data_plans_fewer_answers_and_fewer_models(rows, epsilon, labels, 
     assert why.startswith("small data") == (labels < 200) and f"{rows // k:,} rows each" in why
 
 
-def test_an_m_gnmax_cannot_certify_ends_the_ladder_instead_of_the_plan(capsys) -> None:
-    """At eps 700 gnmax certifies 200 and 500 answers for n = 5,000 but not 1,000 (its calibration
-    refuses); the ladder stops there and the plan recommends 500 (the rule walked into 1,000 and
-    ``pcqr plan`` failed once 500 passed at 200 rows a model)."""
-    from pcqr.pipeline.privacy.gate_choice import gate_parameters, recommend_labels
+def test_an_m_gnmax_cannot_certify_ends_the_ladder_instead_of_the_plan(capsys, monkeypatch) -> None:
+    """An M whose gnmax calibration refuses ends the ladder at the M before it; the plan does not fail
+    (at eps 700, n = 5,000 the calibration refused 1,000 answers until issue 49 made the PLD certify
+    from the first eps its bound fits: the refusal is simulated here, on data whose rows would let the
+    ladder climb past 500). The plan at eps 700 still recommends 500: 1,000 answers' k leaves too few
+    rows a model."""
+    from pcqr.pipeline.privacy import gate_choice
 
-    with pytest.raises(PcqrError):
-        gate_parameters("gnmax", 700.0, 1e-6, 50, 1000, 0.05, None)
-    labels, gate, k, _ = recommend_labels(5000, 700.0, 1e-6, 50, 2000, 0.05)
+    real = gate_choice.gate_parameters
+
+    def refusing(gate, epsilon, delta, cutoff, m, *rest):  # type: ignore[no-untyped-def]
+        if m >= 1000:
+            raise PcqrError(f"the PLD accountant cannot certify {m:,} answers at --epsilon {epsilon}")
+        return real(gate, epsilon, delta, cutoff, m, *rest)
+
+    monkeypatch.setattr(gate_choice, "gate_parameters", refusing)
+    assert gate_choice.recommend_labels(10**6, 1.0, 1e-6, 50, 2000, 0.05)[0] == 500
+    monkeypatch.setattr(gate_choice, "gate_parameters", real)
+    labels, gate, k, _ = gate_choice.recommend_labels(5000, 700.0, 1e-6, 50, 2000, 0.05)
     assert (labels, gate) == (500, "gnmax") and 5000 // k >= 200
     assert main(["plan", "--private-rows", "5000", "--epsilon", "700", "--queries-max", "2000", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
