@@ -25,6 +25,8 @@ def command(state: str, as_json: bool) -> None:
         click.echo(f"instances used: {status.used} of T = {status.cutoff}" + (" (halted)" if status.halted else ""))
         click.echo(f"certified: ({status.proven_epsilon:.4g}, {status.proven_delta:.3g})-DP within "
                    f"({status.epsilon:g}, {status.delta:g}), profile {status.profile}")
+        if status.classes != 2:
+            click.echo(f"classes: {status.classes}" + (f" ({', '.join(status.class_names)})" if status.class_names else ""))
         click.echo(f"queries: {status.answered:,} answered ({status.student_answers:,} by the student), "
                    f"{status.abstained:,} abstained, {status.refused:,} refused")
         if status.labels is not None:  # planned for M answers: the student answers every later query

@@ -276,3 +276,39 @@ def test_names_need_a_text_or_whole_number_label_column(generated, capsys, tmp_p
                         "--epsilon", "2", "--state", str(state), "--ledger", str(ledger))
     _one_line(code, err, "label column 'label' is double; with --classes names it must hold text or whole numbers")
     assert not state.exists() and _spent(ledger) == {}
+
+
+def test_session_create_takes_a_count_or_names(generated, named, tmp_path) -> None:
+    """Session.create(classes=5) reads labels 0 .. 4, classes=[names] a column of names; status names them;
+    anything else is one line naming classes= before anything is read or charged."""
+    ledger = str(tmp_path / "ledger.sqlite")
+    cluster = str(generated / "cluster.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pcqr.Session.create(str(tmp_path / "named-state"), str(named / "private"), classes=list(NAMES),
+                                 epsilon=2.0, queries_max=300, ledger=ledger, cluster=cluster) as session:
+            status = session.status()
+            answers = session.answer(str(generated / "data" / "queries"), log=str(tmp_path / "log"))
+    assert status.classes == 5 and status.class_names == list(NAMES)
+    assert set(pc_unique(answers.column("answer"))) <= set(range(5))
+    for bad, needle in ((3.0, "classes=3.0: expected a count"), (["low", "low"], "a name is given twice"),
+                        (["a,b", "c"], "strings without commas"), (True, "classes=True")):
+        with pytest.raises(pcqr.PcqrError, match=needle):
+            pcqr.Session.create(str(tmp_path / "refused"), str(named / "private"), classes=bad, ledger=ledger)
+    assert not (tmp_path / "refused").exists()
+
+
+def test_grid_search_over_named_classes(thread_cluster_yaml, tmp_path, monkeypatch) -> None:
+    """GridSearchCV picks among PrivateClassifier settings on three named classes (each fit charged)."""
+    from sklearn.model_selection import GridSearchCV
+
+    monkeypatch.setenv("PCQR_LEDGER", str(tmp_path / "ledger.sqlite"))
+    warnings.simplefilter("ignore", pcqr.PrivacyCostWarning)
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((6000, 3))
+    y = np.where(X[:, 0] > 0.5, "high", np.where(X[:, 1] > 0, "mid", "low"))
+    search = GridSearchCV(pcqr.PrivateClassifier(classes=["low", "mid", "high"], cluster=thread_cluster_yaml,
+                                                 seed=2, insecure_seed=True),
+                          {"epsilon": [2.0, 4.0]}, cv=2).fit(X, y)
+    assert search.best_params_["epsilon"] in (2.0, 4.0) and search.best_score_ > 0.8
+    assert set(search.predict(X[:300]).tolist()) <= {"low", "mid", "high"}

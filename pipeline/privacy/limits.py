@@ -282,7 +282,7 @@ def parse_classes(text: str) -> tuple[int, tuple[str, ...] | None]:
     if len(names) < 2 or bad is not None or len(set(names)) != len(names):
         why = (f"the name {bad!r} is empty, longer than {MAX_CLASS_NAME} characters or not printable"
                if bad is not None else "a name is given twice" if len(names) >= 2 else "give at least two names")
-        raise PcqrError(f"--classes {text[:80]!r}: expected a count (e.g. 5) or two or more distinct names "
+        raise PcqrError(f"{spelled_with('--classes', text[:80])}: expected a count (e.g. 5) or two or more distinct names "
                         f"separated by commas (e.g. low,mid,high); {why}")
     check_classes(len(names))
     return len(names), names

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import reprlib
 import os
 import tempfile
 import threading
@@ -90,6 +91,10 @@ class SessionStatus:
         models answer the first M queries, the student every later one (post-processing).
     student_answers : int
         Queries answered by the after-halt student so far (no budget).
+    classes : int
+        c, the classes the session answers (2 unless created with more).
+    class_names : list of str or None
+        Their names, in class order, when it was created with names.
     """
 
     used: int
@@ -115,6 +120,8 @@ class SessionStatus:
     one_label_warning: str | None = None
     labels: int | None = None
     student_answers: int = 0
+    classes: int = 2
+    class_names: list[str] | None = None
 
 
 def session_status(state: str) -> SessionStatus:
@@ -137,6 +144,7 @@ def session_status(state: str) -> SessionStatus:
         forecast_more_queries=meter["forecast_more_queries"], queries_max=session.params.queries_max,
         queries_seen=session.sparse_vector.queries_seen, one_label_warning=one_label_warning(session),
         labels=session.labels, student_answers=session.totals.get("student", 0),
+        classes=session.params.classes, class_names=session.class_names,
     )
 
 
@@ -201,7 +209,7 @@ class Session:
                subsamples: int | None = None, threshold: float | None = None,
                learner: str = TrainingOptions.learner, learner_params: Mapping[str, Any] | None = None,
                mode: str = TrainingOptions.mode, hypothesis: str | None = None, alpha: float = TrainingOptions.alpha,
-               label: str = TrainingOptions.label, classes: int = TrainingOptions.classes,
+               label: str = TrainingOptions.label, classes: int | Sequence[str] = TrainingOptions.classes,
                features: Sequence[str] | None = None,
                seed: int | None = None, insecure_seed: bool = False, cluster: str | None = None,
                client: Any = None, ledger: str | None = None, wait: bool = False,
@@ -272,10 +280,12 @@ class Session:
             Agnostic and universal modes' target excess error.
         label : str
             The label column (0/1; over ``classes`` c > 2, the class indices 0 .. c - 1).
-        classes : int
-            c, how many classes the labels and answers range over (public, given, never read from the
-            rows): 2 by default; more (at most 100) are answered by ``gate='gnmax'`` only, in
-            realizable mode (docs/privacy.md, "the gates for c > 2 classes").
+        classes : int or sequence of str
+            The classes the labels and answers range over (public, given, never read from the rows): a
+            count c (the label column holds 0 .. c - 1; 2 by default), or the labels' names in class
+            order (the label column holds those names; class i is the i-th). More than two (at most
+            100) are answered by gnmax (the default) or the stability gate, in realizable mode
+            (docs/privacy.md, "the gates for c > 2 classes"). The log's answers are class indices.
         features : sequence of str, optional
             Feature columns (default: every column but the label; a column of a type pcqr cannot read as a number is refused by name).
         seed : int, optional
@@ -304,11 +314,13 @@ class Session:
             "queries_max": queries_max, "labels": labels, "after_halt": after_halt, "beta": beta, "profile": profile,
             "gate": gate, "guess": guess, "subsamples": subsamples, "threshold": threshold, "learner": learner,
             "learner_params": learner_params, "mode": mode, "hypothesis": hypothesis, "alpha": alpha, "label": label,
-            "classes": classes, "features": features, "seed": seed, "insecure_seed": insecure_seed, "cluster": cluster, "ledger": ledger,
+            "features": features, "seed": seed, "insecure_seed": insecure_seed, "cluster": cluster, "ledger": ledger,
             "wait": wait, "local_threads": local_threads, "name": name,
         }, optional=_OPTIONAL)  # as Python values: a NumPy integer as an int
+        count, names = _class_spec(classes)
         options = TrainingOptions.from_values({**checked, "learner_param": _param_items(learner_params),
-                                               "features": join_features(features)})
+                                               "features": join_features(features), "classes": count,
+                                               "class_names": names})
         state, cluster, ledger = options.state, options.cluster, options.ledger
         check_session_paths(state, None, private=options.private, ledger=ledger, cluster=cluster)  # before the lock
         session = cls._locked(state, create=True, wait=checked["wait"], cluster=cluster, client=client, ledger=ledger,
@@ -566,6 +578,20 @@ class Session:
 
 
 #: The keywords that may be None (their defaults are decided by the plan, the session or the environment).
+def _class_spec(classes: Any) -> tuple[int, tuple[str, ...] | None]:
+    """``Session.create(classes=...)``: a count or a sequence of names (their text as ``--classes``
+    reads it: pcqr.pipeline.privacy.limits.parse_classes); one line naming ``classes=`` otherwise."""
+    from pcqr.pipeline.privacy.limits import parse_classes
+
+    if isinstance(classes, (bool, np.bool_)) or not (
+            isinstance(classes, (int, np.integer)) or (isinstance(classes, (list, tuple))
+                                                       and all(isinstance(n, str) and "," not in n for n in classes))):
+        raise PcqrError(f"Session.create: classes={reprlib.repr(classes)}: expected a count (an int) or a list of "
+                        "two or more distinct names (strings without commas)")
+    text = str(int(classes)) if isinstance(classes, (int, np.integer)) else ",".join(classes)
+    return parse_classes(text)
+
+
 _OPTIONAL = ("labels", "profile", "gate", "guess", "subsamples", "threshold", "learner_params", "hypothesis",
              "features", "seed", "cluster", "ledger", "name", "log", "id_column", "fallback_label", "truth",
              "student_learner", "student_learner_params")
