@@ -93,9 +93,11 @@ def train_block(lo: int, hi: int, learner: LearnerSpec, *pieces: Piece) -> list[
     order = np.argsort(sub, kind="stable")
     X, y, sub = X[order], y[order], sub[order]
     cuts = np.searchsorted(sub, np.arange(lo, hi + 1))
-    from pcqr.pipeline.models.learners import fit_subsample
+    from pcqr.pipeline.models.learners import deterministic, fit_subsample
 
-    return [fit_subsample(learner, X[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+    fixed = deterministic(learner)  # random_state 0 where unset: the same rows give the same model (a seeded
+    # session repeats; the models' own randomness is no part of the privacy argument, which holds for any learner)
+    return [fit_subsample(fixed, X[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def train_models(
