@@ -110,14 +110,11 @@ def small_arrays(seed: int = 0, rows: int = SMALL_ROWS) -> tuple[np.ndarray, ...
 GENERATED = {"corner": ("corner", 0.01, 10**5), "xor": ("xor", 0.1, 10**5), "xor_1e6": ("xor", 0.1, 10**6)}
 
 
-def generated_arrays(work: Path, name: str, cluster: str) -> tuple[np.ndarray, ...]:
-    """(X, y, Q, truth) of ``pcqr generate`` (GENERATED[name]) written under ``work``."""
+def generate_arrays(out: Path, options: list[str], cluster: str) -> tuple[np.ndarray, ...]:
+    """(X, y, Q, truth) of ``pcqr generate OPTIONS --queries QUERIES --seed 13`` written to ``out``."""
     from pcqr.jobs.cli import main
 
-    concept, noise, rows = GENERATED[name]
-    out = work / f"{name}-generated"
-    assert main(["generate", "--kind", "agnostic", "--concept", concept, "--noise", str(noise), "--rows", str(rows),
-                 "--features", "5", "--queries", str(QUERIES), "--seed", "13", "--out", str(out),
+    assert main(["generate", *options, "--queries", str(QUERIES), "--seed", "13", "--out", str(out),
                  "--cluster", cluster]) == 0
 
     def matrix(table: pa.Table) -> np.ndarray:
@@ -127,6 +124,25 @@ def generated_arrays(work: Path, name: str, cluster: str) -> tuple[np.ndarray, .
     queries = pq.read_table(out / "queries").sort_by("query_id")
     truth = pq.read_table(out / "truth").sort_by("query_id").column("label").to_numpy().astype(np.int8)
     return matrix(private), private.column("label").to_numpy().astype(np.int8), matrix(queries), truth
+
+
+def generated_arrays(work: Path, name: str, cluster: str) -> tuple[np.ndarray, ...]:
+    """(X, y, Q, truth) of ``pcqr generate`` (GENERATED[name]) written under ``work``."""
+    concept, noise, rows = GENERATED[name]
+    return generate_arrays(work / f"{name}-generated", ["--kind", "agnostic", "--concept", concept, "--noise",
+                                                        str(noise), "--rows", str(rows), "--features", "5"], cluster)
+
+
+def write_tasks(work: Path, tasks_: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each task's private rows written under ``work`` (``private``, ``features``) and its queries as a
+    table (``queries``)."""
+    for name, task in tasks_.items():
+        X, y, Q, _ = task["arrays"]
+        task["features"] = _write(work / name / "private" / "part-0.parquet", X, y)
+        task["private"] = str(work / name / "private")
+        task["queries"] = pa.table({"query_id": np.arange(len(Q)),
+                                    **{f: Q[:, i] for i, f in enumerate(task["features"])}})
+    return tasks_
 
 
 def tasks(work: Path, wanted: list[str], cluster: str) -> dict[str, dict[str, Any]]:
@@ -148,13 +164,7 @@ def tasks(work: Path, wanted: list[str], cluster: str) -> dict[str, dict[str, An
         if name in wanted:
             out[name] = {"arrays": generated_arrays(work, name, cluster),
                          "peer": {"data_norm": 4.0, "bounds": [-4.0, 4.0]}}
-    for name, task in out.items():
-        X, y, Q, _ = task["arrays"]
-        task["features"] = _write(work / name / "private" / "part-0.parquet", X, y)
-        task["private"] = str(work / name / "private")
-        task["queries"] = pa.table({"query_id": np.arange(len(Q)),
-                                    **{f: Q[:, i] for i, f in enumerate(task["features"])}})
-    return out
+    return write_tasks(work, out)
 
 
 def one_run(task: dict[str, Any], eps: float, work: Path, cluster: str, **options: Any) -> dict[str, Any]:
@@ -289,15 +299,30 @@ def student_curve(seed: int = 0) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="*", default=None, help="mid adult small shuttle corner xor xor_1e6 (default: all)")
+def arguments(description: str, tasks_help: str, epsilons: tuple[float, ...]) -> argparse.ArgumentParser:
+    """The options this benchmark and benchmarks/multiclass.py share: --tasks, --runs, --epsilons,
+    --no-peers, --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tasks", nargs="*", default=None, help=f"{tasks_help} (default: all)")
     parser.add_argument("--runs", type=int, default=None, help=f"pcqr runs a cell (default {RUNS})")
-    parser.add_argument("--epsilons", nargs="*", type=float, default=None, help=f"default {EPSILONS}")
+    parser.add_argument("--epsilons", nargs="*", type=float, default=None, help=f"default {epsilons}")
     parser.add_argument("--no-peers", action="store_true", help="pcqr's cells only")
+    parser.add_argument("--out", default=None, help="write the figures here as JSON")
+    return parser
+
+
+def print_and_save(out: dict[str, Any], path: str | None) -> int:
+    """Print the table; write the figures to ``path`` as JSON when given."""
+    print(out["table"])
+    if path:
+        Path(path).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments(__doc__.split("\n\n")[0], "mid adult small shuttle corner xor xor_1e6", EPSILONS)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--curve", action="store_true", help="only the student's learning curve on the mid task")
-    parser.add_argument("--out", default=None, help="write the figures here as JSON")
     args = parser.parse_args(argv)
     if args.curve:
         curve = student_curve()
@@ -305,12 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             Path(args.out).write_text(json.dumps(curve, indent=1) + "\n", encoding="utf-8")
         return 0
-    out = bench_accuracy(args.quick, args.tasks, args.runs, tuple(args.epsilons) if args.epsilons else None,
-                         not args.no_peers)
-    print(out["table"])
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    return 0
+    return print_and_save(bench_accuracy(args.quick, args.tasks, args.runs,
+                                         tuple(args.epsilons) if args.epsilons else None, not args.no_peers), args.out)
 
 
 if __name__ == "__main__":

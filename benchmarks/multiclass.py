@@ -24,16 +24,12 @@ Run: ``python benchmarks/multiclass.py --out /tmp/multiclass.json [--tasks five 
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from accuracy import DELTA, PEER_FITS, QUERIES, RUNS, _range, _write, cell
+from accuracy import PEER_FITS, QUERIES, RUNS, _range, arguments, cell, generate_arrays, print_and_save, write_tasks
 from adult import ADULT, load_adult, norm_bound
 from harness import temp_dir, write_cluster_yaml
 from peers import peer_accuracy
@@ -48,20 +44,9 @@ CLASSES = 5
 
 def generated_arrays(work: Path, rows: int, cluster: str) -> tuple[np.ndarray, ...]:
     """(X, y, Q, truth) of ``pcqr generate`` (the module docstring) at ``rows`` private rows."""
-    from pcqr.jobs.cli import main
-
-    out = work / f"five-{rows}"
-    assert main(["generate", "--kind", "agnostic", "--concept", "halfspace", "--classes", str(CLASSES),
-                 "--noise", "0.05", "--rows", str(rows), "--features", "6", "--queries", str(QUERIES),
-                 "--seed", "13", "--out", str(out), "--cluster", cluster]) == 0
-
-    def matrix(table: pa.Table) -> np.ndarray:
-        return np.column_stack([table.column(c).to_numpy() for c in table.column_names if c.startswith("x")])
-
-    private = pq.read_table(out / "private")
-    queries = pq.read_table(out / "queries").sort_by("query_id")
-    truth = pq.read_table(out / "truth").sort_by("query_id").column("label").to_numpy().astype(np.int8)
-    return matrix(private), private.column("label").to_numpy().astype(np.int8), matrix(queries), truth
+    return generate_arrays(work / f"five-{rows}", ["--kind", "agnostic", "--concept", "halfspace", "--classes",
+                                                   str(CLASSES), "--noise", "0.05", "--rows", str(rows), "--features",
+                                                   "6"], cluster)
 
 
 def tasks(work: Path, wanted: list[str], cluster: str) -> dict[str, dict[str, Any]]:
@@ -75,13 +60,7 @@ def tasks(work: Path, wanted: list[str], cluster: str) -> dict[str, dict[str, An
         if name in wanted:
             out[name] = {"arrays": generated_arrays(work, rows, cluster), "classes": CLASSES,
                          "peer": {"data_norm": 6.0}}
-    for name, task in out.items():
-        X, y, Q, _ = task["arrays"]
-        task["features"] = _write(work / name / "private" / "part-0.parquet", X, y)
-        task["private"] = str(work / name / "private")
-        task["queries"] = pa.table({"query_id": np.arange(len(Q)),
-                                    **{f: Q[:, i] for i, f in enumerate(task["features"])}})
-    return out
+    return write_tasks(work, out)
 
 
 def bench_multiclass(wanted: list[str] | None = None, runs: int | None = None,
@@ -120,18 +99,9 @@ def table(out: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="*", default=None, help=f"{' '.join([*ADULT_TASKS, *GENERATED])} (default: all)")
-    parser.add_argument("--runs", type=int, default=None, help=f"pcqr runs a cell (default {RUNS})")
-    parser.add_argument("--epsilons", nargs="*", type=float, default=None, help=f"default {EPSILONS}")
-    parser.add_argument("--no-peers", action="store_true", help="pcqr's cells only")
-    parser.add_argument("--out", default=None, help="write the figures here as JSON")
-    args = parser.parse_args(argv)
-    out = bench_multiclass(args.tasks, args.runs, tuple(args.epsilons) if args.epsilons else None, not args.no_peers)
-    print(out["table"])
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    return 0
+    args = arguments(__doc__.split("\n\n")[0], " ".join([*ADULT_TASKS, *GENERATED]), EPSILONS).parse_args(argv)
+    return print_and_save(bench_multiclass(args.tasks, args.runs, tuple(args.epsilons) if args.epsilons else None,
+                                           not args.no_peers), args.out)
 
 
 if __name__ == "__main__":
