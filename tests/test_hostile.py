@@ -245,6 +245,21 @@ CASES = [
          mutate=cluster_yaml("pcqr:\n  cluster:\n    dashboard-address: sometimes\n")),
     case("cluster-learners-allow", TRAIN + " --cluster {bad_cluster}", "pcqr.learners.allow",
          mutate=cluster_yaml("pcqr:\n  learners:\n    allow: [os; rm]\n")),
+    # --classes (issue 49): a count or names, refused in one line before anything is charged or written
+    case("train-classes-one", TRAIN + " --classes 1", "--classes must be a whole number of classes in [2, 100], got 1"),
+    case("train-classes-many", TRAIN + " --classes 101", "--classes must be a whole number of classes in [2, 100]"),
+    case("train-classes-one-name", TRAIN + " --classes abc", "give at least two names"),
+    case("train-classes-repeated", TRAIN + " --classes a,a", "a name is given twice"),
+    case("train-classes-empty-name", TRAIN + " --classes a,,b", "is empty"),
+    case("train-classes-guess", TRAIN + " --classes 3 --gate guess", "--gate guess: --classes 3 needs --gate gnmax or stability"),
+    case("train-classes-agnostic", TRAIN + " --classes 3 --mode agnostic --hypothesis threshold", "--mode agnostic relabels"),
+    case("train-classes-names-outside", TRAIN + " --classes a,b,c --learner sklearn.tree.DecisionTreeClassifier",
+         "has values outside --classes a,b,c"),  # found by the workers: the charge refunded
+    case("generate-classes-concept", "generate --classes 3 --rows 100 --out {new}/g", "the threshold concept has two labels"),
+    case("generate-classes-zero", "generate --classes 0 --concept halfspace --rows 100 --out {new}/g", "--classes"),
+    case("plan-classes-without-rows", "plan --alpha 0.1 --vc 1 --epsilon 1 --queries-max 100 --classes 3",
+         "--classes 3 applies to --private-rows only"),
+    case("plan-classes-many", "plan --private-rows 1000 --epsilon 1 --queries-max 1000 --classes 101", "--classes must be"),
     # answer
     case("answer-queries-missing", "answer --state {state} --log {log}", "--queries"),
     case("answer-queries-nonexistent", ANSWER.replace("{queries2}", "{root}/nothing"), "nothing"),
