@@ -102,9 +102,7 @@ def test_train_answer_replay_report_over_five_classes(generated, capsys, tmp_pat
     page = (tmp_path / "report.html").read_text()
     for j in range(CLASSES):  # each true class's accuracy beside the figures
         assert f"accuracy on true class {j}" in page
-    code, _, err = _cli(capsys, "distill", "--log", str(log), "--out", str(tmp_path / "student.json"))
-    _one_line(code, err, f"the session answers {CLASSES} classes", "not built yet")
-    assert not (tmp_path / "student.json").exists()
+    _distilled_student_answers_as_the_log(capsys, log, state, data / "queries", tmp_path, cluster)
     # repeats of logged queries get their logged classes, at no cost
     first = pq.read_table(log).sort_by("query_id").slice(0, 300)
     again = first.select(["query_id", *[f"x{j}" for j in range(6)]])
@@ -117,6 +115,28 @@ def test_train_answer_replay_report_over_five_classes(generated, capsys, tmp_pat
     repeated = pq.read_table(batches[-1]).sort_by("query_id")
     assert repeated.column("source").to_pylist() == ["duplicate"] * 300
     assert repeated.column("answer").to_pylist() == first.column("answer").to_pylist()
+
+
+def _distilled_student_answers_as_the_log(capsys, log: Path, state: Path, queries: Path, tmp_path: Path,
+                                          cluster: str, names: list[str] | None = None) -> None:
+    """``pcqr distill`` of a c-class log writes a model file of c classes (and their names) whose
+    ``pcqr predict`` gives every query the log's student answered the student's logged class."""
+    model, predictions = tmp_path / "student.json", tmp_path / "predictions"
+    code, out, err = _cli(capsys, "distill", "--log", str(log), "--state", str(state), "--out", str(model), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["classes"] == CLASSES and summary.get("class_names") == names
+    record = json.loads(model.read_text())
+    assert record["classes"] == CLASSES and record.get("class_names") == names and record["hypothesis"]["labels"]
+    code, out, err = _cli(capsys, "predict", str(model), str(queries), "--out", str(predictions), "--json",
+                          "--cluster", cluster)
+    assert code == 0, err
+    assert json.loads(out)["classes"] == CLASSES
+    logged = pq.read_table(log).to_pandas()
+    predicted = pq.read_table(predictions).to_pandas().merge(logged, on="query_id")
+    student = predicted[predicted["source"] == "student"]
+    assert len(student) > 100 and student["answer"].nunique() > 2  # the comparison can fail
+    assert (student["prediction"].astype(int) == student["answer"].astype(int)).all()
 
 
 @pytest.mark.parametrize("args,needles", [
@@ -248,6 +268,8 @@ def test_named_classes_on_the_command_line(generated, named, capsys, tmp_path) -
     code, out, err = _cli(capsys, "replay", str(log), "--truth", str(named / "truth"), "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["accuracy"] == accuracy  # the truth read by name again
+    _distilled_student_answers_as_the_log(capsys, log, state, generated / "data" / "queries", tmp_path,
+                                          str(generated / "cluster.yaml"), list(NAMES))
 
 
 @pytest.mark.parametrize("classes,needles", [

@@ -59,6 +59,20 @@ def index(d: Any, key: str) -> int:
     return value
 
 
+def labels(d: Any, key: str = "labels") -> tuple[int, ...]:
+    """A model's class indices (scikit-learn's ``classes_`` of a student fitted over c > 2 classes):
+    1 to MAX_CLASSES distinct non-negative integers in increasing order."""
+    from pcqr.pipeline.options import MAX_CLASSES
+
+    value = _field(d, key)
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_CLASSES:
+        raise ValueError(f"{key} must be a list of 1 to {MAX_CLASSES} class indices, got {value!r}")
+    found = tuple(index({key: v}, key) for v in value)
+    if any(b <= a for a, b in zip(found, found[1:])):
+        raise ValueError(f"{key} must be distinct class indices in increasing order, got {value!r}")
+    return found
+
+
 def index_pair(d: Any, key: str) -> tuple[int, int]:
     """Two distinct-or-equal feature indices, as a JSON list of two integers."""
     value = _field(d, key)

@@ -10,7 +10,7 @@ from pcqr.pipeline.hypotheses.box import BoxHypothesis
 from pcqr.pipeline.hypotheses.finite import FiniteClass, FiniteHypothesis
 from pcqr.pipeline.hypotheses.halfspace import HalfspaceClass, HalfspaceHypothesis
 from pcqr.pipeline.hypotheses.interval import IntervalClass, IntervalHypothesis
-from pcqr.pipeline.hypotheses.linear import LinearHypothesis
+from pcqr.pipeline.hypotheses.linear import linear_from_dict
 from pcqr.pipeline.hypotheses.point import PointClass, PointHypothesis
 from pcqr.pipeline.hypotheses.rectangle import RectangleClass, RectangleHypothesis
 from pcqr.pipeline.hypotheses.stump import StumpClass
@@ -35,7 +35,7 @@ _FROM_DICT: dict[str, Callable[[dict[str, Any]], Hypothesis]] = {
     "point": PointHypothesis.from_dict,
     "rectangle": RectangleHypothesis.from_dict,
     "halfspace": HalfspaceHypothesis.from_dict,
-    "linear": LinearHypothesis.from_dict,  # distilled students (pcqr.pipeline.models.portable)
+    "linear": linear_from_dict,  # distilled students (pcqr.pipeline.models.portable)
     "trees": TreesHypothesis.from_dict,
     "box": BoxHypothesis.from_dict,  # the rectangle learner's d-dimensional box (pcqr learn --algorithm rectangle)
 }

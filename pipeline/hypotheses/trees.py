@@ -11,6 +11,14 @@ label is
 * ``combine = "sum"`` (gradient boosting): 1 iff ``base + sum_t scale * v_t > 0`` (the raw score's
   sign, which is where the predicted probability exceeds 1/2).
 
+A student of a session over c > 2 classes also lists ``labels``, the class indices it saw (its
+``classes_``), and predicts ``labels[i]`` for the position i the rule gives, as scikit-learn does:
+
+* ``vote``: each node's value holds one number per label; i is the first largest sum;
+* ``sum``: with two labels, one tree per stage and one ``base`` as above (i = 1 iff the raw score is
+  positive); with L > 2 labels, L trees per stage in label order (tree t adds to label t mod L),
+  ``base`` a list of L numbers, and i the first largest raw score.
+
 ``precision = "float32"``: the features are rounded to float32 before the comparisons, as
 scikit-learn's tree code does (its thresholds are float64 midpoints of float32 values).
 
@@ -25,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from pcqr.pipeline.hypotheses.fields import number
+from pcqr.pipeline.hypotheses.fields import labels as read_labels, number
 
 #: Most nodes a model file may hold, over all its trees.
 MAX_NODES = 5_000_000
@@ -122,9 +130,10 @@ class TreesHypothesis:
 
     trees: tuple[Tree, ...]
     combine: str = "vote"
-    base: float = 0.0
+    base: float | tuple[float, ...] = 0.0  # a tuple: one per label (combine "sum", more than two labels)
     scale: float = 1.0
     precision: str = "float64"
+    labels: tuple[int, ...] = ()  # () for a two-class session's student: labels 0 and 1
 
     @property
     def features(self) -> list[int]:
@@ -134,23 +143,41 @@ class TreesHypothesis:
             used.update(tree.feature[tree.left >= 0].tolist())
         return sorted(used)
 
+    @property
+    def scores(self) -> int:
+        """The raw scores the trees add up: one per label in a vote, one or (beyond two labels) one per
+        label in a sum."""
+        count = len(self.labels) or 2
+        return count if self.combine == "vote" or count > 2 else 1
+
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Labels (int8) of the rows of ``X`` (rows, all features)."""
         X = np.asarray(X, dtype=np.float64)
         if self.precision == "float32":
             X = X.astype(np.float32).astype(np.float64)
-        width = 2 if self.combine == "vote" else 1
-        total = np.zeros((X.shape[0], width))
-        for tree in self.trees:
-            total += self.scale * tree.value[tree.leaves(X)] if self.combine == "sum" else tree.value[tree.leaves(X)]
+        total = np.zeros((X.shape[0], self.scores))
+        if self.combine == "sum" and self.scores > 1:
+            total += np.asarray(self.base, dtype=np.float64)  # added first, as scikit-learn's raw scores
+        for t, tree in enumerate(self.trees):
+            if self.combine == "vote":
+                total += tree.value[tree.leaves(X)]
+            else:
+                total[:, t % self.scores] += self.scale * tree.value[tree.leaves(X)][:, 0]
         if self.combine == "vote":
-            return (total[:, 1] > total[:, 0]).astype(np.int8)
-        return (self.base + total[:, 0] > 0).astype(np.int8)
+            at = np.argmax(total, axis=1)  # the first largest: scikit-learn's tie rule
+        elif self.scores == 1:
+            at = (self.base + total[:, 0] > 0).astype(np.int64)
+        else:
+            at = np.argmax(total, axis=1)
+        return (np.asarray(self.labels, dtype=np.int8)[at] if self.labels else at.astype(np.int8))
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"class": "trees", "combine", "base", "scale", "precision", "features", "trees": [...]}``."""
-        return {"class": "trees", "combine": self.combine, "base": float(self.base), "scale": float(self.scale),
-                "precision": self.precision, "features": self.features, "trees": [t.to_dict() for t in self.trees]}
+        """``{"class": "trees", "combine", "base", "scale", "precision", "features", "trees": [...]}``
+        (and ``labels`` over c > 2 classes)."""
+        base = [float(b) for b in self.base] if isinstance(self.base, tuple) else float(self.base)
+        return {"class": "trees", **({"labels": list(self.labels)} if self.labels else {}), "combine": self.combine,
+                "base": base, "scale": float(self.scale), "precision": self.precision, "features": self.features,
+                "trees": [t.to_dict() for t in self.trees]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TreesHypothesis:
@@ -165,9 +192,22 @@ class TreesHypothesis:
         nodes = sum(len(t.get("left") or []) if isinstance(t, dict) else 0 for t in trees)
         if nodes > MAX_NODES:
             raise ValueError(f"the trees hold {nodes:,} nodes, more than {MAX_NODES:,}")
-        width = 2 if combine == "vote" else 1
-        built = cls(tuple(Tree.from_dict(t, width) for t in trees), combine, number(d, "base"), number(d, "scale"),
-                    precision)
+        found = read_labels(d) if "labels" in d else ()
+        if combine == "sum" and len(found) == 1:
+            raise ValueError("a sum of trees needs at least two labels")
+        shape = cls((), combine, 0.0, 1.0, precision, found)
+        if shape.scores > 1 and combine == "sum":
+            raw = d.get("base")
+            if not isinstance(raw, list) or len(raw) != shape.scores:
+                raise ValueError(f"base must be a list of {shape.scores} numbers, one per label")
+            if len(trees) % shape.scores:
+                raise ValueError(f"a sum over {shape.scores} labels needs {shape.scores} trees a stage")
+            base: float | tuple[float, ...] = tuple(number({"base": b}, "base") for b in raw)
+        else:
+            base = number(d, "base")
+        width = shape.scores if combine == "vote" else 1
+        built = cls(tuple(Tree.from_dict(t, width) for t in trees), combine, base, number(d, "scale"), precision,
+                    found)
         declared = d.get("features")
         if declared != built.features:  # the list load_model checks against the model's feature names
             raise ValueError(f"features must list the feature indices the trees split on, {built.features}")

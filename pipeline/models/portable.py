@@ -16,6 +16,12 @@ DecisionTree, RandomForest, ExtraTrees              ``trees``, combine ``vote``
 GradientBoosting, HistGradientBoosting (binary)     ``trees``, combine ``sum`` (raw score > 0)
 =================================================  ==========================================
 
+A student of a session over c > 2 classes is written in the same forms with its ``labels``, the class
+indices it saw (its ``classes_``; pcqr.pipeline.hypotheses.linear and .trees): a linear classifier
+keeps scikit-learn's one score per label (one score for two labels), a forest its per-label leaf
+fractions, gradient boosting one tree per label a stage, and a one-class student is a linear form
+with no features and one label.
+
 Any other learner can still answer after the halt (``pcqr answer --after-halt student`` keeps the
 fitted student in memory); :func:`portable` refuses it in one line naming the forms above.
 """
@@ -27,7 +33,7 @@ import numpy as np
 
 from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
-from pcqr.pipeline.hypotheses.linear import LinearHypothesis
+from pcqr.pipeline.hypotheses.linear import LinearHypothesis, MulticlassLinearHypothesis
 from pcqr.pipeline.hypotheses.threshold import ThresholdHypothesis
 from pcqr.pipeline.hypotheses.trees import Tree, TreesHypothesis
 from pcqr.pipeline.models.learners import ConstantModel, _StumpModel
@@ -36,40 +42,84 @@ PORTABLE = ("linear classifiers (coef_)", "DecisionTreeClassifier", "RandomFores
             "GradientBoostingClassifier", "HistGradientBoostingClassifier", "stump", "threshold")
 
 
-def portable(model: Any, learner: str) -> Hypothesis:
-    """The plain public form of a fitted binary classifier (``learner``: its name, for the error)."""
+def portable(model: Any, learner: str, classes: int = 2) -> Hypothesis:
+    """The plain public form of a fitted student of a session over ``classes`` classes (``learner``:
+    its name, for the error)."""
+    if classes > 2:
+        return _multiclass(model, learner, classes)
     if isinstance(model, ConstantModel):
         return LinearHypothesis((), (), 1.0 if model.label == 1 else -1.0)
     if isinstance(model, _StumpModel):
         return ThresholdHypothesis(int(model.feature_), float(model.threshold_), bool(model.polarity_))
-    classes = getattr(model, "classes_", None)
-    if classes is None or [int(c) for c in np.asarray(classes).tolist()] != [0, 1]:
-        raise PcqrError(f"--learner {learner}: the fitted student's classes are {classes!r}, expected [0, 1]")
+    classes_ = getattr(model, "classes_", None)
+    if classes_ is None or [int(c) for c in np.asarray(classes_).tolist()] != [0, 1]:
+        raise PcqrError(f"--learner {learner}: the fitted student's classes are {classes_!r}, expected [0, 1]")
     name = type(model).__name__
     if name == "HistGradientBoostingClassifier":
-        return _hist_boosting(model, learner)
+        return _hist_boosting(model, learner, ())
     if name == "GradientBoostingClassifier":
-        return _boosting(model, learner)
-    if hasattr(model, "tree_"):
-        return TreesHypothesis((_sklearn_tree(model.tree_, vote=True),), "vote", precision="float32")
-    if name in ("RandomForestClassifier", "ExtraTreesClassifier"):
-        return TreesHypothesis(tuple(_sklearn_tree(e.tree_, vote=True) for e in model.estimators_), "vote",
-                               precision="float32")
+        return _boosting(model, learner, ())
+    if hasattr(model, "tree_") or name in ("RandomForestClassifier", "ExtraTreesClassifier"):
+        return _forest(model, ())
+    coef, intercept = _linear(model)
+    if coef is not None and coef.shape[0] == 1:
+        return LinearHypothesis(tuple(range(coef.shape[1])), tuple(coef[0].tolist()), float(intercept[0]))
+    raise _no_form(model, learner)
+
+
+def _multiclass(model: Any, learner: str, classes: int) -> Hypothesis:
+    """:func:`portable` over c > 2 classes: the forms with the labels the student saw."""
+    if isinstance(model, ConstantModel):
+        return MulticlassLinearHypothesis((), ((),), (0.0,), (int(model.label),))
+    labels = tuple(int(c) for c in np.asarray(getattr(model, "classes_", [])).tolist())
+    if not labels or list(labels) != sorted(set(labels)) or labels[0] < 0 or labels[-1] >= classes:
+        raise PcqrError(f"--learner {learner}: the fitted student's classes are {list(labels)}, expected class "
+                        f"indices 0 .. {classes - 1}")
+    name = type(model).__name__
+    if name == "HistGradientBoostingClassifier":
+        return _hist_boosting(model, learner, labels)
+    if name == "GradientBoostingClassifier":
+        return _boosting(model, learner, labels)
+    if hasattr(model, "tree_") or name in ("RandomForestClassifier", "ExtraTreesClassifier"):
+        return _forest(model, labels)
+    coef, intercept = _linear(model)
+    if coef is not None and coef.shape[0] == (1 if len(labels) == 2 else len(labels)):
+        return MulticlassLinearHypothesis(tuple(range(coef.shape[1])), tuple(tuple(row.tolist()) for row in coef),
+                                          tuple(intercept.tolist()), labels)
+    raise _no_form(model, learner)
+
+
+def _linear(model: Any) -> tuple[np.ndarray | None, np.ndarray]:
+    """A linear classifier's finite ``coef_`` (scores, features) and ``intercept_``, or (None, ...)."""
     coef, intercept = getattr(model, "coef_", None), getattr(model, "intercept_", None)
-    if coef is not None and intercept is not None:
-        w, b = np.atleast_2d(np.asarray(coef, dtype=np.float64)), np.ravel(np.asarray(intercept, dtype=np.float64))
-        if w.ndim == 2 and w.shape[0] == 1 and b.size == 1 and np.all(np.isfinite(w)) and np.isfinite(b[0]):
-            return LinearHypothesis(tuple(range(w.shape[1])), tuple(w[0].tolist()), float(b[0]))
-    raise PcqrError(f"--learner {learner}: a fitted {name} has no plain public form for a model file (pcqr writes "
-                    f"{', '.join(PORTABLE)}); `pcqr answer --after-halt student` can still use it")
+    if coef is None or intercept is None:
+        return None, np.zeros(0)
+    w, b = np.atleast_2d(np.asarray(coef, dtype=np.float64)), np.ravel(np.asarray(intercept, dtype=np.float64))
+    if w.ndim != 2 or b.size != w.shape[0] or not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+        return None, b
+    return w, b
 
 
-def _sklearn_tree(tree: Any, vote: bool) -> Tree:
-    """A scikit-learn ``tree_`` as node arrays: class fractions (vote) or the regression value."""
+def _no_form(model: Any, learner: str) -> PcqrError:
+    return PcqrError(f"--learner {learner}: a fitted {type(model).__name__} has no plain public form for a model "
+                     f"file (pcqr writes {', '.join(PORTABLE)}); `pcqr answer --after-halt student` can still use it")
+
+
+def _forest(model: Any, labels: tuple[int, ...]) -> TreesHypothesis:
+    """A tree, or a forest's trees, voting with their leaves' class fractions."""
+    width = len(labels) or 2
+    estimators = [model] if hasattr(model, "tree_") else list(model.estimators_)
+    return TreesHypothesis(tuple(_sklearn_tree(e.tree_, width) for e in estimators), "vote", precision="float32",
+                           labels=labels)
+
+
+def _sklearn_tree(tree: Any, vote: int | None) -> Tree:
+    """A scikit-learn ``tree_`` as node arrays: the fractions of its ``vote`` classes, or (None) the
+    regression value."""
     value = np.asarray(tree.value, dtype=np.float64)[:, 0, :]
-    if vote:
-        if value.shape[1] != 2:
-            raise PcqrError(f"a tree of the student has {value.shape[1]} classes, expected 2")
+    if vote is not None:
+        if value.shape[1] != vote:
+            raise PcqrError(f"a tree of the student has {value.shape[1]} classes, expected {vote}")
         total = value.sum(axis=1, keepdims=True)
         value = np.divide(value, total, out=np.zeros_like(value), where=total > 0)
     missing = getattr(tree, "missing_go_to_left", None)
@@ -77,37 +127,51 @@ def _sklearn_tree(tree: Any, vote: bool) -> Tree:
     return Tree(np.asarray(tree.feature, dtype=np.int64), np.asarray(tree.threshold, dtype=np.float64),
                 np.asarray(tree.children_left, dtype=np.int64), np.asarray(tree.children_right, dtype=np.int64),
                 np.zeros(nodes, dtype=bool) if missing is None else np.asarray(missing, dtype=bool),
-                value[:, :2] if vote else value[:, :1])
+                value if vote is not None else value[:, :1])
 
 
-def _boosting(model: Any, learner: str) -> TreesHypothesis:
-    """Binary gradient boosting: raw = init + learning_rate * sum of the stages' tree values."""
+def _scores(labels: tuple[int, ...]) -> int:
+    """Trees a boosting stage holds: one for two labels, one per label beyond."""
+    return 1 if len(labels) <= 2 else len(labels)
+
+
+def _base(raw: np.ndarray, labels: tuple[int, ...]) -> float | tuple[float, ...]:
+    values = np.ravel(raw).astype(np.float64)
+    return float(values[0]) if _scores(labels) == 1 else tuple(values.tolist())
+
+
+def _boosting(model: Any, learner: str, labels: tuple[int, ...]) -> TreesHypothesis:
+    """Gradient boosting: raw = init + learning_rate * sum of the stages' tree values (one tree a
+    stage for two labels, one per label beyond)."""
     stages = np.asarray(model.estimators_)
-    if stages.ndim != 2 or stages.shape[1] != 1:
-        raise PcqrError(f"--learner {learner}: expected one tree per boosting stage (binary labels)")
+    if stages.ndim != 2 or stages.shape[1] != _scores(labels):
+        raise PcqrError(f"--learner {learner}: expected {_scores(labels)} trees per boosting stage")
     init = getattr(model, "init_", None)
     if not (init == "zero" or type(init).__name__ == "DummyClassifier"):
         raise PcqrError(f"--learner {learner}: a custom init estimator has no plain public form")
     n_features = int(model.n_features_in_)
-    base = float(np.ravel(model._raw_predict_init(np.zeros((1, n_features))))[0])
-    trees = tuple(_sklearn_tree(stage[0].tree_, vote=False) for stage in stages)
-    return TreesHypothesis(trees, "sum", base=base, scale=float(model.learning_rate), precision="float32")
+    base = _base(model._raw_predict_init(np.zeros((1, n_features))), labels)
+    trees = tuple(_sklearn_tree(tree.tree_, None) for stage in stages for tree in stage)
+    return TreesHypothesis(trees, "sum", base=base, scale=float(model.learning_rate), precision="float32",
+                           labels=labels)
 
 
-def _hist_boosting(model: Any, learner: str) -> TreesHypothesis:
-    """Histogram gradient boosting: raw = baseline + sum of the iterations' leaf values (numeric splits)."""
-    if int(model.n_trees_per_iteration_) != 1:
-        raise PcqrError(f"--learner {learner}: expected one tree per iteration (binary labels)")
+def _hist_boosting(model: Any, learner: str, labels: tuple[int, ...]) -> TreesHypothesis:
+    """Histogram gradient boosting: raw = baseline + sum of the iterations' leaf values (numeric
+    splits; one tree an iteration for two labels, one per label beyond)."""
+    if int(model.n_trees_per_iteration_) != _scores(labels):
+        raise PcqrError(f"--learner {learner}: expected {_scores(labels)} trees per iteration")
     trees = []
-    for (predictor,) in model._predictors:
-        nodes = predictor.nodes
-        if np.any(nodes["is_categorical"]):
-            raise PcqrError(f"--learner {learner}: categorical splits have no plain public form")
-        leaf = nodes["is_leaf"].astype(bool)
-        left = np.where(leaf, -1, nodes["left"].astype(np.int64))
-        right = np.where(leaf, -1, nodes["right"].astype(np.int64))
-        trees.append(Tree(nodes["feature_idx"].astype(np.int64), nodes["num_threshold"].astype(np.float64), left,
-                          right, nodes["missing_go_to_left"].astype(bool),
-                          nodes["value"].astype(np.float64).reshape(-1, 1)))
-    base = float(np.ravel(model._baseline_prediction)[0])
-    return TreesHypothesis(tuple(trees), "sum", base=base, scale=1.0, precision="float64")
+    for iteration in model._predictors:
+        for predictor in iteration:
+            nodes = predictor.nodes
+            if np.any(nodes["is_categorical"]):
+                raise PcqrError(f"--learner {learner}: categorical splits have no plain public form")
+            leaf = nodes["is_leaf"].astype(bool)
+            left = np.where(leaf, -1, nodes["left"].astype(np.int64))
+            right = np.where(leaf, -1, nodes["right"].astype(np.int64))
+            trees.append(Tree(nodes["feature_idx"].astype(np.int64), nodes["num_threshold"].astype(np.float64), left,
+                              right, nodes["missing_go_to_left"].astype(bool),
+                              nodes["value"].astype(np.float64).reshape(-1, 1)))
+    return TreesHypothesis(tuple(trees), "sum", base=_base(model._baseline_prediction, labels), scale=1.0,
+                           precision="float64", labels=labels)

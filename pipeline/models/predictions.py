@@ -46,7 +46,7 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
 
     check_outputs([Output("--out", out, folder=True)], [("the model", model_path), ("the queries", queries),
                                                         ("--ledger", ledger), ("--cluster", cluster)], overwrite)
-    hypothesis, features, _ = load_model(model_path)
+    hypothesis, features, record = load_model(model_path)
     dataset = open_matching(queries, "queries", features, "the model's features", id_column)
     load_cluster_config(cluster)
     with open_client(cluster, echo=note, array_work=True) as client:  # a released hypothesis: numpy only
@@ -62,6 +62,7 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
             total += table.num_rows
     _remove_stale(out, len(futures))
     return {"out": out, "predictions": total, "model": model_path,
+            **{key: record[key] for key in ("classes", "class_names") if key in record},
             **({"allow_private_overlap": True} if allow_private_overlap else {})}
 
 

@@ -68,6 +68,7 @@ def load_model(path: str, option: str = "MODEL") -> tuple[Hypothesis, list[str],
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features) \
                 or len(set(features)) != len(features):
             raise ValueError(f"features must be a list of distinct column names, got {features!r}")
+        _check_classes(model, getattr(hypothesis, "labels", ()))
         record = model["hypothesis"]
         used = [record["feature"]] if "feature" in record else list(record.get("features") or [])
         if any(i >= len(features) for i in used):
@@ -75,3 +76,21 @@ def load_model(path: str, option: str = "MODEL") -> tuple[Hypothesis, list[str],
         return hypothesis, list(features), model
     except (ValueError, KeyError, TypeError) as exc:
         raise PcqrError(f"{path}: not a pcqr released model ({exc})") from None
+
+
+def _check_classes(model: dict[str, Any], labels: tuple[int, ...]) -> None:
+    """ValueError unless the record's ``classes`` (c, absent for two) and ``class_names`` (absent, or c
+    distinct names) agree with the labels its hypothesis predicts: a student of a session over c > 2
+    classes lists its labels, each below c; a two-class one lists none."""
+    from pcqr.pipeline.options import MAX_CLASSES
+
+    classes = model.get("classes", 2)
+    if isinstance(classes, bool) or not isinstance(classes, int) or not 2 <= classes <= MAX_CLASSES:
+        raise ValueError(f"classes must be a count of 2 to {MAX_CLASSES}, got {classes!r}")
+    if (classes > 2) != bool(labels) or (labels and labels[-1] >= classes):
+        raise ValueError(f"the hypothesis predicts the labels {list(labels) or [0, 1]}, not class indices of "
+                         f"{classes} classes")
+    names = model.get("class_names")
+    if names is not None and not (isinstance(names, list) and len(names) == classes
+                                  and all(isinstance(n, str) for n in names) and len(set(names)) == classes):
+        raise ValueError(f"class_names must be {classes} distinct names")

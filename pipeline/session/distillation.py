@@ -112,7 +112,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     from pcqr.pipeline.models.portable import portable
     from pcqr.pipeline.models.student_selection import student_specs
     from pcqr.pipeline.models.released import model_record, write_model
-    from pcqr.pipeline.public_log.replay import classes_of
+    from pcqr.pipeline.public_log.replay import class_names_of, classes_of
     from pcqr.pipeline.public_log.replayed import verified
     from pcqr.pipeline.session.planning import read_state_summary
 
@@ -121,9 +121,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     with reporter.phase("verifying the log"):
         report = verified(log_dir, last_hash, f"--log {log_dir}", f"--state {state}")
     provenance = report.provenance or {}
-    if (classes := classes_of(provenance)) != 2:  # pcqr.pipeline.models.portable holds two-class forms only
-        raise PcqrError(f"--log {log_dir}: the session answers {classes} classes; a released model file holds a "
-                        "two-class student only (multi-class distillation is not built yet)")
+    classes, names = classes_of(provenance), class_names_of(provenance)
     features = provenance.get("features")
     if not (isinstance(features, list) and features and all(isinstance(f, str) for f in features)):
         raise PcqrError(f"--log {log_dir}: its provenance names no feature columns")
@@ -134,23 +132,25 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
     named = student_learner(session_learner if isinstance(session_learner, dict) else {},
                             guess if learner is None else None, learner, learner_params or {})
     for spec in student_specs(named, modules):  # 'auto': a tree, whatever depth the answers give it
-        portable(spec.check(len(features), 64), spec.name)  # one with no portable form is refused before the log is read
+        portable(spec.check(len(features), 64, classes), spec.name, classes)  # one with no portable form is refused before the log is read
     with reporter.phase("reading the teacher's answers"):
         answers = teacher_answers(log_dir, features)
     chosen, model = fit_on_teacher(answers, named, modules, reporter)
-    hypothesis = portable(model, chosen["name"])
+    hypothesis = portable(model, chosen["name"], classes)
     private = provenance.get("seeded") is False
     record = model_record(
         hypothesis, features, private,
         mechanism="student distilled from a public log (post-processing: BTT18 Theorem 4.3)",
         learner=chosen, teacher_answers=int(answers.y.size), log_sha256=report.last_sha256,
         session_id=provenance.get("session_id"), epsilon=provenance.get("epsilon"), delta=provenance.get("delta"),
+        **({"classes": classes} if classes != 2 else {}), **({"class_names": list(names)} if names else {}),
     )
     write_model(out, record)
     for remark in report.notes:  # after the model is written: a refused command prints its error alone
         reporter.note(remark)
     return {"out": out, "learner": named["name"],
             **({"chosen": chosen["name"]} if chosen != named else {}), "form": hypothesis.to_dict()["class"],
+            **({"classes": classes} if classes != 2 else {}), **({"class_names": list(names)} if names else {}),
             "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
             "log": log_dir, "log_sha256": report.last_sha256, "last_batch_vouched": report.last_vouched,
             "session_id": provenance.get("session_id"),
