@@ -194,6 +194,47 @@ def test_the_certificate_is_the_two_class_one_at_2m(classes: int) -> None:
     assert terms.sampler < 1e-25
 
 
+@pytest.mark.parametrize("classes,epsilon,queries", [(3, 700.0, 2000), (5, 80.0, 2000), (100, 700.0, 10**6)])
+def test_a_large_epsilon_is_certified_at_the_cap_of_c_values_an_answer(classes: int, epsilon: float,
+                                                                       queries: int) -> None:
+    """Beyond eps ~50 the sampler term (1 + e^eps) m c (2J + 3) 3e-39 caps the eps certified: the
+    session is certified at the largest eps whose sampler term is at most 1/1000 of delta (a
+    certificate at a smaller eps is one at the request), not refused; the two-class cap (one value an
+    answer) would leave the c-class sampler term over it, as before this cap."""
+    params = SubSampParameters.create("tight", epsilon, 1e-6, queries, queries, 0.05, gate="gnmax", classes=classes)
+    eps, delta = params.guarantee()
+    terms = params.delta_terms()
+    assert 30 < eps < min(epsilon, 60.4) and delta <= 1e-6  # below the two-class cap, 60.38 at m 2,000
+    assert terms.sampler <= 1.001e-9  # at most 1/1000 of delta (float rounding: nextafter)
+    assert terms.composition <= GUESS_COMPOSITION_SHARE * 1e-6
+    two = SubSampParameters.create("tight", epsilon, 1e-6, queries, queries, 0.05, gate="gnmax")
+    over_two_cap = replace(params, lam=two.lam * math.sqrt(2))  # what a two-class cap alone would certify
+    assert over_two_cap.guarantee()[0] > eps
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 8.0, 100.0, 700.0])
+def test_the_stability_gate_over_c_classes_has_the_two_class_certificate(epsilon: float) -> None:
+    """The sparse vector on the plurality's gap samples as on the two-class gap (a tail bit a query):
+    every delta term, and so the certificate, is the two-class one (a c-class sampler term was counted
+    here before, which refused eps 100 and 700 that two classes certify)."""
+    two = SubSampParameters.create("tight", epsilon, 1e-6, 50, 2000, 0.05, gate="stability")
+    five = SubSampParameters.create("tight", epsilon, 1e-6, 50, 2000, 0.05, gate="stability", classes=5)
+    assert replace(five, classes=2) == two
+    assert five.certificate() == two.certificate()
+
+
+def test_the_paper_profile_names_the_epsilon_it_can_certify() -> None:
+    """Algorithm 5's composition at eps 700 no longer covers its sampler term: refused in one line
+    naming an eps it certifies, and that eps is certified."""
+    with pytest.raises(PcqrError, match=r"certifies --epsilon ([0-9.]+) \(the largest found") as refused:
+        SubSampParameters.create("paper", 700.0, 1e-6, 50, 2000, 0.05)
+    named = float(str(refused.value).split("certifies --epsilon ")[1].split(" ")[0])
+    assert 60 < named < 700
+    assert SubSampParameters.create("paper", named, 1e-6, 50, 2000, 0.05).guarantee()[1] <= 1e-6
+    with pytest.raises(PcqrError):  # 2% above is refused: the named eps is near the edge
+        SubSampParameters.create("paper", named * 1.02, 1e-6, 50, 2000, 0.05)
+
+
 def test_two_class_parameters_are_byte_identical() -> None:
     """session.json's parameters of a two-class session carry no new key; a c-class one round-trips."""
     two = SubSampParameters.create("tight", 1.0, 1e-6, 500, 500, 0.05, gate="gnmax")

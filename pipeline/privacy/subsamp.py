@@ -125,6 +125,8 @@ GUESS_DISAGREEMENT = 0.5
 #: The share of delta the tight profile gives the guess gate's composition term (the sampler's
 #: is at most 1/1000 of delta: :func:`tight_epsilon`).
 GUESS_COMPOSITION_SHARE = 0.998
+#: Rounds of gnmax's cap on eps over c > 2 classes (SubSampParameters.gnmax; two or three settle it).
+MAX_CAP_ROUNDS = 8
 #: The shares of delta the tight profile tries for the composition term (the rest: stability, sampler).
 TIGHT_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
@@ -254,7 +256,15 @@ class SubSampParameters:
             subsamples_source="paper" if subsamples is None else "override",
             threshold_source="smallest_certifiable" if threshold is None else "override",
         )
-        params.check_composition()
+        try:
+            params.check_composition()
+        except PcqrError as refusal:
+            largest = _largest_paper_epsilon(epsilon, delta, cutoff, queries_max)
+            if largest is None:
+                raise
+            said = str(refusal).split("; use a smaller")[0]
+            raise PcqrError(f"{said}; at --cutoff {cutoff} and --delta {delta:g} it certifies --epsilon {largest:g} (the "
+                            "largest found, to 3 digits), or use a larger --cutoff, or --profile tight") from None
         if threshold is None:
             params = replace(params, threshold=params.smallest_threshold())
         params.certify(enforce_limits)
@@ -308,7 +318,9 @@ class SubSampParameters:
         certifiable w (or the given k and w, refused unless certified)."""
         _check_request(epsilon, delta, cutoff, queries_max, beta, subsamples, threshold)
         certified = tight_epsilon(epsilon, delta, queries_max)  # a delta the samplers leave no room in: refused
-        paper = cls.paper(epsilon, delta, cutoff, queries_max, beta, subsamples)  # every other check (not w's fit)
+        # every other check (not w's fit), at the eps certified: beyond the cap the paper's own composition
+        # does not fit its sampler term, which must not refuse the tight profile's certificate
+        paper = replace(cls.paper(certified, delta, cutoff, queries_max, beta, subsamples), epsilon=epsilon)
         _check_exact_cutoff(cutoff)
         best: SubSampParameters | None = None
         best_models = math.inf
@@ -410,12 +422,21 @@ class SubSampParameters:
         check_fraction(beta, "--beta")
         check_overrides(subsamples, None)
         check_classes(classes)
-        target = (tight_epsilon(epsilon, delta, queries_max), GUESS_COMPOSITION_SHARE * delta,
-                  dominating_noises(queries_max, classes))
-        try:  # the privacy-loss distribution where it runs (about m <= 35,000 at eps 1), else zCDP
-            sigma, accountant = calibrate_sigma(*target, accountant="pld"), "pld"
-        except PcqrError:
-            sigma, accountant = calibrate_sigma(*target, accountant="rdp"), "rdp"
+        values = 1  # sampled values per answer, as tight_epsilon counts them
+        for _ in range(MAX_CAP_ROUNDS):
+            target = (tight_epsilon(epsilon, delta, queries_max, values), GUESS_COMPOSITION_SHARE * delta,
+                      dominating_noises(queries_max, classes))
+            try:  # the privacy-loss distribution where it runs (about m <= 35,000 at eps 1), else zCDP
+                sigma, accountant = calibrate_sigma(*target, accountant="pld"), "pld"
+            except PcqrError:
+                sigma, accountant = calibrate_sigma(*target, accountant="rdp"), "rdp"
+            # over c > 2 classes each answer samples c values of a table spanning J at sigma: at an eps
+            # capped for fewer values the sampler term would not fit, so cap again for these (a lower eps
+            # gives a larger sigma and J: a few rounds settle, as J grows like sigma and the cap like log J)
+            needed = 1 if classes == 2 else classes * (2 * gaussian_tail_span(count_sigma(sigma)) + 3)
+            if needed <= values:
+                break
+            values = needed
         params = cls(
             epsilon=epsilon, delta=delta, beta=beta, cutoff=queries_max, queries_max=queries_max, lam=sigma,
             subsamples=subsamples if subsamples is not None else 1, threshold=0.0,
@@ -491,8 +512,10 @@ class SubSampParameters:
         """The total variation between the run's sampled noise and exact noise, over all m queries: a
         tail bit per query (TAIL_SAMPLER_ERROR each), or, for gnmax over c > 2 classes, c noise values
         per answer by inverse CDF, each within (2 J + 3) TAIL_SAMPLER_ERROR
-        (pcqr.pipeline.privacy.noise.DiscreteLaplaceTail.values; J the table's span at count_sigma)."""
-        if self.classes == 2:
+        (pcqr.pipeline.privacy.noise.DiscreteLaplaceTail.values; J the table's span at count_sigma).
+        The stability gate over c > 2 classes samples as over two (a tail bit per query, on the
+        plurality's gap)."""
+        if self.classes == 2 or self.gate != "gnmax":
             return self.queries_max * TAIL_SAMPLER_ERROR
         entries = 2 * gaussian_tail_span(count_sigma(self.lam)) + 3
         return math.nextafter(self.queries_max * self.classes * entries * TAIL_SAMPLER_ERROR, math.inf)
@@ -719,21 +742,57 @@ def composition_guarantee(eps0: float, count: int, delta: float) -> tuple[float,
     return advanced, delta / 2
 
 
-def tight_epsilon(epsilon: float, delta: float, queries_max: int) -> float:
+def tight_epsilon(epsilon: float, delta: float, queries_max: int, values: int = 1) -> float:
     """The eps the tight profile certifies: the requested one, or less when e^eps would make the
-    sampler term (1 + e^eps) m TAIL_SAMPLER_ERROR exceed 1/1000 of delta (eps beyond ~60: a
-    certificate at a smaller eps is also one at the requested eps). A delta so small that the cap is
-    not positive leaves the sampler no room at any eps: refused, naming the smallest --delta that
-    leaves some (a larger one may still be needed for the rest of the certificate)."""
-    cap = math.log(1e-3 * delta / (queries_max * TAIL_SAMPLER_ERROR)) - 1e-9
+    sampler term (1 + e^eps) m v TAIL_SAMPLER_ERROR exceed 1/1000 of delta (eps beyond ~60: a
+    certificate at a smaller eps is also one at the requested eps); ``values`` v: the sampled values
+    per query, each within TAIL_SAMPLER_ERROR (1: a tail bit; c (2 J + 3) for gnmax over c > 2
+    classes, SubSampParameters.sampler_error). A delta so small that the cap is not positive leaves
+    the sampler no room at any eps: refused, naming the smallest --delta that leaves some (a larger
+    one may still be needed for the rest of the certificate)."""
+    cap = math.log(1e-3 * delta / (queries_max * values * TAIL_SAMPLER_ERROR)) - 1e-9
     if not cap > 0:
-        least = 1e3 * queries_max * TAIL_SAMPLER_ERROR * math.exp(2e-9)
+        least = 1e3 * queries_max * values * TAIL_SAMPLER_ERROR * math.exp(2e-9)
         shown = float(f"{math.nextafter(least, math.inf):.3g}")
         shown = shown if shown > least else float(f"{least * 1.001:.3g}")
+        each = "m" if values == 1 else f"m {values:,}"
         raise PcqrError(f"--delta {delta:g}: the samplers' error over m = {queries_max:,} queries "
-                        f"((1 + e^eps) m {TAIL_SAMPLER_ERROR:g}) leaves no room for the tight profile's certificate; "
-                        f"--delta must be above {shown:g}")
+                        f"((1 + e^eps) {each} {TAIL_SAMPLER_ERROR:g}) leaves no room for the tight profile's "
+                        f"certificate; --delta must be above {shown:g}")
     return min(epsilon, cap)
+
+
+def _largest_paper_epsilon(epsilon: float, delta: float, cutoff: int, queries_max: int) -> float | None:
+    """The largest eps below ``epsilon`` (3 significant digits, rounded down) whose Algorithm 5 lambda
+    certifies by composition, or None: at a large eps the paper's composition (its eps0 grows with eps)
+    no longer covers its sampler term (1 + e^eps) m TAIL_SAMPLER_ERROR. Bisection on a log scale; the
+    value named is checked."""
+    def fits(eps: float) -> bool:
+        trial = _paper_trial(eps, delta, cutoff, queries_max)
+        try:  # paper()'s certificate (without the machine's limits, which k and w are checked against later)
+            trial.check_composition()
+            replace(trial, threshold=trial.smallest_threshold()).certify(enforce_limits=False)
+        except PcqrError:
+            return False
+        return True
+
+    low, high = 1e-3, epsilon
+    if not fits(low):
+        return None
+    for _ in range(60):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    shown = float(f"{low:.3g}")
+    while shown > 1e-3 and (shown > low or not fits(shown)):  # one step of the third digit down
+        shown = float(f"{shown - 10 ** (math.floor(math.log10(shown)) - 2):.3g}")
+    return shown if fits(shown) else None
+
+
+def _paper_trial(epsilon: float, delta: float, cutoff: int, queries_max: int) -> SubSampParameters:
+    """Algorithm 5's lambda at ``epsilon`` in a stability session (for its composition alone)."""
+    return SubSampParameters(epsilon=epsilon, delta=delta, beta=0.05, cutoff=cutoff, queries_max=queries_max,
+                             lam=paper_lambda(epsilon, delta, cutoff), subsamples=1, threshold=0.0,
+                             subsamples_source="paper", threshold_source="smallest_certifiable")
 
 
 def _paper_subsamples(lam: float, queries_max: int, cutoff: int, delta: float, beta: float) -> int:
