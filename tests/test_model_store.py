@@ -303,3 +303,51 @@ def test_a_skops_archive_is_bounded_by_its_declared_size(tmp_path) -> None:
     path = _write(tmp_path, _tampered("naive_bayes", skops=bomb, skops_sizes=np.array([bomb.size], dtype=np.int64)))
     with pytest.raises(PcqrError, match=r"not a pcqr model file \(skops\): .*more than 64 times"):
         load_models_file(path, K, FEATURES, ALLOWED)
+
+
+def _class_ensemble(classes: int = 5) -> Ensemble:
+    """k - 2 trees over c classes, each fitted on a subsample holding two to c of them (its classes_
+    skip some: the small subsamples of a rare class), and two constants."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40 * K, FEATURES))
+    y = np.argmax(X @ rng.normal(size=(FEATURES, classes)), axis=1)
+    spec = LearnerSpec("sklearn.tree.DecisionTreeClassifier", {"max_depth": 4})
+    models = []
+    for j in range(K - 2):
+        rows = np.arange(j, X.shape[0], K)
+        kept = rows[y[rows] <= 1 + j % (classes - 1)]  # classes 0 .. 1 + j mod (c - 1): 2 to c of them
+        models.append(fit_subsample(spec, X[kept], y[kept]))
+    return Ensemble([*models, ConstantModel(classes - 1), ConstantModel(0)], classes)
+
+
+def test_trees_over_c_classes_are_kept_as_node_arrays_and_vote_as_before(tmp_path) -> None:
+    """Over c > 2 classes decision trees are stored as node arrays too (not skops: 800 trees were a
+    17.9 MB file), each tree's class weights at its classes' columns: after the round trip each tree
+    predicts the class it predicted, and the (n, c) counts are the ensemble's."""
+    ensemble = _class_ensemble()
+    fitted = ensemble.counter.models[:-2]
+    assert {len(m.classes_) for m in fitted} == {2, 3, 4, 5}  # some trees saw only some of the classes
+    data = dump_models(ensemble)
+    assert str(_arrays(data)["kind"]) == "trees" and _arrays(data)["value"].shape[1] == 5
+    loaded = load_models_file(_write(tmp_path, data), K, FEATURES, classes=5)
+    queries = np.random.default_rng(9).normal(size=(3000, FEATURES))
+    for before, after in zip(ensemble.counter.models, loaded.counter.models):
+        assert (after.predict(queries) == before.predict(queries)).all()
+    counts = loaded.count_classes(queries)
+    assert counts.shape == (3000, 5) and (counts == ensemble.count_classes(queries)).all()
+    assert (counts[:, 1:] > 0).any(axis=0).all()  # votes for classes above 1: the comparison can fail
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda a: a.update(value=a["value"][:, :4]), "nodes"),  # four classes' weights for a five-class session
+    (lambda a: a.update(value=-a["value"]), "non-negative"),  # a negative weight could make an unseen class win
+])
+def test_a_damaged_c_class_tree_file_is_refused(edit, needle: str, tmp_path) -> None:
+    arrays = _arrays(dump_models(_class_ensemble()))
+    edit(arrays)
+    path = _write(tmp_path, _npz(**arrays))
+    with pytest.raises(PcqrError) as refused:
+        load_models_file(path, K, FEATURES, classes=5)
+    assert str(refused.value).startswith(path) and needle in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(PcqrError, match="a model file of another session"):  # not a two-class session's
+        load_models_file(_write(tmp_path, dump_models(_class_ensemble()), "other.npz"), K, FEATURES)

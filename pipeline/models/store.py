@@ -8,9 +8,10 @@ a NumPy ``.npz`` read with ``allow_pickle=False``; its ``kind`` says how the mod
   :class:`pcqr.pipeline.models.votes.StumpVotes` counts with, so k = 240,000 loads in milliseconds;
 * ``linear``: binary linear classifiers (and constants) as ``coef`` (k x features) and
   ``intercept`` (:class:`pcqr.pipeline.models.votes.LinearVotes`);
-* ``trees``: scikit-learn decision trees (``learner="auto"``) as their node arrays, constants in
-  ``constant`` (:mod:`pcqr.pipeline.models.tree_store`: 1,000 trees in milliseconds, where skops
-  took seconds);
+* ``trees``: scikit-learn decision trees (``learner="auto"``), over two classes or c > 2, as their node
+  arrays, constants in ``constant`` (:mod:`pcqr.pipeline.models.tree_store`: 1,000 trees in
+  milliseconds, where skops took seconds; 800 five-class depth-6 trees: 4.2 MB written in 0.03 s and
+  read in 0.01 s, where skops took 17.6 MB, 0.65 s and 0.82 s);
 * ``erm``: agnostic mode's :class:`pcqr.pipeline.hypotheses.ERMClassifier` models as JSON (their
   parameters and the chosen hypothesis's ``to_dict``), constants in ``constant``;
 * ``skops``: any other allowed scikit-learn classifier, through ``skops.io``, constants in
@@ -54,7 +55,7 @@ def dump_models(ensemble: Ensemble) -> bytes:
         arrays = {"kind": np.array("linear"), "coef": counter.coefs, "intercept": counter.intercepts}
     else:
         assert isinstance(counter, ModelVotes)
-        arrays = _dump_fitted(counter.models)
+        arrays = _dump_fitted(counter.models, counter.classes)
     sink = io.BytesIO()
     np.savez(sink, allow_pickle=False, format=np.array(FORMAT), **arrays)  # an object array is an error
     return sink.getvalue()
@@ -126,7 +127,7 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: str, k: int, n_features: i
                    "a constant label is not -1, 0 or 1" if classes == 2 else f"a constant label is not -1 or 0 .. {classes - 1}")
         fitted_count = int((constant == -1).sum())
         if kind == "trees":
-            fitted = load_trees(check.arrays, fitted_count, n_features, check.error)
+            fitted = load_trees(check.arrays, fitted_count, n_features, check.error, classes)
         elif kind == "erm":
             fitted = _load_erm(check, fitted_count)
         else:
@@ -189,14 +190,14 @@ class _Checker:
         return str(self.arrays[name])
 
 
-def _dump_fitted(models: Sequence[Any]) -> dict[str, np.ndarray]:
+def _dump_fitted(models: Sequence[Any], classes: int = 2) -> dict[str, np.ndarray]:
     """Constants as labels, the rest as node arrays (decision trees), ERM JSON (agnostic mode) or skops bytes."""
     from pcqr.pipeline.hypotheses import ERMClassifier
 
     constant = np.array([m.label if isinstance(m, ConstantModel) else -1 for m in models], dtype=np.int8)
     fitted = [m for m in models if not isinstance(m, ConstantModel)]
-    if plain_trees(fitted):
-        return {"kind": np.array("trees"), "constant": constant, **dump_trees(fitted)}
+    if plain_trees(fitted, classes):
+        return {"kind": np.array("trees"), "constant": constant, **dump_trees(fitted, classes)}
     if all(type(m) is ERMClassifier and m.models is None for m in fitted):
         records = [{"params": m.get_params(), "hypothesis": m.hypothesis_.to_dict(), "mistakes": m.mistakes_,
                     "n_candidates": m.n_candidates_, "n_features": m.n_features_in_} for m in fitted]
