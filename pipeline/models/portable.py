@@ -45,36 +45,13 @@ PORTABLE = ("linear classifiers (coef_)", "DecisionTreeClassifier", "RandomFores
 def portable(model: Any, learner: str, classes: int = 2) -> Hypothesis:
     """The plain public form of a fitted student of a session over ``classes`` classes (``learner``:
     its name, for the error)."""
-    if classes > 2:
-        return _multiclass(model, learner, classes)
     if isinstance(model, ConstantModel):
-        return LinearHypothesis((), (), 1.0 if model.label == 1 else -1.0)
-    if isinstance(model, _StumpModel):
-        return ThresholdHypothesis(int(model.feature_), float(model.threshold_), bool(model.polarity_))
-    classes_ = getattr(model, "classes_", None)
-    if classes_ is None or [int(c) for c in np.asarray(classes_).tolist()] != [0, 1]:
-        raise PcqrError(f"--learner {learner}: the fitted student's classes are {classes_!r}, expected [0, 1]")
-    name = type(model).__name__
-    if name == "HistGradientBoostingClassifier":
-        return _hist_boosting(model, learner, ())
-    if name == "GradientBoostingClassifier":
-        return _boosting(model, learner, ())
-    if hasattr(model, "tree_") or name in ("RandomForestClassifier", "ExtraTreesClassifier"):
-        return _forest(model, ())
-    coef, intercept = _linear(model)
-    if coef is not None and coef.shape[0] == 1:
-        return LinearHypothesis(tuple(range(coef.shape[1])), tuple(coef[0].tolist()), float(intercept[0]))
-    raise _no_form(model, learner)
-
-
-def _multiclass(model: Any, learner: str, classes: int) -> Hypothesis:
-    """:func:`portable` over c > 2 classes: the forms with the labels the student saw."""
-    if isinstance(model, ConstantModel):
+        if classes == 2:
+            return LinearHypothesis((), (), 1.0 if model.label == 1 else -1.0)
         return MulticlassLinearHypothesis((), ((),), (0.0,), (int(model.label),))
-    labels = tuple(int(c) for c in np.asarray(getattr(model, "classes_", [])).tolist())
-    if not labels or list(labels) != sorted(set(labels)) or labels[0] < 0 or labels[-1] >= classes:
-        raise PcqrError(f"--learner {learner}: the fitted student's classes are {list(labels)}, expected class "
-                        f"indices 0 .. {classes - 1}")
+    if isinstance(model, _StumpModel):  # two labels (a c-class session refuses one-feature learners)
+        return ThresholdHypothesis(int(model.feature_), float(model.threshold_), bool(model.polarity_))
+    labels = _labels(model, learner, classes)
     name = type(model).__name__
     if name == "HistGradientBoostingClassifier":
         return _hist_boosting(model, learner, labels)
@@ -83,10 +60,28 @@ def _multiclass(model: Any, learner: str, classes: int) -> Hypothesis:
     if hasattr(model, "tree_") or name in ("RandomForestClassifier", "ExtraTreesClassifier"):
         return _forest(model, labels)
     coef, intercept = _linear(model)
-    if coef is not None and coef.shape[0] == (1 if len(labels) == 2 else len(labels)):
+    if coef is not None and coef.shape[0] == _scores(labels):
+        if not labels:
+            return LinearHypothesis(tuple(range(coef.shape[1])), tuple(coef[0].tolist()), float(intercept[0]))
         return MulticlassLinearHypothesis(tuple(range(coef.shape[1])), tuple(tuple(row.tolist()) for row in coef),
                                           tuple(intercept.tolist()), labels)
-    raise _no_form(model, learner)
+    raise PcqrError(f"--learner {learner}: a fitted {name} has no plain public form for a model file (pcqr writes "
+                    f"{', '.join(PORTABLE)}); `pcqr answer --after-halt student` can still use it")
+
+
+def _labels(model: Any, learner: str, classes: int) -> tuple[int, ...]:
+    """The class indices a fitted student saw, as its form lists them: () for a two-class session's
+    (which must have seen both), else its ``classes_``, each below ``classes``."""
+    found = getattr(model, "classes_", None)
+    seen = [int(c) for c in np.asarray(found).tolist()] if found is not None else []
+    if classes == 2:
+        if seen != [0, 1]:
+            raise PcqrError(f"--learner {learner}: the fitted student's classes are {found!r}, expected [0, 1]")
+        return ()
+    if not seen or seen != sorted(set(seen)) or seen[0] < 0 or seen[-1] >= classes:
+        raise PcqrError(f"--learner {learner}: the fitted student's classes are {seen}, expected class "
+                        f"indices 0 .. {classes - 1}")
+    return tuple(seen)
 
 
 def _linear(model: Any) -> tuple[np.ndarray | None, np.ndarray]:
@@ -98,11 +93,6 @@ def _linear(model: Any) -> tuple[np.ndarray | None, np.ndarray]:
     if w.ndim != 2 or b.size != w.shape[0] or not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
         return None, b
     return w, b
-
-
-def _no_form(model: Any, learner: str) -> PcqrError:
-    return PcqrError(f"--learner {learner}: a fitted {type(model).__name__} has no plain public form for a model "
-                     f"file (pcqr writes {', '.join(PORTABLE)}); `pcqr answer --after-halt student` can still use it")
 
 
 def _forest(model: Any, labels: tuple[int, ...]) -> TreesHypothesis:
