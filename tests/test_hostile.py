@@ -564,6 +564,13 @@ CASES = [
              "class": "trees", "combine": "vote", "base": 0.0, "scale": 1.0, "precision": "float64", "features": [0],
              "trees": [{"feature": [0, 0], "threshold": [0.0, 0.0], "left": [1, 0], "right": [1, 0],
                         "missing_left": [False, False], "value": [[0, 1], [1, 0]]}]}))),
+    case("predict-model-class-beyond", "predict {bad} {queries} --out {new}/p", "model.json", "class indices of 3",
+         mutate=model_json(lambda d: d.update(classes=3, hypothesis={
+             "class": "linear", "labels": [0, 3], "features": [0], "weights": [[1.0]], "bias": [0.0]}))),
+    case("predict-model-labels-no-classes", "predict {bad} {queries} --out {new}/p", "model.json", "of 2 classes",
+         mutate=model_json(lambda d: d.__setitem__("hypothesis", {
+             "class": "linear", "labels": [0, 1, 2], "features": [0], "weights": [[1.0], [0.0], [-1.0]],
+             "bias": [0.0, 0.0, 0.0]}))),
     case("predict-model-missing", "predict {root}/nothing.json {queries} --out {new}/p", "nothing.json"),
     case("predict-model-not-json", "predict {bad} {queries} --out {new}/p", "model.json",
          mutate=lambda w: w.paths.__setitem__("bad", w.text("model.json", "{not json"))),
