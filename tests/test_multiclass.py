@@ -125,13 +125,13 @@ def _distilled_student_answers_as_the_log(capsys, log: Path, state: Path, querie
     code, out, err = _cli(capsys, "distill", "--log", str(log), "--state", str(state), "--out", str(model), "--json")
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["classes"] == CLASSES and summary.get("class_names") == names
+    assert summary["classes"] == CLASSES and summary.get("class_names") == (",".join(names) if names else None)
     record = json.loads(model.read_text())
     assert record["classes"] == CLASSES and record.get("class_names") == names and record["hypothesis"]["labels"]
     code, out, err = _cli(capsys, "predict", str(model), str(queries), "--out", str(predictions), "--json",
                           "--cluster", cluster)
     assert code == 0, err
-    assert json.loads(out)["classes"] == CLASSES
+    assert json.loads(out)["classes"] == CLASSES and json.loads(out).get("class_names") == (",".join(names) if names else None)
     logged = pq.read_table(log).to_pandas()
     predicted = pq.read_table(predictions).to_pandas().merge(logged, on="query_id")
     student = predicted[predicted["source"] == "student"]

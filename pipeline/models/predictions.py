@@ -62,7 +62,8 @@ def predict_queries(model_path: str, queries: str, out: str, *, id_column: str |
             total += table.num_rows
     _remove_stale(out, len(futures))
     return {"out": out, "predictions": total, "model": model_path,
-            **{key: record[key] for key in ("classes", "class_names") if key in record},
+            **({"classes": record["classes"]} if "classes" in record else {}),
+            **({"class_names": ",".join(record["class_names"])} if "class_names" in record else {}),  # as --classes
             **({"allow_private_overlap": True} if allow_private_overlap else {})}
 
 

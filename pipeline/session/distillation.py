@@ -150,7 +150,7 @@ def distill_log(log_dir: str, out: str, learner: str | None = None, learner_para
         reporter.note(remark)
     return {"out": out, "learner": named["name"],
             **({"chosen": chosen["name"]} if chosen != named else {}), "form": hypothesis.to_dict()["class"],
-            **({"classes": classes} if classes != 2 else {}), **({"class_names": list(names)} if names else {}),
+            **({"classes": classes} if classes != 2 else {}), **({"class_names": ",".join(names)} if names else {}),
             "teacher_answers": int(answers.y.size), "teacher_answers_in_log": answers.total,
             "log": log_dir, "log_sha256": report.last_sha256, "last_batch_vouched": report.last_vouched,
             "session_id": provenance.get("session_id"),
