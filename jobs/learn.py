@@ -131,7 +131,9 @@ def predict_command(model_path: str, queries: str, out: str, id_column: str | No
     MODEL: a released model file (public; pcqr learn's or pcqr distill's). QUERIES: the queries
     (Parquet file or directory, public) with the model's feature columns. Queries holding rows of a
     registered private dataset are refused (the predictions would publish a function of each of
-    those rows, by id) unless --allow-private-overlap."""
+    those rows, by id) unless --allow-private-overlap. Each part file holds query_id and prediction:
+    0 or 1, or for a student of a session over c > 2 classes the class index 0 .. c - 1 (as the log's
+    answer; the summary names the classes)."""
     from pcqr.pipeline.models.predictions import predict_queries
 
     summary = predict_queries(model_path, queries, out, id_column=id_column, overwrite=overwrite,
