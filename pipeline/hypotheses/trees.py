@@ -124,6 +124,13 @@ def _json(value: float) -> float | str:
     return value if np.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
+def score_count(combine: str, labels: tuple[int, ...]) -> int:
+    """The raw scores an ensemble of ``labels`` (() for two: 0 and 1) adds up: one per label in a vote;
+    in a sum one for two labels (its sign) and one per label beyond (one tree per label a stage)."""
+    count = len(labels) or 2
+    return count if combine == "vote" or count > 2 else 1
+
+
 @dataclass(frozen=True)
 class TreesHypothesis:
     """An ensemble of :class:`Tree` with the combination rule of the module docstring."""
@@ -145,10 +152,8 @@ class TreesHypothesis:
 
     @property
     def scores(self) -> int:
-        """The raw scores the trees add up: one per label in a vote, one or (beyond two labels) one per
-        label in a sum."""
-        count = len(self.labels) or 2
-        return count if self.combine == "vote" or count > 2 else 1
+        """The raw scores the trees add up (:func:`score_count`)."""
+        return score_count(self.combine, self.labels)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Labels (int8) of the rows of ``X`` (rows, all features)."""
@@ -195,17 +200,17 @@ class TreesHypothesis:
         found = read_labels(d) if "labels" in d else ()
         if combine == "sum" and len(found) == 1:
             raise ValueError("a sum of trees needs at least two labels")
-        shape = cls((), combine, 0.0, 1.0, precision, found)
-        if shape.scores > 1 and combine == "sum":
+        scores = score_count(combine, found)
+        if scores > 1 and combine == "sum":
             raw = d.get("base")
-            if not isinstance(raw, list) or len(raw) != shape.scores:
-                raise ValueError(f"base must be a list of {shape.scores} numbers, one per label")
-            if len(trees) % shape.scores:
-                raise ValueError(f"a sum over {shape.scores} labels needs {shape.scores} trees a stage")
+            if not isinstance(raw, list) or len(raw) != scores:
+                raise ValueError(f"base must be a list of {scores} numbers, one per label")
+            if len(trees) % scores:
+                raise ValueError(f"a sum over {scores} labels needs {scores} trees a stage")
             base: float | tuple[float, ...] = tuple(number({"base": b}, "base") for b in raw)
         else:
             base = number(d, "base")
-        width = shape.scores if combine == "vote" else 1
+        width = scores if combine == "vote" else 1
         built = cls(tuple(Tree.from_dict(t, width) for t in trees), combine, base, number(d, "scale"), precision,
                     found)
         declared = d.get("features")

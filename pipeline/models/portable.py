@@ -35,7 +35,7 @@ from pcqr.pipeline.errors import PcqrError
 from pcqr.pipeline.hypotheses.base import Hypothesis
 from pcqr.pipeline.hypotheses.linear import LinearHypothesis, MulticlassLinearHypothesis
 from pcqr.pipeline.hypotheses.threshold import ThresholdHypothesis
-from pcqr.pipeline.hypotheses.trees import Tree, TreesHypothesis
+from pcqr.pipeline.hypotheses.trees import Tree, TreesHypothesis, score_count
 from pcqr.pipeline.models.learners import ConstantModel, _StumpModel
 
 PORTABLE = ("linear classifiers (coef_)", "DecisionTreeClassifier", "RandomForestClassifier", "ExtraTreesClassifier",
@@ -60,7 +60,7 @@ def portable(model: Any, learner: str, classes: int = 2) -> Hypothesis:
     if hasattr(model, "tree_") or name in ("RandomForestClassifier", "ExtraTreesClassifier"):
         return _forest(model, labels)
     coef, intercept = _linear(model)
-    if coef is not None and coef.shape[0] == _scores(labels):
+    if coef is not None and coef.shape[0] == score_count("sum", labels):  # decision columns, as a boosted sum's
         if not labels:
             return LinearHypothesis(tuple(range(coef.shape[1])), tuple(coef[0].tolist()), float(intercept[0]))
         return MulticlassLinearHypothesis(tuple(range(coef.shape[1])), tuple(tuple(row.tolist()) for row in coef),
@@ -120,22 +120,18 @@ def _sklearn_tree(tree: Any, vote: int | None) -> Tree:
                 value if vote is not None else value[:, :1])
 
 
-def _scores(labels: tuple[int, ...]) -> int:
-    """Trees a boosting stage holds: one for two labels, one per label beyond."""
-    return 1 if len(labels) <= 2 else len(labels)
-
-
 def _base(raw: np.ndarray, labels: tuple[int, ...]) -> float | tuple[float, ...]:
     values = np.ravel(raw).astype(np.float64)
-    return float(values[0]) if _scores(labels) == 1 else tuple(values.tolist())
+    return float(values[0]) if score_count("sum", labels) == 1 else tuple(values.tolist())
 
 
 def _boosting(model: Any, learner: str, labels: tuple[int, ...]) -> TreesHypothesis:
     """Gradient boosting: raw = init + learning_rate * sum of the stages' tree values (one tree a
     stage for two labels, one per label beyond)."""
     stages = np.asarray(model.estimators_)
-    if stages.ndim != 2 or stages.shape[1] != _scores(labels):
-        raise PcqrError(f"--learner {learner}: expected {_scores(labels)} trees per boosting stage")
+    per_stage = score_count("sum", labels)
+    if stages.ndim != 2 or stages.shape[1] != per_stage:
+        raise PcqrError(f"--learner {learner}: expected {per_stage} trees per boosting stage")
     init = getattr(model, "init_", None)
     if not (init == "zero" or type(init).__name__ == "DummyClassifier"):
         raise PcqrError(f"--learner {learner}: a custom init estimator has no plain public form")
@@ -149,8 +145,9 @@ def _boosting(model: Any, learner: str, labels: tuple[int, ...]) -> TreesHypothe
 def _hist_boosting(model: Any, learner: str, labels: tuple[int, ...]) -> TreesHypothesis:
     """Histogram gradient boosting: raw = baseline + sum of the iterations' leaf values (numeric
     splits; one tree an iteration for two labels, one per label beyond)."""
-    if int(model.n_trees_per_iteration_) != _scores(labels):
-        raise PcqrError(f"--learner {learner}: expected {_scores(labels)} trees per iteration")
+    per_iteration = score_count("sum", labels)
+    if int(model.n_trees_per_iteration_) != per_iteration:
+        raise PcqrError(f"--learner {learner}: expected {per_iteration} trees per iteration")
     trees = []
     for iteration in model._predictors:
         for predictor in iteration:

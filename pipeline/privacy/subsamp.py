@@ -125,6 +125,8 @@ GUESS_DISAGREEMENT = 0.5
 #: The share of delta the tight profile gives the guess gate's composition term (the sampler's
 #: is at most 1/1000 of delta: :func:`tight_epsilon`).
 GUESS_COMPOSITION_SHARE = 0.998
+#: What a refusal by the composition bound advises (the paper profile names an eps it certifies instead).
+COMPOSITION_ADVICE = "use a smaller --epsilon or a larger --cutoff"
 #: Rounds of gnmax's cap on eps over c > 2 classes (SubSampParameters.gnmax; two or three settle it).
 MAX_CAP_ROUNDS = 8
 #: The shares of delta the tight profile tries for the composition term (the rest: stability, sampler).
@@ -256,15 +258,10 @@ class SubSampParameters:
             subsamples_source="paper" if subsamples is None else "override",
             threshold_source="smallest_certifiable" if threshold is None else "override",
         )
-        try:
-            params.check_composition()
-        except PcqrError as refusal:
-            largest = _largest_paper_epsilon(epsilon, delta, cutoff, queries_max)
-            if largest is None:
-                raise
-            said = str(refusal).split("; use a smaller")[0]
-            raise PcqrError(f"{said}; at --cutoff {cutoff} and --delta {delta:g} it certifies --epsilon {largest:g} (the "
-                            "largest found, to 3 digits), or use a larger --cutoff, or --profile tight") from None
+        largest = None if params.composition_fits() else _largest_paper_epsilon(epsilon, delta, cutoff, queries_max)
+        params.check_composition(COMPOSITION_ADVICE if largest is None else (
+            f"at --cutoff {cutoff} and --delta {delta:g} it certifies --epsilon {largest:g} (the largest found, to "
+            "3 digits), or use a larger --cutoff, or --profile tight"))
         if threshold is None:
             params = replace(params, threshold=params.smallest_threshold())
         params.certify(enforce_limits)
@@ -433,7 +430,7 @@ class SubSampParameters:
             # over c > 2 classes each answer samples c values of a table spanning J at sigma: at an eps
             # capped for fewer values the sampler term would not fit, so cap again for these (a lower eps
             # gives a larger sigma and J: a few rounds settle, as J grows like sigma and the cap like log J)
-            needed = 1 if classes == 2 else classes * (2 * gaussian_tail_span(count_sigma(sigma)) + 3)
+            needed = answer_values(classes, sigma)
             if needed <= values:
                 break
             values = needed
@@ -515,10 +512,10 @@ class SubSampParameters:
         (pcqr.pipeline.privacy.noise.DiscreteLaplaceTail.values; J the table's span at count_sigma).
         The stability gate over c > 2 classes samples as over two (a tail bit per query, on the
         plurality's gap)."""
-        if self.classes == 2 or self.gate != "gnmax":
+        values = answer_values(self.classes if self.gate == "gnmax" else 2, self.lam)
+        if values == 1:
             return self.queries_max * TAIL_SAMPLER_ERROR
-        entries = 2 * gaussian_tail_span(count_sigma(self.lam)) + 3
-        return math.nextafter(self.queries_max * self.classes * entries * TAIL_SAMPLER_ERROR, math.inf)
+        return math.nextafter(self.queries_max * values * TAIL_SAMPLER_ERROR, math.inf)
 
     def delta_terms(self) -> DeltaTerms:
         """Each term of the run's delta; see the module docstring."""
@@ -554,15 +551,20 @@ class SubSampParameters:
             w += 0.5
         return w
 
-    def check_composition(self) -> None:
-        """Refuse (lambda, T) for which the composition bound does not reach eps (no tolerance)."""
+    def composition_fits(self) -> bool:
+        """Whether the composition bound reaches eps with room left in delta (no tolerance)."""
         eps, composition, sampler = self._composition()
-        if eps > self.epsilon or composition + sampler >= self.delta:
+        return eps <= self.epsilon and composition + sampler < self.delta
+
+    def check_composition(self, advice: str = COMPOSITION_ADVICE) -> None:
+        """Refuse (lambda, T) for which the composition bound does not reach eps (:meth:`composition_fits`),
+        in one line ending with ``advice``."""
+        if not self.composition_fits():
+            eps, composition, sampler = self._composition()
             raise PcqrError(
                 f"--epsilon {self.epsilon} with --cutoff {self.cutoff} and --delta {self.delta}: "
                 f"lambda {self.lam:.6g} only certifies ({eps:.4g}, {composition + sampler:.3g})-DP by composition "
-                f"(--profile {self.profile}); "
-                "use a smaller --epsilon or a larger --cutoff"
+                f"(--profile {self.profile}); {advice}"
             )
 
     def check_limits(self) -> None:
@@ -762,6 +764,13 @@ def tight_epsilon(epsilon: float, delta: float, queries_max: int, values: int = 
     return min(epsilon, cap)
 
 
+def answer_values(classes: int, sigma: float) -> int:
+    """The sampled values an answer's noise costs, each within TAIL_SAMPLER_ERROR of exact: 1 (a tail
+    bit) over two classes, or for gnmax over c > 2 classes c inverse-CDF values of a table spanning J
+    at count_sigma(sigma), each within 2 J + 3 entries' error (noise.DiscreteLaplaceTail.values)."""
+    return 1 if classes == 2 else classes * (2 * gaussian_tail_span(count_sigma(sigma)) + 3)
+
+
 def _largest_paper_epsilon(epsilon: float, delta: float, cutoff: int, queries_max: int) -> float | None:
     """The largest eps below ``epsilon`` (3 significant digits, rounded down) whose Algorithm 5 lambda
     certifies by composition, or None: at a large eps the paper's composition (its eps0 grows with eps)
@@ -769,8 +778,9 @@ def _largest_paper_epsilon(epsilon: float, delta: float, cutoff: int, queries_ma
     value named is checked."""
     def fits(eps: float) -> bool:
         trial = _paper_trial(eps, delta, cutoff, queries_max)
+        if not trial.composition_fits():
+            return False
         try:  # paper()'s certificate (without the machine's limits, which k and w are checked against later)
-            trial.check_composition()
             replace(trial, threshold=trial.smallest_threshold()).certify(enforce_limits=False)
         except PcqrError:
             return False
